@@ -1,0 +1,71 @@
+"""amdinfer: run ONNX models fast on AMD GPUs, and prove the answers.
+
+``import amdinfer`` needs only numpy and onnx; backends import their runtime on first use.
+
+Example:
+    >>> import numpy as np, amdinfer
+    >>> from amdinfer.testing.models import tiny_cnn
+    >>> engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])
+    >>> sorted(engine.run(np.zeros((1, 3, 32, 32), np.float32)))
+    ['logits']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._load import load
+from .engines.base import Engine, EngineInfo
+from .engines.registry import backend_names, register_backend
+from .errors import (
+    AmdinferError,
+    BackendUnavailableError,
+    CacheError,
+    EngineClosedError,
+    InputError,
+    ModelError,
+    OptionError,
+    StageError,
+    UnsupportedOperatorError,
+)
+from .model import ModelSource
+from .types import ShapeBounds, TensorSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmdinferError",
+    "BackendUnavailableError",
+    "CacheError",
+    "Engine",
+    "EngineClosedError",
+    "EngineInfo",
+    "InputError",
+    "ModelError",
+    "ModelSource",
+    "OptionError",
+    "ShapeBounds",
+    "StageError",
+    "TensorSpec",
+    "UnsupportedOperatorError",
+    "__version__",
+    "backend_names",
+    "load",
+    "register_backend",
+]
+
+# Heavier parts load on first attribute access so `import amdinfer` stays light.
+_LAZY = {
+    "EnginePool": ("amdinfer.pool", "EnginePool"),
+    "Pipeline": ("amdinfer.pipeline", "Pipeline"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    if name in ("reference", "verify", "testing", "preprocess", "postprocess", "quantize", "cache"):
+        return importlib.import_module(f"amdinfer.{name}")
+    raise AttributeError(f"module 'amdinfer' has no attribute {name!r}")

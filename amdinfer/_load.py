@@ -1,0 +1,120 @@
+"""``amdinfer.load``: one entry point that picks, builds and explains an engine."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from .engines.base import Engine
+from .engines.registry import auto_order, get_backend
+from .errors import BackendUnavailableError, OptionError
+from .model import ModelLike, ModelSource
+
+__all__ = ["load"]
+
+log = logging.getLogger("amdinfer")
+
+
+def _accepted(factory: Any) -> tuple[set[str], bool]:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return set(), True
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    return names, var_kw
+
+
+def load(
+    model: ModelLike,
+    backend: str | Engine = "auto",
+    providers: Sequence[str] | None = None,
+    device: int = 0,
+    precision: str = "fp32",
+    **options: Any,
+) -> Engine:
+    """Load a model on the best working backend, or on the one you name.
+
+    Args:
+        model: a path, serialized bytes, an ``onnx.ModelProto`` or a :class:`~amdinfer.model.ModelSource`.
+        backend: ``"auto"`` (MIGraphX native, then ONNX Runtime with MIGraphX EP -> ROCm EP -> CUDA EP ->
+            CPU, each tried for real; what was passed over and why lands in ``engine.info.skipped``),
+            a registered name (``"ort"``, ``"migraphx"``, ``"reference"``), or an :class:`Engine`
+            instance, which is returned as is.
+        providers: ONNX Runtime providers to use, in order (implies ``backend="ort"`` under auto). A
+            provider you name that cannot run raises :class:`BackendUnavailableError`.
+        device: GPU index.
+        precision: ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int8"`` (needs a quantizer with
+            calibration data) or ``"fp64"`` (reference engine).
+        **options: backend options, e.g. ``shapes=``, ``batch_buckets=``, ``cache_dir=``,
+            ``quantizer=``, ``threads=``, ``target=`` (MIGraphX). An option no backend takes is an
+            :class:`~amdinfer.errors.OptionError` (also a ``TypeError``).
+
+    Returns:
+        A ready :class:`Engine`.
+
+    Raises:
+        BackendUnavailableError: the requested backend cannot run here (or, under auto, none can).
+        ModelError: the model cannot be read or is invalid.
+        OptionError: an unknown backend or option.
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])
+        >>> engine.info.backend, engine.info.providers
+        ('ort', ['CPUExecutionProvider'])
+    """
+    if isinstance(backend, Engine):
+        if options or providers is not None:
+            raise OptionError("backend: an Engine instance was given, so providers/options cannot apply to it")
+        return backend
+    if not isinstance(backend, str):
+        raise OptionError(f"backend: got {type(backend).__name__}, expected a backend name or an Engine instance")
+    common = dict(device=device, precision=precision, **options)
+    if providers is not None:
+        common["providers"] = list(providers) if not isinstance(providers, str) else [providers]
+    if backend == "auto" and providers is not None:
+        backend = "ort"  # naming ONNX Runtime providers means ONNX Runtime
+    if backend != "auto":
+        entry = get_backend(backend)
+        return _construct(entry.name, entry.resolve(), model, common)
+
+    source = ModelSource.from_any(model)
+    skipped: dict[str, str] = {}
+    for entry in auto_order():
+        try:
+            factory = entry.resolve()
+        except ImportError as exc:  # BackendUnavailableError included
+            skipped[entry.name] = str(exc)
+            continue
+        names, var_kw = _accepted(factory)
+        unknown = [k for k in common if k not in names] if not var_kw else []
+        if unknown:
+            skipped[entry.name] = f"does not take option(s) {unknown}"
+            continue
+        try:
+            engine = factory(source, **common)
+        except BackendUnavailableError as exc:
+            skipped[entry.name] = str(exc)
+            log.info("backend %s passed over: %s", entry.name, exc)
+            continue
+        for name, why in skipped.items():
+            engine.info.skipped.setdefault(name, why)
+        return engine
+    if skipped and all(why.startswith("does not take") for why in skipped.values()):
+        raise OptionError(f"options: no backend takes {sorted(common)}: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    detail = "\n".join(f"  - {k}: {v}" for k, v in skipped.items())
+    raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")
+
+
+def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any]) -> Engine:
+    names, var_kw = _accepted(factory)
+    unknown = [k for k in options if k not in names] if not var_kw else []
+    if unknown:
+        raise OptionError(
+            f"backend {name!r}: unknown option(s) {unknown}; it takes {sorted(names - {'self', 'model'})}"
+        )
+    return factory(model, **options)

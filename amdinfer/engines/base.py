@@ -1,0 +1,458 @@
+"""The :class:`Engine` contract every backend implements, and :class:`EngineInfo`.
+
+``Engine.run`` is final: it checks the engine's state and the feeds (names, dtypes, ranks, fixed
+dims, shape bounds), pads to a batch bucket when asked, calls the backend's ``_run`` and checks what
+comes back. Backends never repeat those checks.
+
+Example:
+    >>> import numpy as np, amdinfer
+    >>> from amdinfer.testing.models import tiny_cnn
+    >>> with amdinfer.load(tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"]) as engine:
+    ...     out = engine.run(np.zeros((2, 3, 32, 32), np.float32))
+    >>> out["logits"].shape
+    (2, 10)
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Union, final
+
+import numpy as np
+
+from ..errors import EngineClosedError, InputError, OptionError
+from ..model import ModelLike, ModelSource
+from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
+
+__all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
+
+log = logging.getLogger("amdinfer.engine")
+
+Feeds = Union[Mapping[str, Any], np.ndarray, Any]
+#: ``None`` (the model's outputs), ``"all"`` (every named tensor, where the backend can) or a list of names.
+OutputSelection = Union[None, str, Sequence[str]]
+
+
+@dataclass
+class EngineInfo:
+    """What an engine really is: backend, device, providers in use, precision, timings and cache state.
+
+    Attributes:
+        backend: registry name of the backend (``"ort"``, ``"migraphx"``, ``"reference"``).
+        device: where it runs, e.g. ``"cpu"``, ``"cuda:0"``, ``"rocm:0"``.
+        providers: ONNX Runtime providers the session really uses (empty for other backends).
+        requested_providers: the providers asked for (after ``"auto"`` expansion).
+        skipped: backend or provider name -> why it was passed over.
+        precision: ``"fp32"``, ``"fp16"``, ``"int8"``, ...
+        load_seconds: wall time of the whole load (reading, checking, compiling).
+        compile_seconds: time spent building the session/program (0 on a cache hit for MIGraphX).
+        cache_hit: whether a compiled artefact came from the cache.
+        target: the backend's target (MIGraphX ``"gpu"``/``"ref"``), if any.
+        runtime_version: version of the runtime library.
+        settings: the options really applied (provider options, session options, tuning knobs).
+        notes: anything the user should know (IR lowered, options that could not be honoured...).
+
+    Example:
+        >>> EngineInfo(backend="ort", device="cpu").skipped
+        {}
+    """
+
+    backend: str
+    device: str = "cpu"
+    providers: list[str] = field(default_factory=list)
+    requested_providers: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    precision: str = "fp32"
+    load_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    cache_hit: bool = False
+    target: str | None = None
+    runtime_version: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly copy."""
+        return asdict(self)
+
+
+def _pad_batch(arr: Any, n: int) -> np.ndarray:
+    """Pad axis 0 to ``n`` rows by repeating the last row (keeps values in range, unlike zeros)."""
+    extra = n - arr.shape[0]
+    return np.concatenate([arr, np.repeat(arr[-1:], extra, axis=0)], axis=0)
+
+
+class Engine(abc.ABC):
+    """Runs an ONNX model; one subclass per backend.
+
+    Subclasses call ``super().__init__(model, ...)`` first, build their runtime object, then call
+    :meth:`_finish_init` with the specs and info, and implement :meth:`_run` (and :meth:`_close` when
+    they hold resources). Engines are context managers and pickle by model bytes and options (the
+    copy is rebuilt, not shared).
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> engine = amdinfer.load(tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"])
+        >>> [spec.name for spec in engine.inputs], [spec.name for spec in engine.outputs]
+        (['input'], ['logits'])
+        >>> engine.close()
+    """
+
+    #: The registry name; set by each backend.
+    backend_name: str = ""
+    #: Whether ``run(..., outputs="all")`` is supported.
+    supports_all_outputs: bool = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Engine:
+        self = super().__new__(cls)
+        # Kept so a pickled engine can be rebuilt with the same options in another process.
+        self._init_args = (args, kwargs)
+        return self
+
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        precision: str = "fp32",
+        device: int = 0,
+        shapes: Mapping[str, Any] | None = None,
+        batch_buckets: Sequence[int] | None = None,
+        quantizer: Any = None,
+    ) -> None:
+        self._t_start = time.perf_counter()
+        self._closed = True  # until _finish_init
+        self._lock = threading.Lock()
+        self._source = ModelSource.from_any(model)
+        self._precision = normalize_precision(precision)
+        if not isinstance(device, (int, np.integer)) or isinstance(device, bool) or device < 0:
+            raise OptionError(f"device: got {device!r}, expected a GPU index >= 0")
+        self._device = int(device)
+        self._bounds: dict[str, ShapeBounds] = parse_shapes(shapes)
+        unknown = set(self._bounds) - {s.name for s in self._source.inputs}
+        if unknown:
+            raise OptionError(
+                f"shapes: got inputs {sorted(unknown)}, expected names among {[s.name for s in self._source.inputs]}"
+            )
+        self._buckets: tuple[int, ...] = self._parse_buckets(batch_buckets)
+        self._quantizer = quantizer
+        if quantizer is not None:
+            self._apply_quantizer(quantizer)
+        self._n_runs = 0
+
+    @staticmethod
+    def _parse_buckets(buckets: Sequence[int] | None) -> tuple[int, ...]:
+        if buckets is None:
+            return ()
+        try:
+            out = tuple(sorted({int(b) for b in buckets}))
+        except (TypeError, ValueError):
+            raise OptionError(f"batch_buckets: got {buckets!r}, expected a list of positive ints") from None
+        if not out or out[0] < 1:
+            raise OptionError(f"batch_buckets: got {buckets!r}, expected a non-empty list of positive ints")
+        return out
+
+    def _apply_quantizer(self, quantizer: Any) -> None:
+        """Default quantizer plug-in: rewrite the model. Backends with native knobs override this."""
+        quantized = quantizer.quantize(self._source.proto)
+        self._source = ModelSource.from_any(quantized)
+        self._precision = getattr(quantizer, "precision", self._precision)
+
+    def _finish_init(self, inputs: list[TensorSpec], outputs: list[TensorSpec], info: Any) -> None:
+        """Record specs and info; backends call this at the end of their ``__init__``."""
+        self._inputs = list(inputs)
+        self._outputs = list(outputs)
+        self._input_names = tuple(s.name for s in inputs)
+        self._output_names = [s.name for s in outputs]
+        # Precomputed per-input checks keep run() overhead to a few microseconds.
+        self._checks = [
+            (
+                s.name,
+                s.dtype,
+                s.rank,
+                tuple((i, d) for i, d in enumerate(s.shape) if isinstance(d, int)),
+                tuple((i, d) for i, d in enumerate(s.shape) if isinstance(d, str)),
+                s,
+                self._bounds.get(s.name),
+            )
+            for s in inputs
+        ]
+        self._info = info
+        info.precision = self._precision
+        info.load_seconds = time.perf_counter() - self._t_start
+        self._closed = False
+
+    # ------------------------------------------------------------------ public surface
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """The model's inputs (initializers excluded)."""
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """The model's outputs."""
+        return list(self._outputs)
+
+    @property
+    def info(self) -> EngineInfo:
+        """What the engine runs on and how it was built."""
+        return self._info
+
+    @property
+    def model(self) -> ModelSource:
+        """The model this engine runs (after any quantizer rewrite)."""
+        return self._source
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def shape_bounds(self) -> dict[str, ShapeBounds]:
+        """The ``shapes=`` bounds given at load, per input."""
+        return dict(self._bounds)
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...]:
+        """The batch sizes inputs are padded to (empty: no padding)."""
+        return self._buckets
+
+    @final
+    def run(self, feeds: Feeds, *, outputs: OutputSelection = None) -> dict[str, np.ndarray]:
+        """Run the model.
+
+        Args:
+            feeds: ``{input name: array}``, or one array for a single-input model. Arrays must have the
+                input's dtype (never cast silently); non-contiguous arrays are accepted.
+            outputs: ``None`` for the model's outputs, a list of output names, or ``"all"`` for every
+                named intermediate tensor (backends with ``supports_all_outputs``).
+
+        Returns:
+            ``{output name: array}`` in the model's output order.
+
+        Raises:
+            EngineClosedError: the engine was closed.
+            InputError: a feed is missing, extra, or has the wrong dtype, rank or shape.
+
+        Example:
+            >>> import numpy as np, amdinfer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> engine = amdinfer.load(tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"])
+            >>> engine.run({"input": np.ones((1, 3, 32, 32), np.float32)})["logits"].shape
+            (1, 10)
+        """
+        if self._closed:
+            raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
+        checked = self._check_feeds(feeds)
+        names = self._select_outputs(outputs)
+        if self._buckets:
+            return self._run_bucketed(checked, names)
+        result = self._run(checked, names)
+        self._n_runs += 1
+        if len(result) != len(names if names is not None else self._output_names):
+            self._check_result(result, names)
+        return result
+
+    def close(self) -> None:
+        """Release the backend's resources. Safe to call twice."""
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self._info.device
+        return f"<{type(self).__name__} {self._source.name} on {state}, {self._precision}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._init_args
+        model = self._source_for_pickle()
+        return (_rebuild_engine, (type(self), model, args[1:], kwargs))
+
+    def _source_for_pickle(self) -> bytes:
+        # The quantizer (if any) already rewrote _source; rebuilding must not quantize twice.
+        args, kwargs = self._init_args
+        if kwargs.get("quantizer") is not None:
+            raise TypeError(f"{type(self).__name__} with a quantizer cannot be pickled; pickle the quantized model")
+        original = args[0] if args else kwargs.get("model")
+        return ModelSource.from_any(original, check=False).to_bytes()
+
+    # ------------------------------------------------------------------ backend hooks
+    @abc.abstractmethod
+    def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
+        """Run checked feeds; return the requested outputs (``None``: the model's outputs) by name."""
+
+    def _close(self) -> None:
+        """Free backend resources (default: nothing)."""
+
+    def _run_all(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Every named tensor; backends with ``supports_all_outputs`` override."""
+        raise OptionError(f'outputs="all": backend {self.backend_name!r} cannot return intermediate tensors')
+
+    # ------------------------------------------------------------------ checks
+    def _select_outputs(self, outputs: OutputSelection) -> list[str] | None:
+        if outputs is None:
+            return None
+        if isinstance(outputs, str):
+            if outputs == "all":
+                if not self.supports_all_outputs:
+                    raise OptionError(
+                        f'outputs="all": backend {self.backend_name!r} cannot return intermediate tensors; '
+                        'use backend="reference" for per-layer outputs'
+                    )
+                return ["*"]
+            outputs = [outputs]
+        names = list(outputs)
+        if not self.supports_all_outputs:
+            unknown = [n for n in names if n not in self._output_names]
+            if unknown:
+                raise InputError(f"outputs: got {unknown}, expected names among {self._output_names}")
+        return names
+
+    def _check_result(self, result: Mapping[str, Any], names: list[str] | None) -> None:
+        if names == ["*"]:
+            return
+        want = names if names is not None else self._output_names
+        missing = [n for n in want if n not in result]
+        if missing:
+            raise RuntimeError(f"{type(self).__name__}._run returned no {missing}; got {list(result)}")
+
+    def _check_feeds(self, feeds: Feeds) -> dict[str, Any]:
+        if not isinstance(feeds, Mapping):
+            if len(self._input_names) != 1:
+                raise InputError(
+                    f"feeds: got one {type(feeds).__name__}, expected a dict with inputs {list(self._input_names)}"
+                )
+            feeds = {self._input_names[0]: feeds}
+        if len(feeds) != len(self._input_names) or any(n not in feeds for n in self._input_names):
+            missing = [n for n in self._input_names if n not in feeds]
+            extra = [n for n in feeds if n not in self._input_names]
+            parts = []
+            if missing:
+                parts.append(f"missing {missing}")
+            if extra:
+                parts.append(f"unknown {extra}")
+            raise InputError(f"feeds: {' and '.join(parts)}; expected exactly {list(self._input_names)}")
+        out: dict[str, Any] = {}
+        symbols: dict[str, tuple[int, str]] | None = None
+        for name, dtype, rank, fixed, symbolic, spec, bounds in self._checks:
+            arr = feeds[name]
+            if type(arr) is not np.ndarray:
+                arr = self._coerce(name, arr, dtype)
+            if arr.dtype != dtype:
+                raise InputError(
+                    f"input {name!r}: got dtype {arr.dtype}, expected {dtype} "
+                    f"(cast explicitly, e.g. x.astype(np.{dtype}))"
+                )
+            shape = arr.shape
+            if len(shape) != rank:
+                raise InputError(f"input {name!r}: got shape {tuple(shape)} (rank {len(shape)}), expected {_fmt(spec)}")
+            for i, d in fixed:
+                if shape[i] != d:
+                    raise InputError(f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})")
+            if 0 in shape:
+                raise InputError(
+                    f"input {name!r}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
+                    "expected every axis >= 1"
+                )
+            for i, sym in symbolic:
+                if symbols is None:
+                    symbols = {}
+                seen = symbols.setdefault(sym, (shape[i], name))
+                if seen[0] != shape[i]:
+                    raise InputError(
+                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, but input {seen[1]!r} has {sym!r} = {seen[0]}"
+                    )
+            if bounds is not None and not self._buckets:
+                if not bounds.contains(shape):
+                    raise InputError(
+                        f"input {name!r}: got shape {tuple(shape)}, expected between {bounds.min} and {bounds.max} "
+                        "(the bounds given in shapes=)"
+                    )
+            if type(arr) is np.ndarray and not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            out[name] = arr
+        return out
+
+    def _coerce(self, name: str, value: Any, dtype: np.dtype) -> Any:
+        """Turn a non-ndarray feed into something ``_run`` takes; device tensors are backends' business."""
+        if isinstance(value, np.ndarray):  # ndarray subclass
+            return np.asarray(value)
+        if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
+            return value
+        if isinstance(value, (list, tuple, int, float, np.generic)):
+            arr = np.asarray(value)
+            if arr.dtype != dtype and np.can_cast(arr.dtype, dtype, casting="same_kind") and arr.dtype.kind == dtype.kind:
+                arr = arr.astype(dtype)
+            elif arr.dtype.kind in "iu" and dtype.kind == "f":
+                arr = arr.astype(dtype)  # integer literals are exact in float
+            return arr
+        if hasattr(value, "__array__"):
+            return np.asarray(value)
+        raise InputError(f"input {name!r}: got {type(value).__name__}, expected a numpy array")
+
+    def _accepts_device_tensor(self, value: Any) -> bool:
+        """Whether ``_run`` takes this DLPack tensor as is (GPU backends override)."""
+        return False
+
+    # ------------------------------------------------------------------ buckets
+    def _bucket_for(self, n: int) -> int:
+        for b in self._buckets:
+            if b >= n:
+                return b
+        return self._buckets[-1]
+
+    def _run_bucketed(self, feeds: dict[str, Any], names: list[str] | None) -> dict[str, np.ndarray]:
+        batch = {name: arr.shape[0] for name, arr in feeds.items() if arr.ndim > 0}
+        n = next(iter(batch.values()), 1)
+        if any(b != n for b in batch.values()):
+            raise InputError(f"batch_buckets: inputs disagree on the batch size (axis 0): {batch}")
+        top = self._buckets[-1]
+        chunks = []
+        for start in range(0, n, top):
+            stop = min(start + top, n)
+            size = stop - start
+            bucket = self._bucket_for(size)
+            part = {k: v[start:stop] for k, v in feeds.items()}
+            if bucket != size:
+                part = {k: _pad_batch(np.asarray(v), bucket) for k, v in part.items()}
+            for k, v in part.items():
+                b = self._bounds.get(k)
+                if b is not None and not b.contains(v.shape):
+                    raise InputError(
+                        f"input {k!r}: shape {v.shape} (padded to bucket {bucket}) is outside the bounds "
+                        f"{b.min}..{b.max} given in shapes="
+                    )
+            res = self._run(part, names)
+            self._n_runs += 1
+            chunks.append({k: (v[:size] if getattr(v, "ndim", 0) and v.shape[0] == bucket else v) for k, v in res.items()})
+        if len(chunks) == 1:
+            return chunks[0]
+        return {k: np.concatenate([c[k] for c in chunks], axis=0) for k in chunks[0]}
+
+
+def _fmt(spec: TensorSpec) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"
+
+
+def _rebuild_engine(cls: type[Engine], model: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Engine:
+    kwargs = dict(kwargs)
+    kwargs.pop("model", None)
+    return cls(model, *args, **kwargs)

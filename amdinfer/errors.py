@@ -1,0 +1,128 @@
+"""The amdinfer exception tree.
+
+Every error amdinfer raises on purpose is an :class:`AmdinferError`. Each subclass also inherits the
+builtin exception a caller would naturally catch, so ``except ValueError`` keeps working around
+``InputError``.
+
+Example:
+    >>> import amdinfer
+    >>> try:
+    ...     amdinfer.load(b"not a model")
+    ... except amdinfer.ModelError as exc:
+    ...     print(type(exc).__name__)
+    ModelError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmdinferError",
+    "BackendUnavailableError",
+    "CacheError",
+    "EngineClosedError",
+    "InputError",
+    "ModelError",
+    "OptionError",
+    "StageError",
+    "UnsupportedOperatorError",
+]
+
+
+class AmdinferError(Exception):
+    """Base class of every error raised by amdinfer.
+
+    Example:
+        >>> issubclass(InputError, AmdinferError)
+        True
+    """
+
+
+class BackendUnavailableError(AmdinferError, ImportError):
+    """A backend or execution provider cannot run here; the message says why and how to fix it.
+
+    Attributes:
+        backend: name of the backend or provider that failed.
+        cause: the underlying error text (e.g. the dynamic loader's message).
+
+    Example:
+        >>> err = BackendUnavailableError("no migraphx", backend="migraphx")
+        >>> err.backend
+        'migraphx'
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, cause: str | None = None):
+        super().__init__(message)
+        self.backend = backend
+        self.cause = cause
+
+
+class ModelError(AmdinferError, ValueError):
+    """The model cannot be read, is invalid, or needs something the runtime does not offer.
+
+    Example:
+        >>> raise ModelError("model 'x.onnx': truncated protobuf")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.ModelError: model 'x.onnx': truncated protobuf
+    """
+
+
+class UnsupportedOperatorError(ModelError):
+    """The model uses operators that the chosen backend does not implement.
+
+    Attributes:
+        operators: sorted list of the unsupported ``domain::OpType`` names.
+
+    Example:
+        >>> UnsupportedOperatorError("unsupported", operators=["Foo"]).operators
+        ['Foo']
+    """
+
+    def __init__(self, message: str, *, operators: list[str] | None = None):
+        super().__init__(message)
+        self.operators = list(operators or [])
+
+
+class InputError(AmdinferError, ValueError):
+    """Feeds given to an engine or a stage do not match what it expects.
+
+    Example:
+        >>> str(InputError("input 'x': got shape (1, 3), expected (N, 4)"))
+        "input 'x': got shape (1, 3), expected (N, 4)"
+    """
+
+
+class OptionError(AmdinferError, TypeError):
+    """An option has an unknown name, a wrong type or a value out of range.
+
+    Example:
+        >>> isinstance(OptionError("precision: got 'fp7'"), TypeError)
+        True
+    """
+
+
+class EngineClosedError(AmdinferError, RuntimeError):
+    """The engine was closed and cannot run any more.
+
+    Example:
+        >>> isinstance(EngineClosedError("closed"), RuntimeError)
+        True
+    """
+
+
+class StageError(AmdinferError, RuntimeError):
+    """A pre- or post-processing stage failed or returned something of the wrong kind.
+
+    Example:
+        >>> str(StageError("Letterbox: returned None"))
+        'Letterbox: returned None'
+    """
+
+
+class CacheError(AmdinferError, OSError):
+    """The compiled-model cache cannot be used (e.g. its directory is not writable).
+
+    Example:
+        >>> isinstance(CacheError("read-only"), OSError)
+        True
+    """
