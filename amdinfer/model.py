@@ -91,8 +91,11 @@ def min_ir_version(model: onnx.ModelProto) -> int:
         >>> min_ir_version(tiny_cnn())
         8
     """
-    opsets = [(o.domain, o.version) for o in model.opset_import]
-    need = helper.find_min_ir_version_for(opsets) if opsets else 3
+    opsets = list(model.opset_import)
+    try:
+        need = helper.find_min_ir_version_for(opsets, ignore_unknown=True) if opsets else 3
+    except TypeError:  # older onnx without ignore_unknown
+        need = helper.find_min_ir_version_for(opsets)
     for t in _used_dtypes(model):
         need = max(need, _DTYPE_MIN_IR.get(t, 3))
     if model.functions:

@@ -446,6 +446,15 @@ class OrtEngine(Engine):
     def _create(self, source: ModelSource, candidates: list[tuple[str, dict[str, str]]], explicit: bool, info: EngineInfo) -> Any:
         if explicit:
             info.requested_providers = [n for n, _ in candidates]
+            for name, _ in candidates:
+                cause = probe_provider(name)
+                if cause is not None:  # fail before ONNX Runtime prints its own fallback warning
+                    raise BackendUnavailableError(
+                        f"provider {name!r} was requested but cannot load: {cause}. "
+                        f"amdinfer does not fall back to another provider silently. Fix: {_FIX.get(name, '')}",
+                        backend=name,
+                        cause=cause,
+                    )
             session = self._new_session(source, candidates, info)
             used = session.get_providers()
             lost = [n for n, _ in candidates if n not in used]
