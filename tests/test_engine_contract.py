@@ -1,0 +1,206 @@
+"""The engine contract: every engine kind available here must pass these.
+
+Outputs are checked against onnx's ReferenceEvaluator (an independent implementation). Kinds whose
+backend cannot run on this machine are skipped with the backend's own reason.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import amdinfer
+from amdinfer import verify
+from amdinfer.testing import conformance, models
+from conftest import oracle
+
+# name -> (builder call, batch); sizes kept small so the plain evaluator stays quick.
+MODELS = {
+    "tiny_cnn": (lambda: models.tiny_cnn(), 2),
+    "transformer_encoder": (lambda: models.transformer_encoder(), 2),
+    "resnet50": (lambda: models.resnet50(image_size=64, num_classes=100), 1),
+    "yolov8": (lambda: models.yolov8(image_size=64, num_classes=8), 1),
+    "yolov5": (lambda: models.yolov5(image_size=64, num_classes=8), 1),
+}
+
+# RMS tolerances (MIGraphX's verify metric) per precision the kind runs at.
+RMS_TOL = {"fp32": 1e-3, "fp64": 1e-6, "fp16": 8e-2}
+
+
+def two_input_model() -> onnx.ModelProto:
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add2", [a, b], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, onnx.ModelProto]:
+    return {name: make() for name, (make, _) in MODELS.items()}
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_outputs_match_onnx_reference(engine_kind: str, model_name: str, built: dict) -> None:
+    model = built[model_name]
+    feeds = models.random_inputs(model, batch=MODELS[model_name][1], seed=1)
+    expected = oracle(model, feeds)
+    with conformance.make_engine(engine_kind, model) as engine:
+        got = engine.run(feeds)
+        assert list(got) == [o.name for o in model.graph.output]
+        for spec in engine.outputs:
+            assert got[spec.name].dtype == spec.dtype
+    precision = conformance.ENGINE_KINDS[engine_kind].precision
+    report = verify.compare(got, expected, rms_tol=RMS_TOL[precision], precision=precision)
+    assert report.passed, report
+
+
+def test_specs_describe_the_model(engine_kind: str, built: dict) -> None:
+    model = built["yolov8"]
+    with conformance.make_engine(engine_kind, model) as engine:
+        (inp,) = engine.inputs
+        assert inp.name == "images" and inp.dtype == np.float32 and inp.shape[1:] == (3, 64, 64)
+        assert isinstance(inp.shape[0], str)  # symbolic batch
+        (out,) = engine.outputs
+        assert out.name == "output0" and out.shape[1:] == (4 + 8, 64 + 16 + 4)
+
+
+def test_single_array_feed_equals_dict_feed(engine_kind: str) -> None:
+    model = models.tiny_cnn()
+    x = models.random_inputs(model, batch=2)["input"]
+    with conformance.make_engine(engine_kind, model) as engine:
+        np.testing.assert_array_equal(engine.run(x)["logits"], engine.run({"input": x})["logits"])
+
+
+def test_batch_rows_are_independent(engine_kind: str) -> None:
+    model = models.tiny_cnn()
+    x = models.random_inputs(model, batch=3)["input"]
+    with conformance.make_engine(engine_kind, model) as engine:
+        full = engine.run(x)["logits"]
+        for i in range(3):
+            row = engine.run(x[i : i + 1])["logits"]
+            assert verify.compare(row, full[i : i + 1], rms_tol=RMS_TOL["fp16"]).passed
+
+
+class TestBadInput:
+    @pytest.fixture
+    def engine(self, engine_kind: str):
+        with conformance.make_engine(engine_kind, two_input_model()) as engine:
+            yield engine
+
+    def ok(self, n: int = 2) -> dict[str, np.ndarray]:
+        return {"a": np.ones((n, 4), np.float32), "b": np.full((n, 4), 2, np.float32)}
+
+    def test_wrong_name(self, engine) -> None:
+        feeds = self.ok()
+        feeds["c"] = feeds.pop("b")
+        with pytest.raises(amdinfer.InputError, match=r"missing \['b'\].*unknown \['c'\]"):
+            engine.run(feeds)
+
+    def test_missing_input(self, engine) -> None:
+        with pytest.raises(amdinfer.InputError, match=r"missing \['b'\]"):
+            engine.run({"a": self.ok()["a"]})
+
+    def test_extra_input(self, engine) -> None:
+        with pytest.raises(amdinfer.InputError, match=r"unknown \['z'\]"):
+            engine.run({**self.ok(), "z": np.ones((2, 4), np.float32)})
+
+    def test_single_array_for_two_inputs(self, engine) -> None:
+        with pytest.raises(amdinfer.InputError, match=r"expected a dict with inputs \['a', 'b'\]"):
+            engine.run(np.ones((2, 4), np.float32))
+
+    def test_wrong_dtype(self, engine) -> None:
+        feeds = self.ok()
+        feeds["a"] = feeds["a"].astype(np.float64)
+        with pytest.raises(amdinfer.InputError, match=r"input 'a': got dtype float64, expected float32"):
+            engine.run(feeds)
+
+    def test_wrong_rank(self, engine) -> None:
+        feeds = self.ok()
+        feeds["b"] = np.ones((2, 4, 1), np.float32)
+        with pytest.raises(amdinfer.InputError, match=r"input 'b': got shape \(2, 4, 1\) \(rank 3\), expected \(N, 4\)"):
+            engine.run(feeds)
+
+    def test_wrong_static_dim(self, engine) -> None:
+        feeds = self.ok()
+        feeds["a"] = np.ones((2, 5), np.float32)
+        with pytest.raises(amdinfer.InputError, match=r"input 'a': got shape \(2, 5\), expected \(N, 4\) \(axis 1 must be 4\)"):
+            engine.run(feeds)
+
+    def test_symbolic_dims_must_agree(self, engine) -> None:
+        feeds = self.ok()
+        feeds["b"] = np.ones((3, 4), np.float32)
+        with pytest.raises(amdinfer.InputError, match=r"input 'b': axis 0 \('N'\) is 3, but input 'a' has 'N' = 2"):
+            engine.run(feeds)
+
+    def test_zero_size_batch(self, engine) -> None:
+        with pytest.raises(amdinfer.InputError, match=r"input 'a': got shape \(0, 4\) with a zero-size axis 0"):
+            engine.run(self.ok(0))
+
+    def test_non_contiguous_is_accepted(self, engine) -> None:
+        base = np.arange(32, dtype=np.float32).reshape(4, 8)
+        a = base[:, ::2]  # strided view
+        b = np.asfortranarray(np.ones((4, 4), np.float32))
+        assert not a.flags.c_contiguous
+        y = engine.run({"a": a, "b": b})["y"]
+        np.testing.assert_array_equal(y, a + 1)
+
+    def test_nan_passes_through(self, engine) -> None:
+        feeds = self.ok()
+        feeds["a"][0, 1] = np.nan
+        y = engine.run(feeds)["y"]
+        assert np.isnan(y[0, 1]) and np.isfinite(np.delete(y.ravel(), 1)).all()
+
+    def test_closed_engine(self, engine) -> None:
+        engine.close()
+        engine.close()  # idempotent
+        assert engine.closed
+        with pytest.raises(amdinfer.EngineClosedError, match="engine is closed"):
+            engine.run(self.ok())
+
+    def test_unknown_output_name(self, engine) -> None:
+        with pytest.raises(amdinfer.InputError, match="outputs"):
+            engine.run(self.ok(), outputs=["nope"])
+
+
+def test_pickle_round_trip(engine_kind: str) -> None:
+    model = models.tiny_cnn()
+    x = models.random_inputs(model, batch=2)["input"]
+    with conformance.make_engine(engine_kind, model) as engine:
+        clone = pickle.loads(pickle.dumps(engine))
+        try:
+            assert type(clone) is type(engine) and clone is not engine
+            assert clone.info.backend == engine.info.backend
+            np.testing.assert_array_equal(clone.run(x)["logits"], engine.run(x)["logits"])
+        finally:
+            clone.close()
+
+
+def test_context_manager_closes(engine_kind: str) -> None:
+    with conformance.make_engine(engine_kind, models.tiny_cnn()) as engine:
+        assert not engine.closed
+    assert engine.closed
+
+
+def test_info_is_filled(engine_kind: str) -> None:
+    with conformance.make_engine(engine_kind, models.tiny_cnn()) as engine:
+        info = engine.info
+        assert info.backend == conformance.ENGINE_KINDS[engine_kind].options["backend"]
+        assert info.precision == conformance.ENGINE_KINDS[engine_kind].precision
+        assert info.load_seconds > 0 and info.device
+
+
+def test_batch_buckets_pad_and_cut(engine_kind: str) -> None:
+    model = models.tiny_cnn()
+    x = models.random_inputs(model, batch=11, seed=3)["input"]
+    with conformance.make_engine(engine_kind, model) as plain:
+        want = plain.run(x)["logits"]
+    with conformance.make_engine(engine_kind, model, batch_buckets=[1, 2, 4, 8]) as bucketed:
+        for n in (1, 3, 5, 8, 11):  # 11 > largest bucket: split into 8 + 3 (padded to 4)
+            got = bucketed.run(x[:n])["logits"]
+            assert got.shape == (n, 10)
+            assert verify.compare(got, want[:n], rms_tol=RMS_TOL["fp16"]).passed

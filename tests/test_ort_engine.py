@@ -1,0 +1,207 @@
+"""The ONNX Runtime engine on the CPU build: provider selection, option mapping, no silent fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import amdinfer
+from amdinfer.engines import ort as ort_engine
+from amdinfer.engines.ort import OrtEngine, provider_options
+from amdinfer.testing import models
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return models.tiny_cnn()
+
+
+class TestProviderOptions:
+    """Names checked against ONNX Runtime's sources (migraphx_execution_provider_info.h,
+    rocm_execution_provider_info.cc, cuda_execution_provider_info.cc)."""
+
+    def test_migraphx(self) -> None:
+        opts = provider_options(
+            "MIGraphXExecutionProvider",
+            device=2,
+            precision="fp16",
+            exhaustive_tune=True,
+            memory_limit=1 << 30,
+            model_cache_dir="/tmp/mxr",
+        )
+        assert opts == {
+            "device_id": "2",
+            "migraphx_fp16_enable": "1",
+            "migraphx_exhaustive_tune": "1",
+            "migraphx_mem_limit": str(1 << 30),
+            "migraphx_model_cache_dir": "/tmp/mxr",
+        }
+
+    def test_migraphx_int8_with_table(self) -> None:
+        opts = provider_options("MIGraphXExecutionProvider", precision="int8", int8_calibration_table="/t/calib.flatbuffers")
+        assert opts["migraphx_int8_enable"] == "1"
+        assert opts["migraphx_int8_calibration_table_name"] == "/t/calib.flatbuffers"
+        assert opts["migraphx_int8_use_native_calibration_table"] == "0"
+
+    def test_rocm(self) -> None:
+        opts = provider_options(
+            "ROCMExecutionProvider", device=1, exhaustive_tune=True, tunable_ops=True, memory_limit=5, gpu_graphs=True
+        )
+        assert opts == {
+            "device_id": "1",
+            "miopen_conv_exhaustive_search": "1",
+            "tunable_op_enable": "1",
+            "tunable_op_tuning_enable": "1",
+            "gpu_mem_limit": "5",
+            "enable_hip_graph": "1",
+        }
+
+    def test_cuda(self) -> None:
+        opts = provider_options("CUDAExecutionProvider", exhaustive_tune=False, gpu_graphs=True, prefer_nhwc=True)
+        assert opts == {
+            "device_id": "0",
+            "cudnn_conv_algo_search": "HEURISTIC",
+            "enable_cuda_graph": "1",
+            "prefer_nhwc": "1",
+        }
+
+    def test_cpu_takes_none(self) -> None:
+        assert provider_options("CPUExecutionProvider", exhaustive_tune=True) == {}
+
+    def test_none_leaves_defaults(self) -> None:
+        assert provider_options("ROCMExecutionProvider") == {"device_id": "0"}
+
+
+def test_short_provider_names() -> None:
+    assert [ort_engine.resolve_provider_name(n) for n in ("migraphx", "ROCm", "cuda", "cpu")] == list(
+        ort_engine.PROVIDER_ORDER
+    )
+
+
+def test_runs_and_matches_raw_onnxruntime(cnn) -> None:
+    x = models.random_inputs(cnn, batch=4)["input"]
+    raw = ort.InferenceSession(cnn.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    engine = amdinfer.load(cnn, backend="ort", providers=["cpu"])
+    np.testing.assert_array_equal(engine.run(x)["logits"], raw)
+    assert engine.info.providers == ["CPUExecutionProvider"]
+    assert engine.info.requested_providers == ["CPUExecutionProvider"]
+    assert engine.info.runtime_version == ort.__version__
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="this build has the CUDA EP"
+)
+def test_requested_provider_missing_from_build_is_an_error(cnn) -> None:
+    with pytest.raises(amdinfer.BackendUnavailableError, match=r"provider 'CUDAExecutionProvider' is not in this onnxruntime build") as info:
+        amdinfer.load(cnn, providers=["cuda"])
+    assert "amdinfer-onnx[cuda]" in str(info.value)
+    assert isinstance(info.value, ImportError)
+
+
+def test_auto_records_why_providers_were_passed_over(cnn) -> None:
+    engine = amdinfer.load(cnn, backend="ort")
+    used = engine.info.providers
+    for name in ort_engine.PROVIDER_ORDER[:3]:
+        if name not in used:
+            assert name in engine.info.skipped and engine.info.skipped[name]
+    if used == ["CPUExecutionProvider"]:
+        assert engine.info.device == "cpu"
+
+
+def test_backend_auto_explains_skipped_backends(cnn) -> None:
+    engine = amdinfer.load(cnn)
+    assert engine.info.backend in ("ort", "migraphx")
+    if engine.info.backend == "ort":
+        assert "migraphx" in engine.info.skipped
+
+
+def test_engine_instance_passes_through(cnn) -> None:
+    engine = amdinfer.load(cnn, backend="ort", providers=["cpu"])
+    assert amdinfer.load(cnn, backend=engine) is engine
+    with pytest.raises(amdinfer.OptionError):
+        amdinfer.load(cnn, backend=engine, threads=2)
+
+
+def test_unknown_option_is_a_type_error(cnn) -> None:
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['thread'\]"):
+        amdinfer.load(cnn, backend="ort", thread=2)
+
+
+def test_unknown_backend_lists_the_known_ones(cnn) -> None:
+    with pytest.raises(amdinfer.OptionError, match=r"backend: got 'tensorrt', expected one of \[.*'ort'.*\]"):
+        amdinfer.load(cnn, backend="tensorrt")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"graph_optimization": "max"}, "graph_optimization: got 'max'"),
+        ({"threads": -1}, "threads: got -1"),
+        ({"precision": "fp7"}, "precision: got 'fp7'"),
+        ({"device": -1}, "device: got -1"),
+        ({"providers": []}, "providers: got an empty list"),
+        ({"precision": "int8"}, "int8 needs calibration data"),
+    ],
+)
+def test_bad_options(cnn, kwargs, match) -> None:
+    kwargs.setdefault("providers", ["cpu"])
+    with pytest.raises(amdinfer.OptionError, match=match):
+        OrtEngine(cnn, **kwargs)
+
+
+def test_session_options_are_applied(cnn, tmp_path) -> None:
+    out = tmp_path / "opt.onnx"
+    engine = OrtEngine(cnn, providers=["cpu"], threads=1, graph_optimization="basic", optimized_model_path=out)
+    session = engine.session.get_session_options()
+    assert session.intra_op_num_threads == 1
+    assert session.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert out.exists()  # ONNX Runtime wrote the optimized model where we asked
+    assert engine.info.settings["session"]["intra_op_num_threads"] == 1
+
+
+def test_fp16_on_cpu_converts_the_model_and_stays_close(cnn) -> None:
+    x = models.random_inputs(cnn, batch=2)["input"]
+    ref = OrtEngine(cnn, providers=["cpu"]).run(x)["logits"]
+    half = OrtEngine(cnn, providers=["cpu"], precision="fp16")
+    assert half.info.precision == "fp16"
+    assert half.inputs[0].dtype == np.float32  # I/O kept in fp32
+    assert any(t.data_type == 10 for t in half.model.proto.graph.initializer)  # weights are fp16
+    got = half.run(x)["logits"]
+    assert amdinfer.verify.compare(got, ref, precision="fp16").passed
+
+
+def test_outputs_all_returns_intermediate_tensors(cnn) -> None:
+    engine = OrtEngine(cnn, providers=["cpu"])
+    x = models.random_inputs(cnn)["input"]
+    everything = engine.run(x, outputs="all")
+    node_outputs = [o for n in cnn.graph.node for o in n.output]
+    assert set(node_outputs) <= set(everything)
+    np.testing.assert_allclose(everything["logits"], engine.run(x)["logits"], rtol=1e-5, atol=1e-6)
+    first = cnn.graph.node[0].output[0]
+    assert list(engine.run(x, outputs=[first])) == [first]
+
+
+def test_model_needing_newer_runtime_ir_is_lowered(cnn, monkeypatch) -> None:
+    """When ONNX Runtime refuses the IR version, the engine lowers it (when safe) and says so."""
+    real = ort.InferenceSession
+    calls = []
+
+    def picky(model, *a, **k):
+        import onnx
+
+        ir = onnx.load_model_from_string(model).ir_version if isinstance(model, bytes) else 0
+        calls.append(ir)
+        if ir > 9:
+            raise RuntimeError(f"Unsupported model IR version: {ir}, max supported IR version: 9")
+        return real(model, *a, **k)
+
+    monkeypatch.setattr(ort, "InferenceSession", picky)
+    engine = OrtEngine(cnn, providers=["cpu"])
+    assert calls[-1] == 9 and engine.model.ir_version == 9
+    assert any("lowered to 9" in n for n in engine.info.notes)
+
+
+def test_installed_distributions_lists_onnxruntime() -> None:
+    dists = ort_engine.installed_ort_distributions()
+    assert any(d.startswith("onnxruntime") for d in dists)
