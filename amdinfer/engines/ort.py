@@ -362,10 +362,10 @@ class OrtEngine(Engine):
                     )
 
         source = self._prepare_model(candidates)
+        self._source = source  # _new_session replaces it if it must lower the IR version
         t0 = time.perf_counter()
         self._session = self._create(source, candidates, explicit, info)
         info.compile_seconds = time.perf_counter() - t0
-        self._source = source
         used = list(self._session.get_providers())
         info.providers = used
         info.device = self._device_name(used)
