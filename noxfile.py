@@ -1,0 +1,61 @@
+"""Sessions: `nox -s demo`, `nox -t tests` (the test suite plus the AMD-wheel checks), `nox -s lint`.
+
+Each ONNX Runtime distribution gets its own virtualenv: they all install a module named
+`onnxruntime` and overwrite each other's files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests", "amd_wheels", "lint"]
+nox.options.error_on_missing_interpreters = False
+
+ROOT = Path(__file__).parent
+# Outputs of the CPU build, compared by the AMD-wheel sessions ("results identical to the CPU-only build").
+CPU_OUTPUTS = ROOT / ".nox" / "_cpu_outputs.npz"
+
+
+@nox.session(tags=["tests"])
+def tests(session: nox.Session) -> None:
+    """The whole test suite on the CPU build of ONNX Runtime (what CI runs)."""
+    session.install("-e", ".[cpu,test]")
+    env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
+    session.run("python", "-m", "amdinfer", "doctor")
+    session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
+    session.run("pytest", "-m", "not amd_wheel", *session.posargs, env=env)
+
+
+@nox.session(tags=["tests"])
+@nox.parametrize("wheel", ["migraphx", "rocm"])
+def amd_wheels(session: nox.Session, wheel: str) -> None:
+    """onnxruntime-migraphx / onnxruntime-rocm on a machine without ROCm: clear errors, no silent fallback."""
+    session.install("-e", f".[{wheel},test]")
+    env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS), "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}"}
+    session.run("python", "-m", "amdinfer", "doctor")
+    session.run("pytest", "-m", "amd_wheel", "tests/test_amd_wheels.py", *session.posargs, env=env)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Build ResNet-50 offline, run it through amdinfer.load on the default backend, print top-5."""
+    session.install("-e", ".[cpu]")
+    session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint + format check)."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "amdinfer", "tests", "benchmarks", "examples", "noxfile.py")
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Run every example script offline."""
+    session.install("-e", ".[cpu,test]")
+    for script in sorted((ROOT / "examples").glob("*.py")):
+        session.run("python", str(script), env={"MPLBACKEND": "Agg", **dict(os.environ)})
