@@ -31,6 +31,7 @@ import onnx
 
 from ..errors import AmdinferError, BackendUnavailableError, InputError, ModelError, OptionError
 from ..model import ModelLike, ModelSource
+from ..types import normalize_precision
 from .base import Engine, EngineInfo
 
 __all__ = [
@@ -311,6 +312,8 @@ class OrtEngine(Engine):
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
     ) -> None:
+        self._variants: dict[tuple[str, str], ModelSource] = {}
+        self._tmpdir: Any = None
         super().__init__(
             model, precision=precision, device=device, shapes=shapes, batch_buckets=batch_buckets, quantizer=quantizer
         )
@@ -410,21 +413,47 @@ class OrtEngine(Engine):
         so.log_severity_level = 3  # errors only: fallbacks are reported through info, not stderr noise
         return so
 
+    def _apply_quantizer(self, quantizer: Any) -> None:
+        # Deferred to session creation: the MIGraphX EP takes the quantizer's native flags
+        # (migraphx_fp16_enable / int8 + calibration table); other providers get the rewritten model.
+        self._precision = normalize_precision(getattr(quantizer, "precision", self._precision))
+
     def _prepare_model(self, candidates: list[tuple[str, dict[str, str]]]) -> ModelSource:
-        """fp16 on providers without a native fp16 flag: convert the model (fp32 I/O kept)."""
-        names = [n for n, _ in candidates]
-        if self._quantizer is not None or self._precision in ("fp32", "fp64"):
-            return self._source
-        if self._precision == "int8":
+        """Check the precision can be honoured; the per-provider model is made by :meth:`_model_for`."""
+        if self._precision == "int8" and self._quantizer is None:
             raise OptionError(
                 "precision='int8': int8 needs calibration data; pass quantizer=Int8Quantizer(calibration=...) "
                 "(uncalibrated int8 gives wrong answers)"
             )
-        if names[:1] == [MIGRAPHX_EP] and self._precision in ("fp16", "bf16"):
-            return self._source  # the EP quantizes itself (migraphx_fp16_enable / migraphx_bf16_enable)
-        if self._precision == "fp16":
-            return ModelSource.from_any(_convert_fp16(self._source.proto), check=False)
-        raise OptionError(f"precision={self._precision!r}: only the MIGraphX EP offers it natively")
+        return self._source
+
+    def _model_for(self, provider: str, source: ModelSource, info: EngineInfo) -> tuple[ModelSource, dict[str, str]]:
+        """The model and extra provider options for ``provider`` at this engine's precision."""
+        q = self._quantizer
+        if provider == MIGRAPHX_EP:
+            if q is not None and hasattr(q, "ort_migraphx_options"):
+                opts, unhonoured = q.ort_migraphx_options(source.proto, self._workdir())
+                for what in unhonoured:
+                    info.notes.append(f"{MIGRAPHX_EP} cannot honour the quantizer's {what}")
+                return source, dict(opts)
+            if q is None and self._precision in ("fp16", "bf16"):
+                return source, {}  # the EP converts itself (migraphx_fp16_enable / migraphx_bf16_enable)
+        if q is None and self._precision in ("fp32", "fp64"):
+            return source, {}
+        if q is None and self._precision != "fp16":
+            raise OptionError(f"precision={self._precision!r}: only the MIGraphX EP offers it natively")
+        key = (source.sha256, "quantizer" if q is not None else "fp16")
+        if key not in self._variants:
+            proto = q.quantize(source.proto) if q is not None else _convert_fp16(source.proto)
+            self._variants[key] = ModelSource.from_any(proto, check=False)
+        return self._variants[key], {}
+
+    def _workdir(self) -> Path:
+        if self._tmpdir is None:
+            import tempfile
+
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="amdinfer-ort-")
+        return Path(self._tmpdir.name)
 
     def _provider_list(self, candidates: list[tuple[str, dict[str, str]]], info: EngineInfo) -> tuple[list[str], list[dict[str, str]]]:
         names, opts = [], []
@@ -490,6 +519,10 @@ class OrtEngine(Engine):
         return self._new_session(source, [(CPU_EP, {})], info)
 
     def _new_session(self, source: ModelSource, candidates: list[tuple[str, dict[str, str]]], info: EngineInfo) -> Any:
+        source, extra = self._model_for(candidates[0][0], source, info)
+        self._source = source
+        if extra:
+            candidates = [(candidates[0][0], {**extra, **candidates[0][1]}), *candidates[1:]]
         names, opts = self._provider_list(candidates, info)
         model_arg: Any = str(source.path) if source.path is not None and source._bytes is None else source.to_bytes()
         self._last_error = None
@@ -577,6 +610,9 @@ class OrtEngine(Engine):
         return self._ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
 
     def _close(self) -> None:
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
         self._session = None
         self._all_session = None
         self._run_fn = None
