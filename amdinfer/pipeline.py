@@ -1,0 +1,584 @@
+"""``Pipeline``: preprocessing stages -> engine -> postprocessing stages, one item, a batch, or a stream.
+
+Example:
+    >>> import numpy as np, amdinfer
+    >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
+    >>> from amdinfer.postprocess import Softmax, TopK
+    >>> from amdinfer.testing.models import tiny_cnn
+    >>> pipe = amdinfer.Pipeline(
+    ...     preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
+    ...     engine=tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"],
+    ...     postprocess=[Softmax(), TopK(3)],
+    ... )
+    >>> result = pipe(np.zeros((48, 64, 3), np.uint8))
+    >>> len(result.indices)
+    3
+    >>> [len(r) for r in pipe.map([np.zeros((40, 40, 3), np.uint8)] * 3, batch_size=2)]
+    [3, 3, 3]
+    >>> pipe.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+import numpy as np
+
+from .engines.base import Engine
+from .errors import OptionError, StageError
+from .preprocess import stack
+from .stages import Postprocessor, Preprocessor, Sample, Stage
+
+__all__ = ["Pipeline", "PipelineMap"]
+
+log = logging.getLogger("amdinfer.pipeline")
+
+_POLL_S = 0.05
+_DONE = object()
+_STOPPED = object()
+
+
+def _stage_error(index: int, stage: str, exc: BaseException, *, count: int = 1) -> StageError:
+    """A :class:`StageError` naming the item (or batch) and the stage, with ``exc`` as its cause."""
+    if isinstance(exc, StageError) and getattr(exc, "index", None) is not None:
+        return exc  # already located
+    where = f"item {index}" if count == 1 else f"items {index}..{index + count - 1} (one batch)"
+    err = StageError(f"{where}: {stage}: {type(exc).__name__}: {exc}")
+    err.index = index  # type: ignore[attr-defined]
+    err.stage = stage  # type: ignore[attr-defined]
+    err.__cause__ = exc
+    return err
+
+
+def _check_stages(name: str, stages: Any, kind: type[Stage]) -> tuple[Any, ...]:
+    if isinstance(stages, Stage):
+        stages = [stages]
+    if stages is None:
+        return ()
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Iterable):
+        raise OptionError(f"{name}: got {type(stages).__name__}, expected a list of {kind.__name__} objects")
+    out = tuple(stages)
+    for i, stage in enumerate(out):
+        if not isinstance(stage, kind):
+            raise OptionError(
+                f"{name}[{i}]: got {type(stage).__name__}, expected a {kind.__name__} (subclass "
+                f"amdinfer.stages.{kind.__name__} to wrap your own function)"
+            )
+    return out
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}")
+    return int(value)
+
+
+class Pipeline:
+    """Preprocessing stages, an engine, and postprocessing stages, run as one.
+
+    Args:
+        preprocess: :class:`~amdinfer.stages.Preprocessor` objects applied to each input in order; the last
+            one must produce the model input of one item (without the batch axis).
+        engine: an :class:`~amdinfer.Engine`, or a model (path, bytes, ``onnx.ModelProto``) that is loaded
+            with :func:`amdinfer.load` and the load options below. The model must have one input.
+        postprocess: :class:`~amdinfer.stages.Postprocessor` objects applied to each item's outputs: the
+            single output without its batch axis, or a ``{name: array}`` dict for several outputs.
+        quantizer: handed to :func:`amdinfer.load` (an object with ``.quantize(model)``); only with a model.
+        backend: ``amdinfer.load``'s backend (``"auto"``, ``"ort"``, ``"migraphx"``, ``"reference"``); only
+            with a model.
+        **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``,
+            ``batch_buckets=``, ``shapes=``, ...); only with a model.
+
+    Raises:
+        OptionError: a stage is not a stage object, load options come with an Engine instance, or the model
+            has more than one input.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.preprocess import Letterbox, HwcToChw, Normalize
+        >>> from amdinfer.postprocess import YoloDecode, Nms, ScaleBoxes
+        >>> from amdinfer.testing.models import yolov8
+        >>> pipe = amdinfer.Pipeline(
+        ...     preprocess=[Letterbox(160), Normalize(scale=1 / 255), HwcToChw()],
+        ...     engine=yolov8(image_size=160), backend="ort", providers=["CPUExecutionProvider"],
+        ...     postprocess=[YoloDecode(), Nms(), ScaleBoxes()],
+        ... )
+        >>> det = pipe(np.zeros((120, 200, 3), np.uint8))
+        >>> det.boxes.dtype, det.image_shape
+        (dtype('float32'), (120, 200))
+        >>> pipe.close()
+    """
+
+    def __init__(
+        self,
+        *,
+        preprocess: Sequence[Preprocessor] = (),
+        engine: Any,
+        postprocess: Sequence[Postprocessor] = (),
+        quantizer: Any = None,
+        backend: str = "auto",
+        **load_options: Any,
+    ) -> None:
+        self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)
+        self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)
+        if isinstance(engine, Engine):
+            given = sorted(load_options) + (["quantizer"] if quantizer is not None else [])
+            given += ["backend"] if backend != "auto" else []
+            if given:
+                raise OptionError(
+                    f"{', '.join(given)}: an Engine instance was given, so load options cannot apply to it; "
+                    "pass the model instead (engine='model.onnx', ...) or build the engine with amdinfer.load(...)"
+                )
+            self._engine = engine
+            self._owns_engine = False
+        elif engine is None:
+            raise OptionError("engine: got None, expected an amdinfer Engine or a model to load")
+        else:
+            from ._load import load
+
+            if quantizer is not None:
+                load_options["quantizer"] = quantizer
+            self._engine = load(engine, backend=backend, **load_options)
+            self._owns_engine = True
+        self._quantizer = quantizer
+        inputs = self._engine.inputs
+        if len(inputs) != 1:
+            if self._owns_engine:
+                self._engine.close()
+            raise OptionError(
+                f"engine: the model has inputs {[s.name for s in inputs]}, expected exactly one "
+                "(a Pipeline feeds one preprocessed array per item)"
+            )
+        self._input = inputs[0]
+        self._output_names = [s.name for s in self._engine.outputs]
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def preprocess(self) -> tuple[Preprocessor, ...]:
+        """The preprocessing stages, in order."""
+        return self._preprocess
+
+    @property
+    def postprocess(self) -> tuple[Postprocessor, ...]:
+        """The postprocessing stages, in order."""
+        return self._postprocess
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the pipeline runs."""
+        return self._engine
+
+    @property
+    def quantizer(self) -> Any:
+        """The quantizer handed to :func:`amdinfer.load`, or ``None``."""
+        return self._quantizer
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, image: Any) -> Any:
+        """Run one input (an image array, or whatever the first stage takes) and return its result.
+
+        Raises:
+            StageError: a stage or the engine failed; the message names the stage and the item (0), and the
+                original error is the ``__cause__``.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.preprocess import HwcToChw, Cast
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
+            ...                          backend="ort", providers=["CPUExecutionProvider"])
+            >>> pipe(np.zeros((32, 32, 3), np.uint8)).shape  # no postprocess: the output of the item
+            (10,)
+        """
+        return self.run_batch([image])[0]
+
+    def run_batch(self, images: Iterable[Any]) -> list[Any]:
+        """Run many inputs with one engine call and return their results in order.
+
+        A model with a dynamic batch axis (or an engine with ``batch_buckets``) gets the whole batch at once;
+        a model with a fixed batch size ``B`` is run in chunks of ``B`` (the last one padded).
+
+        Raises:
+            StageError: a stage failed (naming the item's index in ``images`` and the stage), the items could
+                not be stacked (different shapes), or the engine failed.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.preprocess import HwcToChw, Cast
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
+            ...                          backend="ort", providers=["CPUExecutionProvider"])
+            >>> len(pipe.run_batch([np.zeros((32, 32, 3), np.uint8)] * 4))
+            4
+        """
+        samples = [self._preprocess_one(i, item) for i, item in enumerate(images)]
+        if not samples:
+            return []
+        outputs = self._infer_samples(0, samples)
+        return [self._postprocess_one(i, s) for i, s in enumerate(outputs)]
+
+    def map(self, items: Iterable[Any], *, batch_size: int = 1, workers: int = 2) -> PipelineMap:
+        """Run a stream of inputs, overlapping preprocessing, inference and postprocessing in threads.
+
+        Preprocessing and postprocessing run on ``workers`` threads while one thread batches the
+        preprocessed items and calls the engine; queues between them are bounded, so at most a few batches
+        are in flight. Results come back in input order.
+
+        Args:
+            items: any iterable (read lazily, on a thread of its own).
+            batch_size: items per engine call (the last batch may be smaller).
+            workers: threads for pre- and postprocessing; ``0`` runs everything in the caller's thread, one
+                batch at a time, with no overlap.
+
+        Returns:
+            A :class:`PipelineMap`: an iterator of results in input order, with ``close()`` and a context
+            manager. The first failure (in input order) is raised as a :class:`StageError` naming the item's
+            index and the stage, after the results of the items before it; all threads are then stopped.
+            Leaving the loop early (``break``, ``close()``, garbage collection) stops them too.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.preprocess import HwcToChw, Cast
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
+            ...                          backend="ort", providers=["CPUExecutionProvider"])
+            >>> images = (np.full((32, 32, 3), i, np.uint8) for i in range(5))
+            >>> with pipe.map(images, batch_size=2) as results:
+            ...     shapes = [r.shape for r in results]
+            >>> shapes
+            [(10,), (10,), (10,), (10,), (10,)]
+        """
+        batch_size = _positive_int("batch_size", batch_size)
+        workers = _positive_int("workers", workers, minimum=0)
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise OptionError(f"items: got {type(items).__name__}, expected an iterable of inputs")
+        return PipelineMap(self, items, batch_size, workers)
+
+    # ------------------------------------------------------------------ steps (each names what failed)
+    def _preprocess_one(self, index: int, item: Any) -> Sample:
+        sample = Sample.wrap(item)
+        for k, stage in enumerate(self._preprocess):
+            try:
+                sample = stage(sample)
+            except Exception as exc:
+                raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
+        if not isinstance(sample.data, np.ndarray):
+            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")
+            raise _stage_error(index, "preprocess (result)", exc)
+        return sample
+
+    def _postprocess_one(self, index: int, sample: Sample) -> Any:
+        for k, stage in enumerate(self._postprocess):
+            try:
+                sample = stage(sample)
+            except Exception as exc:
+                raise _stage_error(index, f"postprocess[{k}] {type(stage).__name__}", exc) from exc
+        return sample.data
+
+    def _infer_samples(self, first: int, samples: list[Sample]) -> list[Sample]:
+        """Stack, run the engine, split per item; errors name the batch's items."""
+        try:
+            batch, metas = stack(samples)
+        except Exception as exc:
+            raise _stage_error(first, "stack", exc, count=len(samples)) from exc
+        try:
+            outputs = self._infer(batch)
+        except Exception as exc:
+            raise _stage_error(first, f"engine {type(self._engine).__name__}", exc, count=len(samples)) from exc
+        return [Sample(out, meta) for out, meta in zip(outputs, metas)]
+
+    def _infer(self, batch: np.ndarray) -> list[Any]:
+        n = batch.shape[0]
+        fixed = self._input.shape[0] if self._input.shape else None
+        if isinstance(fixed, int) and fixed != n and not self._engine.batch_buckets:
+            parts = []
+            for start in range(0, n, fixed):
+                chunk = batch[start : start + fixed]
+                size = chunk.shape[0]
+                if size < fixed:
+                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - size, axis=0)])
+                res = self._engine.run({self._input.name: chunk})
+                parts.append({k: v[:size] for k, v in res.items()})
+            result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        else:
+            result = self._engine.run({self._input.name: batch})
+        for name, value in result.items():
+            if getattr(value, "ndim", 0) < 1 or value.shape[0] != n:
+                raise StageError(
+                    f"output {name!r}: got shape {getattr(value, 'shape', None)}, expected a batch axis of {n} "
+                    "(a Pipeline splits outputs per item along axis 0)"
+                )
+        if len(result) == 1:
+            (value,) = result.values()
+            return list(value)
+        return [{k: v[i] for k, v in result.items()} for i in range(n)]
+
+    # ------------------------------------------------------------------ lifecycle and display
+    def close(self) -> None:
+        """Close the engine if this pipeline loaded it (an Engine you passed in stays open)."""
+        if self._owns_engine:
+            self._engine.close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        def block(name: str, stages: tuple[Stage, ...]) -> list[str]:
+            if not stages:
+                return [f"    {name}=[],"]
+            return [f"    {name}=["] + [f"        {s!r}," for s in stages] + ["    ],"]
+
+        lines = ["Pipeline("]
+        lines += block("preprocess", self._preprocess)
+        lines.append(f"    engine={self._engine!r},")
+        if self._quantizer is not None:
+            lines.append(f"    quantizer={self._quantizer!r},")
+        lines += block("postprocess", self._postprocess)
+        lines.append(")")
+        return "\n".join(lines)
+
+
+class _MapState:
+    """What the map threads share; they never hold the :class:`PipelineMap` itself, so it can be collected."""
+
+    def __init__(self, pipe: Pipeline, items: Iterable[Any], batch_size: int, workers: int) -> None:
+        self.pipe = pipe
+        self.iterator = iter(items)
+        self.batch_size = batch_size
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="amdinfer-map-worker")
+        depth = 2 * max(workers, batch_size)
+        self.q_pre: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.q_post: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.threads = [
+            threading.Thread(target=self._feed, name="amdinfer-map-feed", daemon=True),
+            threading.Thread(target=self._run_engine, name="amdinfer-map-engine", daemon=True),
+        ]
+
+    # queue helpers that give up once stop is set
+    def put(self, q: queue.Queue[Any], item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def get(self, q: queue.Queue[Any]) -> Any:
+        while True:
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    return _STOPPED
+
+    def wait(self, fut: Future[Any]) -> bool:
+        while not fut.done():
+            if self.stop.is_set():
+                return False
+            wait_futures([fut], timeout=_POLL_S)
+        return True
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any] | None:
+        try:
+            return self.pool.submit(fn, *args)
+        except RuntimeError:  # the pool was shut down by close()
+            return None
+
+    @staticmethod
+    def failed(exc: BaseException) -> Future[Any]:
+        fut: Future[Any] = Future()
+        fut.set_exception(exc)
+        return fut
+
+    # thread bodies
+    def _feed(self) -> None:
+        index = 0
+        try:
+            while not self.stop.is_set():
+                try:
+                    item = next(self.iterator)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    self.put(self.q_pre, (index, self.failed(_stage_error(index, "input iterable", exc))))
+                    return
+                fut = self.submit(self.pipe._preprocess_one, index, item)
+                if fut is None or not self.put(self.q_pre, (index, fut)):
+                    return
+                index += 1
+        finally:
+            self.put(self.q_pre, _DONE)
+
+    def _run_engine(self) -> None:
+        try:
+            batch: list[tuple[int, Sample]] = []
+            while True:
+                got = self.get(self.q_pre)
+                if got is _STOPPED:
+                    return
+                if got is _DONE:
+                    if batch:
+                        self._flush(batch)
+                    self.put(self.q_post, _DONE)
+                    return
+                index, fut = got
+                if not self.wait(fut) or self.stop.is_set():
+                    return
+                if fut.exception() is not None:
+                    if batch and not self._flush(batch):
+                        return
+                    self.put(self.q_post, (index, fut))
+                    return
+                batch.append((index, fut.result()))
+                if len(batch) == self.batch_size:
+                    if not self._flush(batch):
+                        return
+                    batch = []
+        except BaseException as exc:  # a bug here must reach the consumer, not vanish with the thread
+            self.put(self.q_post, (-1, self.failed(exc)))
+
+    def _flush(self, batch: list[tuple[int, Sample]]) -> bool:
+        first = batch[0][0]
+        try:
+            outputs = self.pipe._infer_samples(first, [s for _, s in batch])
+        except Exception as exc:
+            self.put(self.q_post, (first, self.failed(exc)))
+            return False
+        for (index, _), sample in zip(batch, outputs):
+            fut = self.submit(self.pipe._postprocess_one, index, sample)
+            if fut is None or not self.put(self.q_post, (index, fut)):
+                return False
+        return True
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for t in self.threads:
+            if t.is_alive():
+                # The feed thread can only be stuck inside the caller's iterator; the engine thread finishes
+                # its current engine call.
+                t.join(timeout=None if t.name.endswith("engine") else 5.0)
+                if t.is_alive():
+                    log.warning("Pipeline.map: thread %s still running after close (blocked in the input iterator)", t.name)
+        self.pool.shutdown(wait=True)
+
+
+class PipelineMap(Iterator[Any]):
+    """The iterator :meth:`Pipeline.map` returns: results in input order; ``close()`` stops its threads.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.preprocess import HwcToChw, Cast
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
+        ...                          backend="ort", providers=["CPUExecutionProvider"])
+        >>> results = pipe.map([np.zeros((32, 32, 3), np.uint8)] * 10)
+        >>> next(results).shape
+        (10,)
+        >>> results.close()  # stops the threads before the end
+    """
+
+    def __init__(self, pipe: Pipeline, items: Iterable[Any], batch_size: int, workers: int) -> None:
+        self._closed = False
+        self._started = False
+        self._sync: Iterator[Any] | None = None
+        self._state: _MapState | None = None
+        if workers == 0:
+            self._sync = self._sequential(pipe, iter(items), batch_size)
+        else:
+            self._state = _MapState(pipe, items, batch_size, workers)
+
+    @staticmethod
+    def _sequential(pipe: Pipeline, iterator: Iterator[Any], batch_size: int) -> Iterator[Any]:
+        index = 0
+        while True:
+            samples = []
+            first = index
+            while len(samples) < batch_size:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise _stage_error(index, "input iterable", exc) from exc
+                samples.append(pipe._preprocess_one(index, item))
+                index += 1
+            if not samples:
+                return
+            for k, sample in enumerate(pipe._infer_samples(first, samples)):
+                yield pipe._postprocess_one(first + k, sample)
+
+    def __iter__(self) -> PipelineMap:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        if self._sync is not None:
+            try:
+                return next(self._sync)
+            except BaseException:
+                self.close()
+                raise
+        state = self._state
+        assert state is not None
+        if not self._started:
+            self._started = True
+            state.start()
+        while True:
+            try:
+                got = state.q_post.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not state.threads[1].is_alive() and state.q_post.empty():
+                    self.close()
+                    raise StageError("Pipeline.map: the engine thread ended without a result") from None
+        if got is _DONE:
+            self.close()
+            raise StopIteration
+        _, fut = got
+        try:
+            return fut.result()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the threads and drop what is in flight. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sync is not None:
+            self._sync.close()  # type: ignore[attr-defined]
+        if self._state is not None:
+            if self._started:
+                self._state.shutdown()
+            else:
+                self._state.pool.shutdown(wait=True)
+
+    def __enter__(self) -> PipelineMap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass

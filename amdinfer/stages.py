@@ -1,0 +1,243 @@
+"""Stage base classes: a :class:`Sample` (data + metadata) goes in, a :class:`Sample` comes out.
+
+A stage is a small object whose parameters are checked in ``__init__`` and whose :meth:`Stage.process`
+does the NumPy work. The base class wraps raw inputs into a :class:`Sample`, gives ``process`` a copy of
+the metadata to add to, and checks what ``process`` returns, naming the stage's class when it is wrong.
+Metadata is how later stages learn what earlier ones did: ``Letterbox`` records its ratio and padding,
+``ScaleBoxes`` reads them back, with no wiring by the user.
+
+Metadata keys written by the built-in stages:
+
+========================  ====================================================================
+``"orig_shape"``          ``(height, width)`` of the image before any geometric stage.
+``"input_shape"``         ``(height, width)`` after the last geometric stage (what the model sees).
+``"affine"``              ``(sx, sy, tx, ty)``: a point ``(x, y)`` of the original image lands at
+                          ``(x * sx + tx, y * sy + ty)`` of the model input.
+``"letterbox"``           ``{"ratio": (rw, rh), "pad": (pad_w, pad_h)}`` as returned by the kernel.
+``"conf_threshold"``      the confidence threshold ``YoloDecode`` applied (``Nms`` reuses it).
+========================  ====================================================================
+
+Example:
+    >>> import numpy as np
+    >>> from amdinfer.stages import Preprocessor, Sample
+    >>> class Double(Preprocessor):
+    ...     def process(self, data, meta):
+    ...         meta["doubled"] = True
+    ...         return data * 2
+    >>> out = Double()(np.ones(3))
+    >>> out.data.tolist(), out.meta
+    ([2.0, 2.0, 2.0], {'doubled': True})
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import StageError
+
+__all__ = ["Postprocessor", "Preprocessor", "Sample", "Stage", "compose_affine"]
+
+
+@dataclass
+class Sample:
+    """One item travelling through a pipeline: its data and the metadata stages leave for later ones.
+
+    Attributes:
+        data: an image or tensor (``np.ndarray``), the engine outputs of one item, or a result object.
+        meta: what earlier stages recorded (see the table in :mod:`amdinfer.stages`).
+
+    Example:
+        >>> s = Sample(np.zeros((4, 6, 3), np.uint8), {"orig_shape": (4, 6)})
+        >>> s.meta["orig_shape"]
+        (4, 6)
+    """
+
+    data: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def wrap(cls, value: Any) -> Sample:
+        """Return ``value`` if it is a :class:`Sample`, else a new one with empty metadata.
+
+        Example:
+            >>> Sample.wrap(3).meta
+            {}
+        """
+        return value if isinstance(value, Sample) else cls(value, {})
+
+    def __repr__(self) -> str:
+        data = self.data
+        shown = f"array{data.shape} {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
+        return f"Sample({shown}, meta={sorted(self.meta)})"
+
+
+def compose_affine(
+    meta: dict[str, Any], sx: float, sy: float, tx: float, ty: float
+) -> tuple[float, float, float, float]:
+    """Append a geometric step ``x' = x * sx + tx`` (same for y) to ``meta["affine"]`` and return the result.
+
+    Geometric stages call this so that ``ScaleBoxes`` can map boxes back through any chain of them.
+
+    Example:
+        >>> meta = {}
+        >>> compose_affine(meta, 0.5, 0.5, 0.0, 0.0)
+        (0.5, 0.5, 0.0, 0.0)
+        >>> compose_affine(meta, 1.0, 1.0, 10.0, 0.0)
+        (0.5, 0.5, 10.0, 0.0)
+    """
+    ax, ay, bx, by = meta.get("affine", (1.0, 1.0, 0.0, 0.0))
+    out = (ax * sx, ay * sy, bx * sx + tx, by * sy + ty)
+    meta["affine"] = tuple(float(v) for v in out)
+    return meta["affine"]
+
+
+class Stage(abc.ABC):
+    """Base of every pre- and post-processing stage.
+
+    Subclasses store each ``__init__`` parameter under an attribute of the same name (that is what
+    :meth:`__repr__` shows) and implement :meth:`process`. ``output_type`` says what ``process`` must
+    return; the base class checks it. Stages hold only plain parameters, so they pickle.
+
+    Example:
+        >>> from amdinfer.preprocess import HwcToChw
+        >>> HwcToChw()(np.zeros((2, 3, 3), np.uint8)).data.shape
+        (3, 2, 3)
+    """
+
+    #: What :meth:`process` must return (checked by :meth:`__call__`).
+    output_type: ClassVar[type | tuple[type, ...]] = object
+    #: Words used in the error when the output is wrong, e.g. ``"a numpy array"``.
+    output_description: ClassVar[str] = "an object"
+
+    def __call__(self, sample: Any) -> Sample:
+        """Run the stage on a :class:`Sample` (or a raw value, which gets empty metadata).
+
+        Returns:
+            A new :class:`Sample`; the input sample and its metadata are left unchanged.
+
+        Raises:
+            StageError: :meth:`process` returned something other than ``output_type``.
+        """
+        sample = Sample.wrap(sample)
+        meta = dict(sample.meta)
+        out = self.process(sample.data, meta)
+        if not isinstance(out, self.output_type):
+            raise StageError(
+                f"{type(self).__name__}.process: returned {type(out).__name__}, expected {self.output_description}"
+            )
+        return Sample(out, meta)
+
+    @abc.abstractmethod
+    def process(self, data: Any, meta: dict[str, Any]) -> Any:
+        """Transform ``data``; add what later stages need to ``meta`` (a private copy)."""
+
+    def _params(self) -> dict[str, Any]:
+        params = {}
+        for name, p in inspect.signature(type(self).__init__).parameters.items():
+            if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            params[name] = getattr(self, name, p.default)
+        return params
+
+    def __repr__(self) -> str:
+        parts = []
+        defaults = {
+            name: p.default
+            for name, p in inspect.signature(type(self).__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        for name, value in self._params().items():
+            if name in defaults and _is_default(value, defaults[name]):
+                continue
+            if isinstance(value, np.dtype):
+                value = value.name
+            if isinstance(value, (list, tuple)) and len(value) > 6:
+                shown = f"[{len(value)} items]"
+            elif isinstance(value, np.ndarray):
+                shown = np.array2string(value, precision=4, separator=", ")
+            else:
+                shown = repr(value)
+            parts.append(f"{name}={shown}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        a, b = self._params(), other._params()  # type: ignore[attr-defined]
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether a stored (normalized) parameter still equals its signature default."""
+    try:
+        if isinstance(value, np.dtype) and default is not None:
+            return value == np.dtype(default)
+        if isinstance(value, tuple) and isinstance(default, (int, float)) and not isinstance(default, bool):
+            return all(v == default for v in value)
+        if isinstance(value, tuple) and isinstance(default, list):
+            return value == tuple(default)
+        return _same(value, default)
+    except (TypeError, ValueError):
+        return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+class Preprocessor(Stage):
+    """A stage that turns one image (or tensor) into another, before the engine.
+
+    ``process`` receives one item, not a batch; :class:`~amdinfer.Pipeline` stacks the results.
+
+    Example:
+        >>> from amdinfer.preprocess import Cast
+        >>> Cast("float32")(np.arange(3, dtype=np.uint8)).data.dtype
+        dtype('float32')
+    """
+
+    output_type = np.ndarray
+    output_description = "a numpy array"
+
+
+class Postprocessor(Stage):
+    """A stage that turns the engine outputs of one item into an answer, after the engine.
+
+    The first postprocessor receives, per item, the model's single output without its batch axis, or a
+    ``{name: array}`` dict when the model has several outputs.
+
+    Example:
+        >>> from amdinfer.postprocess import Softmax
+        >>> Softmax()(np.zeros(4, np.float32)).data.tolist()
+        [0.25, 0.25, 0.25, 0.25]
+    """
+
+    @staticmethod
+    def _select_output(stage: Stage, data: Any, output: str | None) -> Any:
+        """Pick one tensor out of a multi-output dict (``output`` names it), or return ``data`` as is."""
+        if isinstance(data, Mapping):
+            if output is not None:
+                if output not in data:
+                    raise StageError(
+                        f"{type(stage).__name__}: output {output!r} not found; the model gave {list(data)}"
+                    )
+                return data[output]
+            if len(data) != 1:
+                raise StageError(
+                    f"{type(stage).__name__}: got {len(data)} model outputs {list(data)}, expected one; "
+                    "pass output=<name> to pick one"
+                )
+            return next(iter(data.values()))
+        if output is not None and not isinstance(data, np.ndarray):
+            raise StageError(f"{type(stage).__name__}: output={output!r} given, but the input is not a dict of outputs")
+        return data
