@@ -128,6 +128,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 0 if report.passed else 1
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from amdinfer.profile import profile
+
+    engine = _load_engine(args)
+    with engine:
+        report = profile(engine, _feeds(engine, args), runs=args.runs)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+    return 0
+
+
 def _cmd_cache(args: argparse.Namespace) -> int:
     from amdinfer import cache
 
@@ -179,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_bench)
+
+    p = sub.add_parser("profile", help="per-node time and provider (which nodes ran on the CPU)")
+    _add_engine_args(p)
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_profile)
 
     p = sub.add_parser("verify", help="compare a backend's outputs with the NumPy reference")
     _add_engine_args(p)

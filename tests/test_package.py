@@ -23,6 +23,7 @@ PUBLIC_MODULES = [
     "amdinfer.engines.registry",
     "amdinfer.bench",
     "amdinfer.doctor",
+    "amdinfer.profile",
     "amdinfer.testing.conformance",
 ]
 
