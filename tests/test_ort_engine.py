@@ -205,3 +205,10 @@ def test_model_needing_newer_runtime_ir_is_lowered(cnn, monkeypatch) -> None:
 def test_installed_distributions_lists_onnxruntime() -> None:
     dists = ort_engine.installed_ort_distributions()
     assert any(d.startswith("onnxruntime") for d in dists)
+
+
+def test_allow_cpu_nodes_false_sets_the_strict_session_option(cnn) -> None:
+    engine = OrtEngine(cnn, providers=["cpu"], allow_cpu_nodes=False)
+    # CPU-only by request: nothing can "fall back"; the flag is recorded and the session runs.
+    assert engine.info.settings["session"]["disable_cpu_ep_fallback"] is True
+    assert engine.run(models.random_inputs(cnn))["logits"].shape == (1, 10)

@@ -29,7 +29,7 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from ..errors import AmdinferError, BackendUnavailableError, InputError, ModelError, OptionError
+from ..errors import AmdinferError, BackendUnavailableError, InputError, ModelError, OptionError, UnsupportedOperatorError
 from ..model import ModelLike, ModelSource
 from ..types import normalize_precision
 from .base import Engine, EngineInfo
@@ -278,6 +278,9 @@ class OrtEngine(Engine):
         optimized_model_path: where ONNX Runtime writes the optimized model (``optimized_model_filepath``).
         exhaustive_tune, tunable_ops, memory_limit, model_cache_dir, gpu_graphs, prefer_nhwc: provider
             knobs, see :func:`provider_options`.
+        allow_cpu_nodes: ``False`` makes a node that the GPU provider cannot take an error at load
+            (ONNX Runtime's ``session.disable_cpu_ep_fallback``) instead of a silent CPU kernel.
+            ``amdinfer.profile.profile`` lists such nodes when they are allowed.
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
 
     Example:
@@ -308,6 +311,7 @@ class OrtEngine(Engine):
         model_cache_dir: str | os.PathLike | None = None,
         gpu_graphs: bool | None = None,
         prefer_nhwc: bool | None = None,
+        allow_cpu_nodes: bool = True,
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -336,12 +340,14 @@ class OrtEngine(Engine):
         )
         info = EngineInfo(backend="ort", runtime_version=ort.__version__)
         self._info_tmp = info
-        self._session_options = self._make_session_options(threads, inter_op_threads, graph_optimization, optimized_model_path)
+        self._so_args = (threads, inter_op_threads, graph_optimization, optimized_model_path)
+        self._allow_cpu_nodes = allow_cpu_nodes
         info.settings["session"] = {
             "intra_op_num_threads": threads or 0,
             "inter_op_num_threads": inter_op_threads or 0,
             "graph_optimization_level": GRAPH_OPTIMIZATION_LEVELS[graph_optimization],
             "optimized_model_filepath": str(optimized_model_path) if optimized_model_path else None,
+            "disable_cpu_ep_fallback": not allow_cpu_nodes,
         }
 
         available = list(ort.get_available_providers())
@@ -465,7 +471,7 @@ class OrtEngine(Engine):
             mapped.update(raw)
             names.append(name)
             opts.append(mapped)
-        if CPU_EP not in names:
+        if CPU_EP not in names and self._allow_cpu_nodes:
             # ONNX Runtime always keeps the CPU EP for nodes a GPU EP lacks; make it explicit.
             names.append(CPU_EP)
             opts.append({})
@@ -524,11 +530,16 @@ class OrtEngine(Engine):
         if extra:
             candidates = [(candidates[0][0], {**extra, **candidates[0][1]}), *candidates[1:]]
         names, opts = self._provider_list(candidates, info)
+        session_options = self._make_session_options(*self._so_args)
+        if not self._allow_cpu_nodes and names[0] != CPU_EP:
+            # Any node the GPU provider does not take becomes a session-creation error instead of a
+            # silent CPU kernel with copies around it.
+            session_options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         model_arg: Any = str(source.path) if source.path is not None and source._bytes is None else source.to_bytes()
         self._last_error = None
         for attempt in range(2):
             try:
-                return self._ort.InferenceSession(model_arg, sess_options=self._session_options, providers=names, provider_options=opts)
+                return self._ort.InferenceSession(model_arg, sess_options=session_options, providers=names, provider_options=opts)
             except Exception as exc:  # ORT raises its own pybind exception types
                 text = str(exc)
                 m = _IR_RE.search(text)
@@ -540,6 +551,11 @@ class OrtEngine(Engine):
                     model_arg = lowered.to_bytes()
                     continue
                 self._last_error = text
+                if "fallback to CPU EP has been explicitly disabled" in text:
+                    raise UnsupportedOperatorError(
+                        f"{names[0]} cannot take every node of model {source.name} and allow_cpu_nodes=False: "
+                        f"{text.strip()}. `amdinfer profile` (with CPU nodes allowed) lists the nodes that leave the GPU"
+                    ) from None
                 if any(n != CPU_EP for n in names) and ("EP" in text or "Provider" in text or "provider" in text):
                     raise BackendUnavailableError(f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text) from None
                 raise ModelError(f"model {source.name}: onnxruntime cannot load it: {text.strip()}") from None
