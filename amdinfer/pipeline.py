@@ -474,7 +474,7 @@ class _MapState:
                 # its current engine call.
                 t.join(timeout=None if t.name.endswith("engine") else 5.0)
                 if t.is_alive():
-                    log.warning("Pipeline.map: thread %s still running after close (blocked in the input iterator)", t.name)
+                    log.warning("Pipeline.map: thread %s still running after close (blocked in the input)", t.name)
         self.pool.shutdown(wait=True)
 
 
@@ -509,19 +509,29 @@ class PipelineMap(Iterator[Any]):
         while True:
             samples = []
             first = index
+            error: StageError | None = None
             while len(samples) < batch_size:
                 try:
                     item = next(iterator)
                 except StopIteration:
                     break
                 except Exception as exc:
-                    raise _stage_error(index, "input iterable", exc) from exc
-                samples.append(pipe._preprocess_one(index, item))
+                    error = _stage_error(index, "input iterable", exc)
+                    break
+                try:
+                    samples.append(pipe._preprocess_one(index, item))
+                except StageError as exc:
+                    error = exc
+                    break
                 index += 1
+            if samples:
+                # The items before a failure still come out, as with threads.
+                for k, sample in enumerate(pipe._infer_samples(first, samples)):
+                    yield pipe._postprocess_one(first + k, sample)
+            if error is not None:
+                raise error
             if not samples:
                 return
-            for k, sample in enumerate(pipe._infer_samples(first, samples)):
-                yield pipe._postprocess_one(first + k, sample)
 
     def __iter__(self) -> PipelineMap:
         return self

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, OptionError, StageError
+from .errors import InputError, OptionError
 from .results import Classification, Detections
 from .stages import Postprocessor
 
@@ -128,7 +128,9 @@ class TopK(Postprocessor):
     output_type = Classification
     output_description = "a Classification"
 
-    def __init__(self, k: int = 5, labels: Sequence[str] | dict[int, str] | None = None, *, output: str | None = None) -> None:
+    def __init__(
+        self, k: int = 5, labels: Sequence[str] | dict[int, str] | None = None, *, output: str | None = None
+    ) -> None:
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise OptionError(f"k: got {k!r}, expected an int >= 1")
         self.k = int(k)
@@ -194,3 +196,214 @@ def detect_layout(shape: tuple[int, ...], input_shape: tuple[int, int] | None = 
     if cols in (6, 7) and rows <= 1000:
         return "end2end"
     return "v5"
+
+
+class YoloDecode(Postprocessor):
+    """Turn one item's raw YOLO output into candidate :class:`~amdinfer.results.Detections` (before NMS).
+
+    Layouts: ``"v5"`` ``(anchors, 5 + nc)`` rows ``x, y, w, h, objectness, class scores`` (score =
+    objectness x class score); ``"v8"`` ``(4 + nc, anchors)`` without objectness; ``"end2end"`` ``(k, 6)``
+    rows ``x1, y1, x2, y2, score, class`` from models exported with NMS inside. ``"auto"`` tells them apart
+    with :func:`detect_layout`. Candidates keep the best class of each box whose score exceeds
+    ``conf_threshold`` (for v5, the objectness must exceed it too, as Ultralytics does); boxes are in model
+    input pixels. Records ``"conf_threshold"`` and, for :class:`Nms` with ``multi_label=True``, the per-class
+    scores of the candidates (``"class_scores"``) in the metadata.
+
+    Args:
+        layout: ``"auto"``, ``"v5"``, ``"v8"`` or ``"end2end"``.
+        conf_threshold: minimum score, in ``[0, 1]``.
+        labels: class names (a sequence or ``{index: name}``), attached to the detections.
+        output: which model output holds the predictions when the model has several (e.g. ``"output0"`` of a
+            segmentation model).
+
+    Raises:
+        OptionError: a parameter has the wrong type or range.
+
+    Example:
+        >>> pred = np.zeros((6, 3), np.float32)  # v8 layout: 4 + 2 classes, 3 anchors
+        >>> pred[:4, 1] = [50, 40, 20, 10]; pred[5, 1] = 0.9
+        >>> det = YoloDecode("v8")(pred).data
+        >>> det.boxes.tolist(), det.scores.tolist(), det.classes.tolist()
+        ([[40.0, 35.0, 60.0, 45.0]], [0.8999999761581421], [1])
+    """
+
+    output_type = Detections
+    output_description = "a Detections"
+
+    def __init__(
+        self,
+        layout: str = "auto",
+        conf_threshold: float = 0.25,
+        *,
+        labels: Sequence[str] | dict[int, str] | None = None,
+        output: str | None = None,
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise OptionError(f"layout: got {layout!r}, expected one of {LAYOUTS}")
+        self.layout = layout
+        self.conf_threshold = _number("conf_threshold", conf_threshold, 0.0, 1.0)
+        self.labels = _class_names(labels)
+        self.output = _output_name(output)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> Detections:
+        from .reference import yolo_decode
+
+        x = self._select_output(self, data, self.output)
+        if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+            shown = f"array of {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
+            raise InputError(f"YoloDecode: got {shown}, expected a floating-point YOLO output")
+        x = _squeeze_batch(self, x, 2)
+        layout = self.layout if self.layout != "auto" else detect_layout(x.shape, meta.get("input_shape"))
+        boxes, scores, classes, class_scores = yolo_decode(x, layout=layout, conf_threshold=self.conf_threshold)
+        meta["conf_threshold"] = self.conf_threshold
+        meta["yolo_layout"] = layout
+        meta["class_scores"] = class_scores
+        meta["labels"] = self.labels
+        return Detections(boxes, scores, classes, _names_for(self, self.labels, classes), meta.get("input_shape"))
+
+
+class Nms(Postprocessor):
+    """Non-maximum suppression of :class:`~amdinfer.results.Detections`, class-aware unless ``agnostic``.
+
+    Follows Ultralytics' ``non_max_suppression`` after decoding: optional multi-label expansion (one
+    candidate per class scoring above the decode threshold), class filter, the ``max_nms`` best candidates,
+    greedy NMS (:func:`amdinfer.reference.batched_nms`, or :func:`amdinfer.reference.nms` when agnostic),
+    then the ``max_det`` best kept boxes.
+
+    Args:
+        iou_threshold: boxes overlapping a kept box (of the same class unless ``agnostic``) with IoU above
+            this are dropped.
+        max_det: most detections kept per image.
+        agnostic: suppress across classes.
+        multi_label: a box may be kept for several classes (needs :class:`YoloDecode` before it).
+        classes: keep only these class indices (``None``: all).
+        max_nms: most candidates that enter NMS, by score.
+
+    Raises:
+        OptionError: a parameter has the wrong type or range.
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> det = Detections([[0, 0, 10, 10], [1, 1, 10, 10], [1, 1, 10, 10]], [0.9, 0.8, 0.7], [0, 0, 1])
+        >>> Nms(iou_threshold=0.5)(det).data.scores.tolist()  # the 0.8 box overlaps the 0.9 box of its class
+        [0.8999999761581421, 0.699999988079071]
+    """
+
+    output_type = Detections
+    output_description = "a Detections"
+
+    def __init__(
+        self,
+        iou_threshold: float = 0.45,
+        max_det: int = 300,
+        agnostic: bool = False,
+        *,
+        multi_label: bool = False,
+        classes: Sequence[int] | None = None,
+        max_nms: int = 30000,
+    ) -> None:
+        self.iou_threshold = _number("iou_threshold", iou_threshold, 0.0, 1.0)
+        for name, value in (("max_det", max_det), ("max_nms", max_nms)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"{name}: got {value!r}, expected an int >= 1")
+        self.max_det = int(max_det)
+        self.max_nms = int(max_nms)
+        for name, value in (("agnostic", agnostic), ("multi_label", multi_label)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise OptionError(f"{name}: got {value!r}, expected True or False")
+        self.agnostic = bool(agnostic)
+        self.multi_label = bool(multi_label)
+        if classes is not None:
+            if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
+                classes = [classes]
+            if (
+                isinstance(classes, (str, bytes))
+                or not isinstance(classes, Sequence)
+                or not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 0 for c in classes)
+            ):
+                raise OptionError(f"classes: got {classes!r}, expected a list of class indices >= 0")
+            classes = tuple(int(c) for c in classes)
+        self.classes = classes
+
+    def process(self, data: Any, meta: dict[str, Any]) -> Detections:
+        from .reference import batched_nms, nms
+
+        if not isinstance(data, Detections):
+            raise InputError(f"Nms: got {type(data).__name__}, expected Detections (put YoloDecode before Nms)")
+        det = data
+        if self.multi_label:
+            scores = meta.get("class_scores")
+            if scores is None:
+                raise InputError("Nms(multi_label=True): the sample has no per-class scores; put YoloDecode before it")
+            if scores.shape[0] != len(det):
+                raise InputError(
+                    f"Nms(multi_label=True): got {len(det)} boxes but {scores.shape[0]} rows of class scores"
+                )
+            rows, cols = np.nonzero(scores > meta.get("conf_threshold", 0.0))
+            names = meta.get("labels")
+            det = Detections(
+                det.boxes[rows],
+                scores[rows, cols],
+                cols,
+                _names_for(self, names, cols) if names is not None else None,
+                det.image_shape,
+            )
+        meta.pop("class_scores", None)  # rows no longer line up with the detections
+        if self.classes is not None:
+            det = det.select(np.isin(det.classes, self.classes))
+        if len(det) > self.max_nms:
+            det = det.select(np.argsort(-det.scores, kind="stable")[: self.max_nms])
+        if self.agnostic:
+            keep = nms(det.boxes, det.scores, self.iou_threshold)
+        else:
+            keep = batched_nms(det.boxes, det.scores, det.classes, self.iou_threshold)
+        return det.select(keep[: self.max_det])
+
+
+class ScaleBoxes(Postprocessor):
+    """Map boxes from model-input pixels back to the original image, undoing Letterbox/Resize/CenterCrop.
+
+    Uses the ``"affine"`` and ``"orig_shape"`` metadata recorded by the geometric stages (for a letterbox:
+    subtract the left/top padding, divide by the ratio, as Ultralytics' ``scale_boxes``), then clips the
+    boxes to the image.
+
+    Args:
+        clip: clip boxes to ``[0, width] x [0, height]`` of the original image.
+
+    Raises:
+        OptionError: ``clip`` is not a bool.
+
+    Example:
+        >>> from amdinfer.preprocess import Letterbox
+        >>> from amdinfer.results import Detections
+        >>> from amdinfer.stages import Sample
+        >>> meta = Letterbox(64)(np.zeros((32, 48, 3), np.uint8)).meta  # ratio 4/3, pad (0, 11)
+        >>> det = Detections([[0, 11, 32, 43]], [0.9], [0])
+        >>> ScaleBoxes()(Sample(det, meta)).data.boxes.tolist()
+        [[0.0, 0.0, 24.0, 24.0]]
+    """
+
+    output_type = Detections
+    output_description = "a Detections"
+
+    def __init__(self, *, clip: bool = True) -> None:
+        if not isinstance(clip, (bool, np.bool_)):
+            raise OptionError(f"clip: got {clip!r}, expected True or False")
+        self.clip = bool(clip)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> Detections:
+        from .reference import scale_boxes
+
+        if not isinstance(data, Detections):
+            raise InputError(f"ScaleBoxes: got {type(data).__name__}, expected Detections")
+        if "orig_shape" not in meta:
+            raise InputError(
+                "ScaleBoxes: the sample has no 'orig_shape' metadata; put a geometric stage (Letterbox, Resize, "
+                "CenterCrop) or LoadImage in the preprocessing, or pass a Sample with meta"
+            )
+        sx, sy, tx, ty = meta.get("affine", (1.0, 1.0, 0.0, 0.0))
+        orig = tuple(meta["orig_shape"])
+        boxes = scale_boxes(data.boxes, (sx, sy), (tx, ty), orig if self.clip else None)
+        meta["affine"] = (1.0, 1.0, 0.0, 0.0)  # a second ScaleBoxes changes nothing
+        meta["input_shape"] = orig
+        return Detections(boxes, data.scores, data.classes, data.labels, orig)

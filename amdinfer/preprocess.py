@@ -69,7 +69,9 @@ def _image(stage: Preprocessor, data: Any) -> np.ndarray:
             "put LoadImage() first to decode paths or bytes"
         )
     if data.ndim not in (2, 3) or data.size == 0:
-        raise InputError(f"{type(stage).__name__}: got shape {data.shape}, expected a non-empty (H, W, C) or (H, W) image")
+        raise InputError(
+            f"{type(stage).__name__}: got shape {data.shape}, expected a non-empty (H, W, C) or (H, W) image"
+        )
     return data
 
 
@@ -226,8 +228,10 @@ class Letterbox(Preprocessor):
         self.stride = int(stride)
         if isinstance(color, (int, float, np.number)) and not isinstance(color, bool):
             color = (color,) * 3
-        if not isinstance(color, (tuple, list)) or not color or not all(
-            isinstance(c, (int, float, np.number)) and not isinstance(c, bool) for c in color
+        if (
+            not isinstance(color, (tuple, list))
+            or not color
+            or not all(isinstance(c, (int, float, np.number)) and not isinstance(c, bool) for c in color)
         ):
             raise OptionError(f"color: got {color!r}, expected a number or a tuple of numbers per channel")
         self.color = tuple(color)
@@ -334,7 +338,7 @@ class CenterCrop(Preprocessor):
         th, tw = self.size
         if th > h or tw > w:
             raise InputError(f"CenterCrop: got an image of size {(h, w)}, expected at least {self.size}")
-        top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+        top, left = round((h - th) / 2.0), round((w - tw) / 2.0)
         out = image[top : top + th, left : left + tw]
         _record_geometry(meta, image, out)
         compose_affine(meta, 1.0, 1.0, -float(left), -float(top))

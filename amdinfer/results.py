@@ -214,7 +214,7 @@ class Detections:
             else:
                 value = np.concatenate([color, np.full(out.shape[2] - 3, 255.0)])[: out.shape[2]]
             value = np.asarray(value).astype(out.dtype)
-            x1, y1, x2, y2 = (int(round(float(v))) for v in self.boxes[i])
+            x1, y1, x2, y2 = (round(float(v)) for v in self.boxes[i])
             x1, x2 = max(0, min(x1, w - 1)), max(0, min(x2, w - 1))
             y1, y2 = max(0, min(y1, h - 1)), max(0, min(y2, h - 1))
             if x2 < x1 or y2 < y1:
@@ -273,7 +273,8 @@ class Classification:
         self.scores = np.asarray(scores, dtype=np.float32).reshape(-1)
         if self.indices.shape != self.scores.shape:
             raise InputError(
-                f"Classification: got {self.indices.size} indices and {self.scores.size} scores, expected the same count"
+                f"Classification: got {self.indices.size} indices and {self.scores.size} scores, "
+                "expected the same count"
             )
         self.labels = _labels(labels, self.indices.size, "Classification")
 
@@ -318,9 +319,7 @@ class Classification:
         return f"Classification(top-{len(self)}:\n" + "\n".join(lines) + "\n)"
 
     def _repr_html_(self) -> str:
-        cells = "".join(
-            f"<tr><td>{i}</td><td>{html.escape(n)}</td><td>{s}</td></tr>" for i, n, s in self._rows()
-        )
+        cells = "".join(f"<tr><td>{i}</td><td>{html.escape(n)}</td><td>{s}</td></tr>" for i, n, s in self._rows())
         return (
             f"<p><b>Classification</b>: top-{len(self)}</p>"
             "<table><thead><tr><th>class</th><th>label</th><th>score</th></tr></thead>"
