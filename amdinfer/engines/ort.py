@@ -281,6 +281,10 @@ class OrtEngine(Engine):
         allow_cpu_nodes: ``False`` makes a node that the GPU provider cannot take an error at load
             (ONNX Runtime's ``session.disable_cpu_ep_fallback``) instead of a silent CPU kernel.
             ``amdinfer.profile.profile`` lists such nodes when they are allowed.
+        cache_dir: compiled-model cache folder (see ``docs/cache.md``); giving it turns the cache on.
+        use_cache: ``True`` caches the ORT-optimized model (CPU, ROCm, CUDA EPs) and, for the MIGraphX EP,
+            points ``migraphx_model_cache_dir`` into the cache; ``None`` (default) caches only when
+            ``cache_dir=`` or ``$AMDINFER_CACHE_DIR`` is set; ``False`` never. ``info.cache_hit`` tells.
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
 
     Example:
@@ -312,6 +316,8 @@ class OrtEngine(Engine):
         gpu_graphs: bool | None = None,
         prefer_nhwc: bool | None = None,
         allow_cpu_nodes: bool = True,
+        cache_dir: str | os.PathLike | None = None,
+        use_cache: bool | None = None,
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -340,6 +346,7 @@ class OrtEngine(Engine):
         )
         info = EngineInfo(backend="ort", runtime_version=ort.__version__)
         self._info_tmp = info
+        self._cache = _optimized_model_cache(cache_dir, use_cache, optimized_model_path)
         self._so_args = (threads, inter_op_threads, graph_optimization, optimized_model_path)
         self._allow_cpu_nodes = allow_cpu_nodes
         info.settings["session"] = {
@@ -539,6 +546,8 @@ class OrtEngine(Engine):
         self._last_error = None
         for attempt in range(2):
             try:
+                if self._cache is not None:
+                    return self._cached_session(source, model_arg, session_options, names, opts, info)
                 return self._ort.InferenceSession(model_arg, sess_options=session_options, providers=names, provider_options=opts)
             except Exception as exc:  # ORT raises its own pybind exception types
                 text = str(exc)
@@ -560,6 +569,78 @@ class OrtEngine(Engine):
                     raise BackendUnavailableError(f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text) from None
                 raise ModelError(f"model {source.name}: onnxruntime cannot load it: {text.strip()}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cached_session(
+        self,
+        source: ModelSource,
+        model_arg: Any,
+        so: Any,
+        names: list[str],
+        opts: list[dict[str, str]],
+        info: EngineInfo,
+    ) -> Any:
+        """A session through the compiled-model cache (``docs/cache.md``); sets ``info.cache_hit``."""
+        from ..cache import cpu_signature, visible_gpu_arch
+
+        cache = self._cache
+        new = self._ort.InferenceSession
+        if MIGRAPHX_EP in names:
+            # ORT cannot serialize a graph holding compiled EP nodes; the EP stores its compiled programs itself.
+            ep_opts = opts[names.index(MIGRAPHX_EP)]
+            ep_opts.setdefault("migraphx_model_cache_dir", str(cache.runtime_dir("ort-migraphx-ep")))
+            info.settings["cache"] = {"dir": str(cache.root), "kind": "migraphx_model_cache_dir (managed by the EP)"}
+            info.notes.append(
+                "the MIGraphX EP keeps its compiled programs in migraphx_model_cache_dir; hits are not reported"
+            )
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+        level = self._so_args[2]
+        parts = {
+            "recipe": 1,
+            "backend": "ort",
+            "runtime": self._ort.__version__,
+            "model": source.sha256,
+            "providers": names,
+            "provider_options": opts,
+            "graph_optimization": level,
+            "precision": self._precision,
+            "shapes": {k: [b.min, b.max, b.opt] for k, b in sorted(self._bounds.items())},
+            "host": cpu_signature(),  # CPU layout optimizations depend on the vector width
+            "gpu": visible_gpu_arch(self._device) if ROCM_EP in names else ("cuda" if CUDA_EP in names else None),
+            "disable_cpu_ep_fallback": not self._allow_cpu_nodes,
+        }
+        # ORT's offline mode: an optimized model is loaded with optimizations off. Done for the CPU EP (checked
+        # by tests); GPU EPs keep the requested level, as re-running the passes on an optimized graph is safe.
+        turn_down = names == [CPU_EP] and level != "disable"
+
+        def build(tmp: Path) -> Any:
+            so.optimized_model_filepath = str(tmp)
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+
+        def load(path: Path) -> Any:
+            level_before = so.graph_optimization_level
+            if turn_down:
+                so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            try:
+                session = new(str(path), sess_options=so, providers=names, provider_options=opts)
+            finally:
+                so.graph_optimization_level = level_before
+            if [i.name for i in session.get_inputs()] != [i.name for i in source.inputs]:
+                raise ModelError(f"cached optimized model has inputs {[i.name for i in session.get_inputs()]}")
+            return session
+
+        key = cache.key(**parts)
+        session, hit = cache.get_or_build(
+            key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
+        )
+        info.cache_hit = hit
+        info.settings["cache"] = {
+            "dir": str(cache.root),
+            "key": key,
+            "kind": "ORT optimized model",
+            "hit": hit,
+            "graph_optimization_on_load": "disable" if hit and turn_down else level,
+        }
+        return session
 
     def _device_name(self, used: list[str]) -> str:
         first = used[0] if used else CPU_EP
@@ -646,6 +727,28 @@ _KNOB_PROVIDERS = {
 
 def _knob_applies(provider: str, knob: str) -> bool:
     return provider in _KNOB_PROVIDERS.get(knob, set())
+
+
+def _optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_model_path: Any) -> Any:
+    """The compiled-model cache the ORT engine uses, or None (see the ``use_cache`` argument)."""
+    from ..cache import CACHE_ENV, CompiledModelCache
+
+    if use_cache is not None and not isinstance(use_cache, bool):
+        raise OptionError(f"use_cache: got {use_cache!r}, expected True, False or None")
+    if use_cache is False:
+        if cache_dir is not None:
+            raise OptionError("cache_dir: given together with use_cache=False; drop one of them")
+        return None
+    explicit = use_cache is True or cache_dir is not None
+    if not explicit and not os.environ.get(CACHE_ENV):
+        return None
+    if optimized_model_path is not None:
+        if explicit:
+            raise OptionError(
+                "optimized_model_path: the cache also chooses where the optimized model goes; pass one of them"
+            )
+        return None  # an explicit path wins over the environment's default cache
+    return CompiledModelCache(cache_dir)
 
 
 def _translate_run_error(exc: Exception) -> Exception:
