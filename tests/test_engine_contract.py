@@ -27,8 +27,10 @@ MODELS = {
     "yolov5": (lambda: models.yolov5(image_size=64, num_classes=8), 1),
 }
 
-# RMS tolerances (MIGraphX's verify metric) per precision the kind runs at.
-RMS_TOL = {"fp32": 1e-3, "fp64": 1e-6, "fp16": 8e-2}
+# RMS tolerances (MIGraphX's verify metric) per precision the kind runs at. The oracle runs the
+# float32 model in float32, so a float64 engine is held to the float32 tolerance against it.
+RMS_TOL = {"fp32": 1e-3, "fp64": 1e-3, "fp16": 8e-2}
+ORACLE_PRECISION = {"fp32": "fp32", "fp64": "fp32", "fp16": "fp16"}
 
 
 def two_input_model() -> onnx.ModelProto:
@@ -55,7 +57,7 @@ def test_outputs_match_onnx_reference(engine_kind: str, model_name: str, built: 
         for spec in engine.outputs:
             assert got[spec.name].dtype == spec.dtype
     precision = conformance.ENGINE_KINDS[engine_kind].precision
-    report = verify.compare(got, expected, rms_tol=RMS_TOL[precision], precision=precision)
+    report = verify.compare(got, expected, rms_tol=RMS_TOL[precision], precision=ORACLE_PRECISION[precision])
     assert report.passed, report
 
 
