@@ -1,0 +1,55 @@
+"""Quantization: fp16 and calibrated int8, accuracy reports, and automatic mixed precision.
+
+One quantizer object serves every backend: engines without a native knob call
+:meth:`~Quantizer.quantize` (ONNX Runtime's float16 converter, or ``quantize_static`` in QDQ format), the
+native MIGraphX engine applies :meth:`~Quantizer.migraphx_plan` (``migraphx.quantize_fp16`` /
+``quantize_int8``), and the ONNX Runtime MIGraphX EP gets :meth:`~Quantizer.ort_migraphx_options`. What a
+path cannot honour is reported in ``engine.info.notes``. :func:`evaluate` measures what quantization cost
+against the float model; :class:`AutoMixedPrecision` keeps the fewest layers in float that meet a tolerance.
+
+Example:
+    >>> import numpy as np, amdinfer
+    >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+    >>> from amdinfer.quantize import Int8Quantizer, evaluate
+    >>> model = tiny_cnn()
+    >>> calib = [random_inputs(model, batch=4, seed=s) for s in range(4)]
+    >>> q = Int8Quantizer(calibration=calib, progress=False, cache=False)
+    >>> engine = amdinfer.load(model, providers=["cpu"], quantizer=q)
+    >>> report = evaluate(engine, model, [random_inputs(model, batch=8, seed=9)])
+    >>> report.task, report.precision
+    ('classifier', 'int8')
+"""
+
+from __future__ import annotations
+
+from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult
+from ._base import MigraphxQuantPlan, Quantizer
+from ._fp16 import DEFAULT_FP16_OP_BLOCK_LIST, NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer
+from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
+from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
+from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport, box_agreement, evaluate
+
+__all__ = [
+    "CALIBRATION_METHODS",
+    "DEFAULT_FP16_OP_BLOCK_LIST",
+    "NUMERICALLY_SENSITIVE_OPS",
+    "QUANT_FORMATS",
+    "QUANT_TYPES",
+    "WEIGHTED_OPS",
+    "AccuracyTolerance",
+    "AutoMixedPrecision",
+    "Fp16Quantizer",
+    "Int8Quantizer",
+    "LayerError",
+    "LayerSensitivity",
+    "MigraphxQuantPlan",
+    "MixedPrecisionResult",
+    "OutputError",
+    "QuantizationReport",
+    "Quantizer",
+    "box_agreement",
+    "evaluate",
+    "prepare_model",
+    "tail_nodes",
+    "weighted_layers",
+]

@@ -1,0 +1,447 @@
+"""``AutoMixedPrecision``: find the fewest layers to keep in float so the model meets a tolerance.
+
+Algorithm (documented in ``docs/quantization.md``):
+
+1. Reference outputs: the float model (or the engine you give, e.g. the float64 reference engine) on the
+   evaluation data. ``error(S)`` is the metric of the model quantized with the layers in ``S`` kept in float.
+2. ``error({})`` (everything quantized); if it meets the tolerance, nothing is kept.
+3. Sensitivity of each candidate layer ``L``: ``mode="only"``: ``error`` of the model where only ``L`` is
+   quantized (the error ``L`` brings on its own); ``mode="keep"``: ``error({}) - error({L})`` (what keeping
+   ``L`` alone saves).
+4. Sort the candidates by sensitivity, most sensitive first. ``error(all candidates)`` must meet the
+   tolerance, else no choice of candidates can and the search says so. Binary search for the shortest
+   prefix of the sorted list that meets the tolerance (this assumes that keeping more layers does not
+   increase the error; the chosen set is always evaluated, so the result is verified, not assumed).
+5. ``prune``: try dropping each kept layer, least sensitive first; a drop that still meets the tolerance
+   stays dropped. The final set is the last one evaluated within tolerance.
+
+Cost: ``n + 2 + log2(n) + k`` quantize-and-run evaluations for ``n`` candidates and ``k`` kept layers;
+int8 calibration ranges are computed once and reused by every evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError, OptionError
+from ..model import ModelSource
+from ..verify import rms_error, topk_agreement
+from ._base import MigraphxQuantPlan, Quantizer
+from ._data import Progress, materialize, to_feeds
+from ._prepare import prepare_model, weighted_layers
+from ._report import _classifier_scores, _collect_boxes, _concat, _is_engine, _load_cpu, _run_all, box_agreement
+
+__all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult"]
+
+log = logging.getLogger("amdinfer.quantize")
+
+Outputs = Sequence[Mapping[str, np.ndarray]]
+Metric = str | Callable[[Outputs, Outputs], float]
+
+METRICS = ("rms", "top1", "box_f1")
+MODES = ("only", "keep")
+
+
+@dataclass(frozen=True)
+class LayerSensitivity:
+    """How much one layer's quantization costs.
+
+    Attributes:
+        node: the node name.
+        op_type: its op type.
+        sensitivity: ``mode="only"``: the error with only this layer quantized; ``mode="keep"``: how much
+            the error drops when only this layer is kept in float.
+
+    Example:
+        >>> LayerSensitivity("conv1", "Conv", 0.02).node
+        'conv1'
+    """
+
+    node: str
+    op_type: str
+    sensitivity: float
+
+
+@dataclass
+class MixedPrecisionResult:
+    """What :meth:`AutoMixedPrecision.search` found.
+
+    Attributes:
+        model: the mixed-precision model.
+        kept: layers kept in float, most sensitive first, with their sensitivity.
+        error: the end-to-end error of ``model`` (the metric).
+        tolerance: the bound it had to meet.
+        passed: ``error <= tolerance``.
+        full_error: the error with every layer quantized.
+        float_error: the error with every candidate layer kept in float (the best reachable).
+        sensitivities: every candidate layer, most sensitive first.
+        metric: the metric's name.
+        mode: ``"only"`` or ``"keep"``.
+        evaluations: quantize-and-run evaluations made.
+
+    Example:
+        >>> r = MixedPrecisionResult(onnx.ModelProto(), [], 0.01, 0.02, True, 0.01, 0.0, [], "rms", "only", 1)
+        >>> r.kept_nodes
+        []
+    """
+
+    model: onnx.ModelProto
+    kept: list[LayerSensitivity]
+    error: float
+    tolerance: float
+    passed: bool
+    full_error: float
+    float_error: float
+    sensitivities: list[LayerSensitivity] = field(default_factory=list)
+    metric: str = "rms"
+    mode: str = "only"
+    evaluations: int = 0
+
+    @property
+    def kept_nodes(self) -> list[str]:
+        """Names of the layers kept in float."""
+        return [k.node for k in self.kept]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (without the model)."""
+        return {
+            "kept": [{"node": k.node, "op_type": k.op_type, "sensitivity": k.sensitivity} for k in self.kept],
+            "error": self.error,
+            "tolerance": self.tolerance,
+            "passed": self.passed,
+            "full_error": self.full_error,
+            "float_error": self.float_error,
+            "sensitivities": [
+                {"node": k.node, "op_type": k.op_type, "sensitivity": k.sensitivity} for k in self.sensitivities
+            ],
+            "metric": self.metric,
+            "mode": self.mode,
+            "evaluations": self.evaluations,
+        }
+
+    def __repr__(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        lines = [
+            f"MixedPrecisionResult({self.metric} {self.error:.4g} <= {self.tolerance:.4g}: {verdict}; "
+            f"all quantized {self.full_error:.4g}, all candidates in float {self.float_error:.4g}; "
+            f"{len(self.kept)} of {len(self.sensitivities)} layers kept, {self.evaluations} evaluations)"
+        ]
+        for k in self.kept:
+            lines.append(f"  keep {k.node} ({k.op_type}) sensitivity {k.sensitivity:.4g}")
+        return "\n".join(lines)
+
+
+def _metric_fn(metric: Metric, boxes: Any, iou: float) -> tuple[str, Callable[[Outputs, Outputs], float]]:
+    if callable(metric):
+        return getattr(metric, "__name__", "custom"), metric
+    if metric == "rms":
+
+        def rms(q: Outputs, r: Outputs) -> float:
+            return max(rms_error(_concat(q, n), _concat(r, n)) for n in r[0])
+
+        return "rms", rms
+    if metric == "top1":
+
+        def top1(q: Outputs, r: Outputs) -> float:
+            return 1.0 - topk_agreement(_classifier_scores(q), _classifier_scores(r), k=1)
+
+        return "1 - top1 agreement", top1
+    if metric == "box_f1":
+        if boxes is None:
+            raise OptionError("metric='box_f1': give boxes=, a callable turning one batch's outputs into box sets")
+
+        def box_f1(q: Outputs, r: Outputs) -> float:
+            return 1.0 - box_agreement(_collect_boxes(q, boxes), _collect_boxes(r, boxes), iou=iou)[2]
+
+        return "1 - box F1", box_f1
+    raise OptionError(f"metric: got {metric!r}, expected one of {list(METRICS)} or a callable(quantized, reference)")
+
+
+class AutoMixedPrecision(Quantizer):
+    """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``.
+
+    Works for :class:`~amdinfer.quantize.Fp16Quantizer` and :class:`~amdinfer.quantize.Int8Quantizer`.
+    It is itself a quantizer: ``amdinfer.load(model, quantizer=AutoMixedPrecision(...))`` runs the search
+    and loads the result, and :attr:`result` tells what was kept. The algorithm is in the module docstring.
+
+    Args:
+        quantizer: the quantizer to apply (its own block lists and exclusions stay in force).
+        data: evaluation samples (feed dicts or arrays), distinct from int8 calibration data.
+        tolerance: the bound on the metric's error (``error <= tolerance``).
+        metric: ``"rms"`` (largest MIGraphX RMS error over outputs), ``"top1"`` (1 - top-1 agreement),
+            ``"box_f1"`` (1 - box-set F1; needs ``boxes``), or ``callable(quantized_outs, reference_outs)``
+            over lists of output dicts, lower is better.
+        boxes: box decoder for ``metric="box_f1"`` (see :func:`~amdinfer.quantize.evaluate`).
+        reference: an engine giving the reference outputs (e.g. ``backend="reference", precision="fp64"``);
+            default the float model on ONNX Runtime CPU.
+        mode: ``"only"`` (quantize one layer at a time) or ``"keep"`` (keep one layer at a time in float).
+        candidates: node names that may be kept in float; ``None``: the weighted layers (Conv,
+            ConvTranspose, Gemm, MatMul); ``"all"``: every node.
+        prune: after the prefix search, try dropping kept layers one by one.
+        iou: IoU for box matching.
+        input_name: the input that bare arrays feed (multi-input models).
+        progress: show progress over the sensitivity pass.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+        >>> from amdinfer.quantize import Int8Quantizer
+        >>> model = tiny_cnn()
+        >>> calib = [random_inputs(model, batch=4, seed=s) for s in range(4)]
+        >>> data = [random_inputs(model, batch=8, seed=s) for s in (10, 11)]
+        >>> amp = AutoMixedPrecision(Int8Quantizer(calibration=calib, progress=False, cache=False),
+        ...                          data, tolerance=0.01, progress=False)
+        >>> result = amp.search(model)
+        >>> result.passed, result.kept_nodes, result.error <= 0.01 < result.full_error
+        (True, ['conv1', 'conv2'], True)
+    """
+
+    def __init__(
+        self,
+        quantizer: Quantizer,
+        data: Iterable[Any],
+        *,
+        tolerance: float,
+        metric: Metric = "rms",
+        boxes: Callable[[dict[str, np.ndarray]], Any] | None = None,
+        reference: Any = None,
+        mode: str = "only",
+        candidates: Sequence[str] | str | None = None,
+        prune: bool = True,
+        iou: float = 0.5,
+        input_name: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        if not isinstance(quantizer, Quantizer) or isinstance(quantizer, AutoMixedPrecision):
+            raise OptionError(f"quantizer: got {quantizer!r}, expected an Fp16Quantizer or Int8Quantizer")
+        if (
+            not isinstance(tolerance, (int, float))
+            or isinstance(tolerance, bool)
+            or not tolerance >= 0
+            or not math.isfinite(tolerance)
+        ):
+            raise OptionError(f"tolerance: got {tolerance!r}, expected a finite float >= 0")
+        if mode not in MODES:
+            raise OptionError(f"mode: got {mode!r}, expected one of {list(MODES)}")
+        if candidates is not None and candidates != "all":
+            if isinstance(candidates, str) or not all(isinstance(c, str) for c in candidates):
+                raise OptionError(f"candidates: got {candidates!r}, expected None, 'all' or a list of node names")
+        if reference is not None and not _is_engine(reference):
+            raise OptionError(f"reference: got {type(reference).__name__}, expected an amdinfer Engine or None")
+        if not isinstance(prune, bool) or not isinstance(progress, bool):
+            raise OptionError("prune, progress: expected True or False")
+        self.quantizer = quantizer
+        self.tolerance = float(tolerance)
+        self.metric_name, self._metric = _metric_fn(metric, boxes, iou)
+        self.mode = mode
+        self.candidates = candidates if candidates in (None, "all") else list(candidates)  # type: ignore[arg-type]
+        self.prune = prune
+        self.reference = reference
+        self.input_name = input_name
+        self.progress = progress
+        self._data = data
+        self._items: list[Any] | None = None
+        self.result: MixedPrecisionResult | None = None
+
+    @property
+    def precision(self) -> str:  # type: ignore[override]
+        """The wrapped quantizer's precision."""
+        return self.quantizer.precision
+
+    def settings(self) -> dict[str, Any]:
+        """The wrapped quantizer's settings plus the search's."""
+        return {
+            **self.quantizer.settings(),
+            "mixed_precision": {
+                "tolerance": self.tolerance,
+                "metric": self.metric_name,
+                "mode": self.mode,
+                "candidates": self.candidates,
+                "prune": self.prune,
+            },
+        }
+
+    # ------------------------------------------------------------------ search
+    def _evaluate(
+        self, q: Quantizer, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
+    ) -> tuple[float, onnx.ModelProto]:
+        proto = q._quantize_prepared(prepared)
+        engine = _load_cpu(proto)
+        try:
+            outs = _run_all(engine, feeds)
+        finally:
+            engine.close()
+        err = float(self._metric(outs, ref))
+        return (err if math.isfinite(err) else math.inf), proto
+
+    def search(self, model: Any) -> MixedPrecisionResult:
+        """Run the search on ``model`` and return (and keep in :attr:`result`) what it found.
+
+        Raises:
+            ModelError: the model cannot be prepared.
+            OptionError: ``candidates`` names nodes the model does not have.
+        """
+        src = ModelSource.from_any(model)
+        prepared = prepare_model(src, optimize=getattr(self.quantizer, "prepare", True))
+        base = self.quantizer._with_float_nodes()
+        if hasattr(base, "_cache"):
+            base._cache = None  # trial models are not worth a cache entry each
+        if self._items is None:
+            self._items = materialize(self._data, what="data", progress=False)
+        feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name)
+        if self.reference is not None:
+            ref = _run_all(self.reference, feeds)
+        else:
+            engine = _load_cpu(src)
+            try:
+                ref = _run_all(engine, feeds)
+            finally:
+                engine.close()
+
+        op_of = {n.name: n.op_type for n in prepared.graph.node}
+        if self.candidates is None:
+            cands = weighted_layers(prepared)
+        elif self.candidates == "all":
+            cands = [n.name for n in prepared.graph.node]
+        else:
+            unknown = [c for c in self.candidates if c not in op_of]
+            if unknown:
+                raise OptionError(
+                    f"candidates: nodes {unknown} are not in the prepared model; expected names such as "
+                    f"{weighted_layers(prepared)[:6]}"
+                )
+            cands = list(self.candidates)
+        already = set(getattr(base, "exclude_nodes", [])) | set(getattr(base, "node_block_list", []))
+        cands = [c for c in cands if c not in already]
+        evaluations = 0
+
+        def err_of(keep: Sequence[str] = (), only: Sequence[str] | None = None) -> tuple[float, onnx.ModelProto]:
+            nonlocal evaluations
+            evaluations += 1
+            return self._evaluate(base._with_float_nodes(keep=keep, only=only), prepared, feeds, ref)
+
+        full_error, full_model = err_of()
+        log.info(
+            "mixed precision: all quantized, %s = %.4g (tolerance %.4g)", self.metric_name, full_error, self.tolerance
+        )
+        if full_error <= self.tolerance or not cands:
+            self.result = MixedPrecisionResult(
+                full_model,
+                [],
+                full_error,
+                self.tolerance,
+                full_error <= self.tolerance,
+                full_error,
+                full_error,
+                [],
+                self.metric_name,
+                self.mode,
+                evaluations,
+            )
+            return self.result
+
+        sens: list[LayerSensitivity] = []
+        with Progress("amdinfer: layer sensitivity", len(cands), enabled=self.progress) as bar:
+            for c in cands:
+                if self.mode == "only":
+                    s, _ = err_of(only=[c])
+                else:
+                    e, _ = err_of(keep=[c])
+                    s = full_error - e
+                sens.append(LayerSensitivity(c, op_of[c], float(s)))
+                bar.update()
+        order = sorted(sens, key=lambda x: -x.sensitivity)
+        names = [x.node for x in order]
+
+        float_error, best_model = err_of(keep=names)
+        if float_error > self.tolerance:
+            self.result = MixedPrecisionResult(
+                best_model,
+                order,
+                float_error,
+                self.tolerance,
+                False,
+                full_error,
+                float_error,
+                order,
+                self.metric_name,
+                self.mode,
+                evaluations,
+            )
+            return self.result
+        lo, hi = 0, len(names)
+        best_err = float_error
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            e, m = err_of(keep=names[:mid])
+            if e <= self.tolerance:
+                hi, best_err, best_model = mid, e, m
+            else:
+                lo = mid
+        kept = names[:hi]
+        if self.prune and len(kept) > 1:
+            for name in list(reversed(kept)):
+                trial = [k for k in kept if k != name]
+                if not trial:
+                    break
+                e, m = err_of(keep=trial)
+                if e <= self.tolerance:
+                    kept, best_err, best_model = trial, e, m
+        by_name = {x.node: x for x in order}
+        self.result = MixedPrecisionResult(
+            best_model,
+            [by_name[k] for k in names if k in kept],
+            best_err,
+            self.tolerance,
+            True,
+            full_error,
+            float_error,
+            order,
+            self.metric_name,
+            self.mode,
+            evaluations,
+        )
+        return self.result
+
+    # ------------------------------------------------------------------ protocol
+    def quantize(self, model: Any) -> onnx.ModelProto:
+        """Search and return the mixed-precision model.
+
+        Raises:
+            ModelError: no choice of candidate layers meets the tolerance (the message gives the best error).
+        """
+        result = self.search(model)
+        if not result.passed:
+            raise ModelError(
+                f"mixed precision: {self.metric_name} {result.float_error:.4g} even with all "
+                f"{len(result.sensitivities)} candidate layers in float, above the tolerance {self.tolerance:.4g}; "
+                "raise the tolerance, add candidates (candidates='all') or use a higher precision"
+            )
+        return result.model
+
+    def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
+        return self.quantize(prepared)
+
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Quantizer:
+        raise OptionError("AutoMixedPrecision cannot be nested")
+
+    def _note(self) -> str:
+        kept = self.result.kept_nodes if self.result is not None else "(search not run)"
+        return f"mixed precision keeps {kept} in float; the native path quantizes every layer of the chosen kinds"
+
+    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
+        """The wrapped quantizer's plan; the kept layers are listed as not honoured."""
+        plan = self.quantizer.migraphx_plan(input_names)
+        return MigraphxQuantPlan(plan.kind, plan.ins_names, plan.calibration, [*plan.unhonoured, self._note()])
+
+    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
+        """The wrapped quantizer's EP options; the kept layers are listed as not honoured."""
+        opts, unhonoured = self.quantizer.ort_migraphx_options(model, workdir)
+        return opts, [*unhonoured, self._note()]

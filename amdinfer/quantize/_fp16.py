@@ -1,0 +1,253 @@
+"""``Fp16Quantizer``: ONNX Runtime's float16 converter with block lists, mapped to MIGraphX's knobs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..errors import BackendUnavailableError, OptionError
+from ._base import MigraphxQuantPlan, Quantizer
+from ._prepare import prepare_model, tail_nodes
+
+__all__ = ["DEFAULT_FP16_OP_BLOCK_LIST", "NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer"]
+
+#: Ops whose fp16 result overflows (fp16 max is 65504) or loses most of its bits on ordinary inputs:
+#: exponentials and powers overflow, sums of many terms or of squares overflow and round badly,
+#: normalizations divide by a variance computed from such sums, logarithms near 1 lose their digits.
+#: MIGraphX's fp16 guidance is the same: keep reductions, softmax and normalization statistics in fp32.
+NUMERICALLY_SENSITIVE_OPS: tuple[str, ...] = (
+    "Exp",
+    "Log",
+    "Pow",
+    "Softmax",
+    "LogSoftmax",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceProd",
+    "LayerNormalization",
+    "InstanceNormalization",
+    "GroupNormalization",
+)
+
+
+def _ort_block_list() -> tuple[str, ...]:
+    try:
+        from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+    except ImportError:  # pragma: no cover - part of every onnxruntime wheel
+        return ()
+    return tuple(DEFAULT_OP_BLOCK_LIST)
+
+
+#: ONNX Runtime's ``float16.DEFAULT_OP_BLOCK_LIST`` (ops without fp16 kernels) plus
+#: :data:`NUMERICALLY_SENSITIVE_OPS`.
+DEFAULT_FP16_OP_BLOCK_LIST: tuple[str, ...] = tuple(dict.fromkeys(_ort_block_list() + NUMERICALLY_SENSITIVE_OPS))
+
+
+def _str_list(name: str, value: Any) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise OptionError(f"{name}: got {value!r}, expected a list of strings")
+    bad = [v for v in value if not isinstance(v, str)]
+    if bad:
+        raise OptionError(f"{name}: got non-string entries {bad!r}, expected a list of strings")
+    return list(dict.fromkeys(value))
+
+
+def _check_nodes(name: str, wanted: Sequence[str], proto: onnx.ModelProto) -> None:
+    names = {n.name for n in proto.graph.node}
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        sample = sorted(names)[:8]
+        raise OptionError(
+            f"{name}: nodes {unknown} are not in the model (after folding constants and batch norms into "
+            f"convolutions); expected node names such as {sample}"
+        )
+
+
+class Fp16Quantizer(Quantizer):
+    """Convert a model to fp16 with ONNX Runtime's ``convert_float_to_float16``.
+
+    Args:
+        keep_io_types: keep float32 inputs and outputs (casts are inserted inside the graph).
+        op_block_list: op types left in float32; default :data:`DEFAULT_FP16_OP_BLOCK_LIST`.
+        node_block_list: node names left in float32.
+        keep_last_n: keep the last ``n`` weighted layers (Conv, ConvTranspose, Gemm, MatMul) and every
+            node after the first of them (the model's head) in float32.
+        min_positive_val: smaller magnitudes in weights are clamped to this (fp16 subnormal limit).
+        max_finite_val: larger magnitudes in weights are clamped to this (fp16 max).
+        prepare: run :func:`~amdinfer.quantize.prepare_model` first (folds ``Constant`` weights and batch
+            norms, upgrades old opsets); turn off for a model you prepared yourself.
+
+    On MIGraphX native the same object maps to ``migraphx.quantize_fp16(prog, ins_names=["all"])``; on the
+    ONNX Runtime MIGraphX EP to ``migraphx_fp16_enable``. Neither can keep single ops or nodes in fp32, so
+    block lists and ``keep_last_n`` are reported as not honoured there.
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> q = Fp16Quantizer(keep_last_n=1)
+        >>> m16 = q.quantize(tiny_cnn())
+        >>> sum(t.data_type == onnx.TensorProto.FLOAT16 for t in m16.graph.initializer)
+        4
+        >>> engine = amdinfer.load(tiny_cnn(), providers=["cpu"], quantizer=q)
+        >>> engine.info.precision
+        'fp16'
+    """
+
+    precision = "fp16"
+
+    def __init__(
+        self,
+        *,
+        keep_io_types: bool = True,
+        op_block_list: Sequence[str] | None = None,
+        node_block_list: Sequence[str] = (),
+        keep_last_n: int = 0,
+        min_positive_val: float = 5.96e-08,
+        max_finite_val: float = 65504.0,
+        prepare: bool = True,
+    ) -> None:
+        if not isinstance(keep_io_types, bool):
+            raise OptionError(f"keep_io_types: got {keep_io_types!r}, expected True or False")
+        self.keep_io_types = keep_io_types
+        self.op_block_list = (
+            list(DEFAULT_FP16_OP_BLOCK_LIST) if op_block_list is None else _str_list("op_block_list", op_block_list)
+        )
+        self.node_block_list = _str_list("node_block_list", node_block_list)
+        if not isinstance(keep_last_n, int) or isinstance(keep_last_n, bool) or keep_last_n < 0:
+            raise OptionError(f"keep_last_n: got {keep_last_n!r}, expected an int >= 0")
+        self.keep_last_n = keep_last_n
+        for name, value in (("min_positive_val", min_positive_val), ("max_finite_val", max_finite_val)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+                raise OptionError(f"{name}: got {value!r}, expected a positive finite float")
+        if max_finite_val > 65504.0:
+            raise OptionError(f"max_finite_val: got {max_finite_val!r}, expected at most 65504 (fp16 max)")
+        self.min_positive_val = float(min_positive_val)
+        self.max_finite_val = float(max_finite_val)
+        if not isinstance(prepare, bool):
+            raise OptionError(f"prepare: got {prepare!r}, expected True or False")
+        self.prepare = prepare
+        self._only: list[str] | None = None
+
+    # ------------------------------------------------------------------ protocol
+    def settings(self) -> dict[str, Any]:
+        """The settings that change the converted model.
+
+        Example:
+            >>> Fp16Quantizer(keep_last_n=2).settings()["keep_last_n"]
+            2
+        """
+        out: dict[str, Any] = {
+            "kind": "fp16",
+            "keep_io_types": self.keep_io_types,
+            "op_block_list": sorted(self.op_block_list),
+            "node_block_list": list(self.node_block_list),
+            "keep_last_n": self.keep_last_n,
+            "min_positive_val": self.min_positive_val,
+            "max_finite_val": self.max_finite_val,
+            "prepare": self.prepare,
+        }
+        if self._only is not None:
+            out["only_nodes"] = list(self._only)
+        return out
+
+    def quantize(self, model: Any) -> onnx.ModelProto:
+        """Return the fp16 model.
+
+        Args:
+            model: path, bytes, ``onnx.ModelProto`` or :class:`~amdinfer.ModelSource`.
+
+        Raises:
+            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`).
+            OptionError: ``node_block_list`` names a node the model does not have.
+
+        Example:
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> [i.type.tensor_type.elem_type for i in Fp16Quantizer().quantize(tiny_cnn()).graph.input]
+            [1]
+        """
+        proto = prepare_model(model, optimize=self.prepare)
+        return self._quantize_prepared(proto)
+
+    def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
+        try:
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+        except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
+            raise BackendUnavailableError(
+                "Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); pip install 'amdinfer-onnx[cpu]'",
+                backend="ort",
+                cause=str(exc),
+            ) from exc
+        _check_nodes("node_block_list", self.node_block_list, prepared)
+        blocked = list(self.node_block_list) + tail_nodes(prepared, self.keep_last_n)
+        if self._only is not None:
+            _check_nodes("only", self._only, prepared)
+            blocked += [n.name for n in prepared.graph.node if n.name not in self._only]
+        from onnxruntime.transformers.onnx_model import OnnxModel
+
+        proto = onnx.ModelProto()
+        proto.CopyFrom(prepared)
+        converted = convert_float_to_float16(
+            proto,
+            min_positive_val=self.min_positive_val,
+            max_finite_val=self.max_finite_val,
+            keep_io_types=self.keep_io_types,
+            op_block_list=list(self.op_block_list),
+            node_block_list=list(dict.fromkeys(blocked)),
+        )
+        # The converter appends the input casts last; ONNX requires topological order (ORT tolerates it).
+        OnnxModel.graph_topological_sort(converted.graph, is_deterministic=True)
+        return converted
+
+    def _unhonoured(self) -> list[str]:
+        out = []
+        if self.op_block_list:
+            out.append(f"op_block_list={sorted(self.op_block_list)} (MIGraphX converts every instruction to fp16)")
+        if self.node_block_list:
+            out.append(f"node_block_list={self.node_block_list} (MIGraphX cannot keep single nodes in fp32)")
+        if self.keep_last_n:
+            out.append(f"keep_last_n={self.keep_last_n} (MIGraphX cannot keep single layers in fp32)")
+        if self._only is not None:
+            out.append("mixed precision: MIGraphX quantizes every instruction")
+        if not self.keep_io_types:
+            out.append("keep_io_types=False (MIGraphX keeps the model's input and output types)")
+        return out
+
+    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
+        """``migraphx.quantize_fp16(prog, ins_names=["all"])``; block lists are listed as not honoured.
+
+        Example:
+            >>> plan = Fp16Quantizer(op_block_list=[]).migraphx_plan(["input"])
+            >>> plan.kind, plan.ins_names, plan.unhonoured
+            ('fp16', ['all'], [])
+        """
+        return MigraphxQuantPlan(kind="fp16", ins_names=["all"], calibration=None, unhonoured=self._unhonoured())
+
+    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
+        """``{"migraphx_fp16_enable": "1"}`` and the settings the EP cannot honour.
+
+        Example:
+            >>> from pathlib import Path
+            >>> Fp16Quantizer(op_block_list=[]).ort_migraphx_options(None, Path("."))
+            ({'migraphx_fp16_enable': '1'}, [])
+        """
+        return {"migraphx_fp16_enable": "1"}, self._unhonoured()
+
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Fp16Quantizer:
+        clone = Fp16Quantizer(
+            keep_io_types=self.keep_io_types,
+            op_block_list=list(self.op_block_list),
+            node_block_list=list(dict.fromkeys(list(self.node_block_list) + list(keep))),
+            keep_last_n=self.keep_last_n,
+            min_positive_val=self.min_positive_val,
+            max_finite_val=self.max_finite_val,
+            prepare=self.prepare,
+        )
+        clone._only = None if only is None else list(only)
+        return clone

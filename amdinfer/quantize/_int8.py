@@ -1,0 +1,507 @@
+"""``Int8Quantizer``: calibrated static int8 through ONNX Runtime's ``quantize_static``, mapped to MIGraphX."""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import BackendUnavailableError, CacheError, OptionError
+from ..model import ModelSource
+from ._base import MigraphxQuantPlan, Quantizer
+from ._data import Progress, data_hash, materialize, to_feeds
+from ._fp16 import _check_nodes, _str_list
+from ._prepare import prepare_model, tail_nodes
+
+__all__ = ["CALIBRATION_METHODS", "QUANT_FORMATS", "QUANT_TYPES", "Int8Quantizer"]
+
+log = logging.getLogger("amdinfer.quantize")
+
+#: ``method=`` values and ONNX Runtime's ``CalibrationMethod`` member names.
+CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+#: ``format=`` values and ONNX Runtime's ``QuantFormat`` member names.
+QUANT_FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
+#: ``activation_type=`` / ``weight_type=`` values and ONNX Runtime's ``QuantType`` member names.
+QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
+
+#: ONNX op types and the MIGraphX instructions ``migraphx.quantize_int8`` quantizes for them.
+_MIGRAPHX_INS = {"Conv": "convolution", "ConvTranspose": "convolution", "MatMul": "dot", "Gemm": "dot"}
+
+
+def _choice(name: str, value: Any, table: dict[str, str]) -> str:
+    if not isinstance(value, str) or value.lower() not in table:
+        raise OptionError(f"{name}: got {value!r}, expected one of {list(table)}")
+    return value.lower()
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise OptionError(f"{name}: got {value!r}, expected True or False")
+    return value
+
+
+def _import_quantization() -> Any:
+    try:
+        from onnxruntime import quantization
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            "Int8Quantizer needs onnxruntime's quantization tools; pip install 'amdinfer-onnx[cpu]'",
+            backend="ort",
+            cause=str(exc),
+        ) from exc
+    return quantization
+
+
+class _Shared:
+    """State shared by a quantizer and its mixed-precision copies: the data, a scratch folder for ranges."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] | None = None
+        self.feeds: dict[str, list[dict[str, np.ndarray]]] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def scratch(self) -> Path:
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="amdinfer-int8-")
+        return Path(self._tmp.name)
+
+
+class Int8Quantizer(Quantizer):
+    """Static int8 quantization with calibration data, through ONNX Runtime's ``quantize_static``.
+
+    Calibration data is required: int8 without it gives wrong answers. The defaults are the fastest
+    configuration on an AVX2 CPU that keeps accuracy (see ``docs/quantization.md``): QDQ format,
+    per-channel int8 weights, uint8 activations, no range reduction, ``Softmax``/``Sigmoid`` in float.
+
+    Args:
+        calibration: an iterable of samples: feed dicts, arrays (single-input models) or, with
+            ``preprocess``, images. A one-shot generator is read once and kept.
+        preprocess: callables applied in turn to each calibration sample (e.g. ``amdinfer.preprocess``
+            stages); the last returns an array or an object with ``.array``. A missing batch axis is added.
+        input_name: the input arrays feed, for models with several inputs.
+        method: ``"minmax"``, ``"entropy"`` or ``"percentile"`` (ONNX Runtime's calibrators).
+        percentile: the percentile kept by ``method="percentile"``.
+        per_channel: one scale per output channel of each weight.
+        symmetric_activations: zero point 0 for activations (needs ``activation_type="int8"`` to be useful).
+        reduce_range: 7-bit weights (avoids ``vpmaddubsw`` saturation on CPUs without VNNI, costs accuracy).
+        activation_type: ``"uint8"`` or ``"int8"``.
+        weight_type: ``"int8"`` or ``"uint8"``.
+        format: ``"qdq"`` (QuantizeLinear/DequantizeLinear around float ops) or ``"qoperator"``
+            (QLinearConv, QLinearMatMul...).
+        op_types: op types to quantize (``None``: every type ONNX Runtime can quantize).
+        exclude_nodes: node names kept in float.
+        exclude_op_types: op types kept in float (default ``Softmax`` and ``Sigmoid``: their outputs are
+            probabilities whose small values int8 cannot resolve).
+        keep_last_n: keep the last ``n`` weighted layers and every node after the first of them (the head,
+            e.g. a detection head) in float.
+        max_samples: read at most this many calibration samples.
+        progress: show a progress bar (tqdm when installed, else log lines) while preprocessing and
+            calibrating.
+        cache: ``True`` stores the quantized model in amdinfer's compiled-model cache (key: prepared model
+            SHA-256 + settings + calibration data hash), a path or a ``CompiledModelCache`` to use that
+            folder, ``False`` for none.
+        prepare: run :func:`~amdinfer.quantize.prepare_model` first.
+
+    On MIGraphX native the quantizer maps to ``migraphx.quantize_int8(prog, target, calibration=[...],
+    ins_names=["dot", "convolution"])``, on the ONNX Runtime MIGraphX EP to ``migraphx_int8_enable`` with a
+    calibration table computed from the same data; settings they cannot express are reported.
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+        >>> model = tiny_cnn()
+        >>> data = [random_inputs(model, batch=2, seed=s) for s in range(4)]
+        >>> q = Int8Quantizer(calibration=data, progress=False, cache=False)
+        >>> qmodel = q.quantize(model)
+        >>> "QuantizeLinear" in {n.op_type for n in qmodel.graph.node}
+        True
+        >>> engine = amdinfer.load(model, providers=["cpu"], quantizer=q)
+        >>> engine.info.precision, engine.run(data[0])["logits"].shape
+        ('int8', (2, 10))
+    """
+
+    precision = "int8"
+
+    def __init__(
+        self,
+        calibration: Iterable[Any],
+        *,
+        preprocess: Sequence[Callable[[Any], Any]] | None = None,
+        input_name: str | None = None,
+        method: str = "minmax",
+        percentile: float = 99.999,
+        per_channel: bool = True,
+        symmetric_activations: bool = False,
+        reduce_range: bool = False,
+        activation_type: str = "uint8",
+        weight_type: str = "int8",
+        format: str = "qdq",
+        op_types: Sequence[str] | None = None,
+        exclude_nodes: Sequence[str] = (),
+        exclude_op_types: Sequence[str] = ("Softmax", "Sigmoid"),
+        keep_last_n: int = 0,
+        max_samples: int | None = None,
+        progress: bool = True,
+        cache: Any = True,
+        prepare: bool = True,
+    ) -> None:
+        if calibration is None:
+            raise OptionError(
+                "calibration: got None, expected an iterable of feed dicts, arrays or images; int8 needs "
+                "calibration data (uncalibrated int8 gives wrong answers)"
+            )
+        if preprocess is not None and (callable(preprocess) or isinstance(preprocess, (str, bytes))):
+            preprocess = [preprocess]  # type: ignore[list-item]
+        if preprocess is not None and not all(callable(p) for p in preprocess):
+            raise OptionError(f"preprocess: got {preprocess!r}, expected a list of callables")
+        self._calibration = calibration
+        self.preprocess = list(preprocess) if preprocess is not None else None
+        if input_name is not None and not isinstance(input_name, str):
+            raise OptionError(f"input_name: got {input_name!r}, expected a string")
+        self.input_name = input_name
+        self.method = _choice("method", method, CALIBRATION_METHODS)
+        if (
+            not isinstance(percentile, (int, float))
+            or isinstance(percentile, bool)
+            or not math.isfinite(percentile)
+            or not 50.0 < percentile <= 100.0
+        ):
+            raise OptionError(f"percentile: got {percentile!r}, expected a float in (50, 100]")
+        self.percentile = float(percentile)
+        self.per_channel = _flag("per_channel", per_channel)
+        self.symmetric_activations = _flag("symmetric_activations", symmetric_activations)
+        self.reduce_range = _flag("reduce_range", reduce_range)
+        self.activation_type = _choice("activation_type", activation_type, QUANT_TYPES)
+        self.weight_type = _choice("weight_type", weight_type, QUANT_TYPES)
+        self.format = _choice("format", format, QUANT_FORMATS)
+        self.op_types = None if op_types is None else _str_list("op_types", op_types)
+        self.exclude_nodes = _str_list("exclude_nodes", exclude_nodes)
+        self.exclude_op_types = _str_list("exclude_op_types", exclude_op_types)
+        if not isinstance(keep_last_n, int) or isinstance(keep_last_n, bool) or keep_last_n < 0:
+            raise OptionError(f"keep_last_n: got {keep_last_n!r}, expected an int >= 0")
+        self.keep_last_n = keep_last_n
+        if max_samples is not None and (
+            not isinstance(max_samples, int) or isinstance(max_samples, bool) or max_samples < 1
+        ):
+            raise OptionError(f"max_samples: got {max_samples!r}, expected a positive int or None")
+        self.max_samples = max_samples
+        self.progress = _flag("progress", progress)
+        self.prepare = _flag("prepare", prepare)
+        self._cache = self._resolve_cache(cache)
+        self._only: list[str] | None = None
+        self._shared = _Shared()
+
+    @staticmethod
+    def _resolve_cache(cache: Any) -> Any:
+        if cache is False or cache is None:
+            return None
+        from ..cache import CompiledModelCache
+
+        if cache is True:
+            return CompiledModelCache()
+        if isinstance(cache, CompiledModelCache):
+            return cache
+        if isinstance(cache, (str, Path)):
+            return CompiledModelCache(cache)
+        raise OptionError(f"cache: got {cache!r}, expected True, False, a folder path or a CompiledModelCache")
+
+    # ------------------------------------------------------------------ data
+    def calibration_items(self) -> list[Any]:
+        """The calibration samples after ``preprocess`` (read once, then kept).
+
+        Example:
+            >>> q = Int8Quantizer(calibration=(np.zeros((3, 4, 4), np.float32) for _ in range(2)), progress=False)
+            >>> len(q.calibration_items()), len(q.calibration_items())
+            (2, 2)
+        """
+        if self._shared.items is None:
+            self._shared.items = materialize(
+                self._calibration,
+                what="calibration",
+                preprocess=self.preprocess,
+                max_samples=self.max_samples,
+                progress=self.progress,
+            )
+        return self._shared.items
+
+    def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
+        """The calibration samples as feed dicts for ``model``'s inputs.
+
+        Raises:
+            InputError: a sample does not fit the model's inputs (names, dtype, rank).
+        """
+        proto = ModelSource.from_any(model, check=False).proto
+        names = tuple(sorted(vi.name for vi in proto.graph.input))
+        key = "|".join(names)
+        if key not in self._shared.feeds:
+            self._shared.feeds[key] = to_feeds(
+                self.calibration_items(), proto, what="calibration", input_name=self.input_name
+            )
+        return self._shared.feeds[key]
+
+    def _reader(self, feeds: list[dict[str, np.ndarray]]) -> Any:
+        quantization = _import_quantization()
+        progress = self.progress
+
+        class _Reader(quantization.CalibrationDataReader):
+            def __init__(self) -> None:
+                self._it = iter(feeds)
+                self._bar = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress).__enter__()
+                self._done = False
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                item = next(self._it, None)
+                if item is None:
+                    if not self._done:
+                        self._bar.__exit__(None, None, None)
+                        self._done = True
+                    return None
+                self._bar.update()
+                return item
+
+            def __len__(self) -> int:
+                return len(feeds)
+
+        return _Reader()
+
+    # ------------------------------------------------------------------ protocol
+    def settings(self) -> dict[str, Any]:
+        """The settings that change the quantized model (the calibration data is hashed separately).
+
+        Example:
+            >>> Int8Quantizer(calibration=[np.zeros((1, 3, 8, 8), np.float32)], cache=False).settings()["format"]
+            'qdq'
+        """
+        out: dict[str, Any] = {
+            "kind": "int8",
+            "method": self.method,
+            "percentile": self.percentile if self.method == "percentile" else None,
+            "per_channel": self.per_channel,
+            "symmetric_activations": self.symmetric_activations,
+            "reduce_range": self.reduce_range,
+            "activation_type": self.activation_type,
+            "weight_type": self.weight_type,
+            "format": self.format,
+            "op_types": self.op_types,
+            "exclude_nodes": list(self.exclude_nodes),
+            "exclude_op_types": list(self.exclude_op_types),
+            "keep_last_n": self.keep_last_n,
+            "prepare": self.prepare,
+        }
+        if self._only is not None:
+            out["only_nodes"] = list(self._only)
+        return out
+
+    def quantize(self, model: Any) -> onnx.ModelProto:
+        """Return the int8 model (QDQ or QOperator, per ``format``).
+
+        Args:
+            model: path, bytes, ``onnx.ModelProto`` or :class:`~amdinfer.ModelSource`.
+
+        Raises:
+            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`).
+            InputError: a calibration sample does not fit the model's inputs.
+            OptionError: ``exclude_nodes`` names a node the model does not have.
+
+        Example:
+            >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+            >>> q = Int8Quantizer(calibration=[random_inputs(tiny_cnn())], progress=False, cache=False)
+            >>> sorted({i.type.tensor_type.elem_type for i in q.quantize(tiny_cnn()).graph.input})
+            [1]
+        """
+        return self._quantize_prepared(prepare_model(model, optimize=self.prepare))
+
+    def _excluded(self, prepared: onnx.ModelProto) -> list[str]:
+        _check_nodes("exclude_nodes", self.exclude_nodes, prepared)
+        out = list(self.exclude_nodes)
+        out += [n.name for n in prepared.graph.node if n.op_type in self.exclude_op_types]
+        out += tail_nodes(prepared, self.keep_last_n)
+        return list(dict.fromkeys(out))
+
+    def _calibration_cache_path(self, sha: str, feeds_hash: str) -> Path:
+        from ..cache import CompiledModelCache
+
+        key = CompiledModelCache.key(
+            model=sha, data=feeds_hash, method=self.method, percentile=self.percentile, op_types=self.op_types
+        )
+        return self._shared.scratch() / f"ranges-{key}.json"
+
+    def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
+        feeds = self.calibration_feeds(prepared)
+        excluded = self._excluded(prepared)
+        if self._only is not None:
+            _check_nodes("only", self._only, prepared)
+        src = ModelSource.from_any(prepared, check=False)
+        feeds_hash = data_hash(feeds)
+        if self._cache is None:
+            return self._run_quantize_static(src, feeds, feeds_hash, excluded)
+        parts = {
+            "what": "int8-quantized model",
+            "model": src.sha256,
+            "settings": self.settings_hash(),
+            "calibration": feeds_hash,
+            "onnxruntime": _ort_version(),
+        }
+        key = self._cache.key(**parts)
+
+        def build(tmp: Path) -> onnx.ModelProto:
+            proto = self._run_quantize_static(src, feeds, feeds_hash, excluded)
+            onnx.save_model(proto, str(tmp))
+            return proto
+
+        def load(path: Path) -> onnx.ModelProto:
+            return onnx.load_model(str(path))
+
+        try:
+            proto, hit = self._cache.get_or_build(key, parts=parts, build=build, load=load, suffix=".onnx")
+        except CacheError as exc:
+            log.warning("int8 cache unusable (%s); quantizing without it", exc)
+            return self._run_quantize_static(src, feeds, feeds_hash, excluded)
+        if hit:
+            log.info("int8 model for %s taken from the cache (%s)", src.sha256[:12], key)
+        return proto
+
+    def _run_quantize_static(
+        self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
+    ) -> onnx.ModelProto:
+        quantization = _import_quantization()
+        ranges = self._calibration_cache_path(src.sha256, feeds_hash)
+        extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
+        if self.method == "percentile":
+            extra["CalibPercentile"] = self.percentile
+        with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
+            inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
+            onnx.save_model(src.proto, str(inp))
+            quantization.quantize_static(
+                str(inp),
+                str(out),
+                self._reader(feeds) if not ranges.is_file() else None,
+                quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
+                op_types_to_quantize=self.op_types,
+                per_channel=self.per_channel,
+                reduce_range=self.reduce_range,
+                activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
+                weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
+                nodes_to_quantize=self._only,
+                nodes_to_exclude=excluded,
+                calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
+                extra_options=extra,
+                calibration_cache_path=str(ranges),
+            )
+            return onnx.load_model(str(out))
+
+    # ------------------------------------------------------------------ native paths
+    def _unhonoured(self) -> list[str]:
+        out = []
+        if self.method != "minmax":
+            out.append(f"method={self.method!r} (MIGraphX calibrates with its own max-abs ranges)")
+        if self.per_channel:
+            out.append("per_channel=True (MIGraphX quantize_int8 uses per-tensor scales)")
+        if self.reduce_range:
+            out.append("reduce_range=True (MIGraphX uses the full int8 range)")
+        if self.activation_type != "int8" or self.weight_type != "int8":
+            out.append(
+                f"activation_type={self.activation_type!r}, weight_type={self.weight_type!r} "
+                "(MIGraphX quantizes to symmetric int8)"
+            )
+        if self.format != "qdq":
+            out.append(f"format={self.format!r} (MIGraphX quantizes the float program itself)")
+        if self.exclude_nodes:
+            out.append(f"exclude_nodes={self.exclude_nodes} (MIGraphX cannot keep single nodes in float)")
+        if self.keep_last_n:
+            out.append(f"keep_last_n={self.keep_last_n} (MIGraphX cannot keep single layers in float)")
+        if self._only is not None:
+            out.append("mixed precision: MIGraphX quantizes every instruction of the chosen kinds")
+        unmapped = [t for t in (self.op_types or []) if t not in _MIGRAPHX_INS]
+        if unmapped:
+            out.append(f"op_types {unmapped} (MIGraphX int8 quantizes only convolution and dot)")
+        return out
+
+    def _ins_names(self) -> list[str]:
+        if self.op_types is None:
+            return ["dot", "convolution"]
+        return list(dict.fromkeys(_MIGRAPHX_INS[t] for t in self.op_types if t in _MIGRAPHX_INS))
+
+    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
+        """``migraphx.quantize_int8`` with the calibration feeds and ``ins_names`` from ``op_types``.
+
+        Args:
+            input_names: the program's parameter names; single-array samples feed the only one (or
+                ``input_name``).
+
+        Example:
+            >>> q = Int8Quantizer(calibration=[np.ones((1, 3, 4, 4), np.float32)], progress=False, cache=False)
+            >>> plan = q.migraphx_plan(["input"])
+            >>> plan.kind, plan.ins_names, list(plan.calibration[0])
+            ('int8', ['dot', 'convolution'], ['input'])
+        """
+        names = list(input_names)
+        feeds = []
+        for i, item in enumerate(self.calibration_items()):
+            if isinstance(item, dict):
+                feeds.append({k: np.ascontiguousarray(v) for k, v in item.items()})
+                continue
+            target = self.input_name or (names[0] if len(names) == 1 else None)
+            if target is None:
+                raise OptionError(f"calibration[{i}]: one array for a program with inputs {names}; give input_name=")
+            feeds.append({target: np.ascontiguousarray(item)})
+        return MigraphxQuantPlan(
+            kind="int8", ins_names=self._ins_names(), calibration=feeds, unhonoured=self._unhonoured()
+        )
+
+    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
+        """``migraphx_int8_enable`` plus a calibration table computed from the calibration data.
+
+        The table is ONNX Runtime's own (``write_calibration_table``: ``calibration.flatbuffers`` under
+        ``workdir``, tensor name -> range), read by the EP with ``migraphx_int8_use_native_calibration_table=0``.
+        """
+        quantization = _import_quantization()
+        from onnxruntime.quantization.calibrate import create_calibrator
+        from onnxruntime.quantization.quant_utils import write_calibration_table
+
+        src = ModelSource.from_any(model, check=False)
+        feeds = self.calibration_feeds(src.proto)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        path = workdir / "calibration_model.onnx"
+        onnx.save_model(src.proto, str(path))
+        extra = {"percentile": self.percentile} if self.method == "percentile" else {}
+        calibrator = create_calibrator(
+            path,
+            None,
+            augmented_model_path=str(workdir / "calibration_augmented.onnx"),
+            calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
+            extra_options=extra,
+        )
+        calibrator.collect_data(self._reader(feeds))
+        ranges = calibrator.compute_data()
+        write_calibration_table({k: v for k, v in ranges.items()}, dir=str(workdir))
+        table = workdir / "calibration.flatbuffers"
+        opts = {
+            "migraphx_int8_enable": "1",
+            "migraphx_int8_calibration_table_name": str(table),
+            "migraphx_int8_use_native_calibration_table": "0",
+        }
+        return opts, self._unhonoured()
+
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Int8Quantizer:
+        clone = object.__new__(Int8Quantizer)
+        clone.__dict__.update(self.__dict__)
+        clone.exclude_nodes = list(dict.fromkeys(list(self.exclude_nodes) + list(keep)))
+        clone._only = None if only is None else list(only)
+        return clone  # shares _shared: the data is read once and calibration ranges are reused
+
+
+def _ort_version() -> str:
+    try:
+        import onnxruntime
+
+        return str(onnxruntime.__version__)
+    except ImportError:  # pragma: no cover
+        return "none"

@@ -1,0 +1,197 @@
+"""Bring models as exporters really write them into a shape the quantizers can work on.
+
+Paddle2ONNX keeps every weight in a ``Constant`` node, old exporters write opset 11 and unnamed nodes,
+and most exporters leave dynamic dimensions. ONNX Runtime's quantizer only treats *initializers* as
+weights and needs opset 13 for per-channel ``DequantizeLinear(axis=...)``. :func:`prepare_model` runs
+ONNX Runtime's own quantization pre-processing (``quant_pre_process``: its basic graph optimizations fold
+``Constant`` nodes into initializers and batch norms into convolutions, then ONNX shape inference),
+upgrades old opsets with ``onnx.version_converter``, and names unnamed nodes, or raises
+:class:`~amdinfer.ModelError` saying what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..errors import BackendUnavailableError, ModelError, OptionError
+from ..model import ModelSource
+
+__all__ = ["WEIGHTED_OPS", "prepare_model", "tail_nodes", "weighted_layers"]
+
+log = logging.getLogger("amdinfer.quantize")
+
+#: Op types that carry the weights of a "layer" (what ``keep_last_n`` and mixed precision count).
+WEIGHTED_OPS: tuple[str, ...] = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+#: The lowest ``ai.onnx`` opset the int8 path accepts as is (per-channel ``DequantizeLinear`` has ``axis``).
+MIN_QDQ_OPSET = 13
+
+_IR_RE = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+
+
+def _ai_onnx_opset(proto: onnx.ModelProto) -> int:
+    return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _name_nodes(proto: onnx.ModelProto) -> int:
+    """Give every unnamed node a unique, stable name (``<OpType>_<index>``); returns how many were named."""
+    taken = {n.name for n in proto.graph.node if n.name}
+    named = 0
+    for i, node in enumerate(proto.graph.node):
+        if node.name:
+            continue
+        name = f"{node.op_type}_{i}"
+        while name in taken:
+            name += "_"
+        node.name = name
+        taken.add(name)
+        named += 1
+    return named
+
+
+def _strip_unused_opsets(proto: onnx.ModelProto) -> None:
+    """Drop opset imports no node uses (ONNX Runtime's optimizer adds every domain it knows)."""
+    used = {n.domain or "" for n in proto.graph.node}
+    for f in proto.functions:
+        used.add(f.domain or "")
+        used.update(n.domain or "" for n in f.node)
+    keep = [o for o in proto.opset_import if (o.domain or "") in used or (o.domain or "") in ("", "ai.onnx")]
+    if len(keep) != len(proto.opset_import):
+        kept = [onnx.OperatorSetIdProto(domain=o.domain, version=o.version) for o in keep]
+        del proto.opset_import[:]
+        proto.opset_import.extend(kept)
+
+
+def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    try:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            "quantization needs onnxruntime (its quantization tools); pip install 'amdinfer-onnx[cpu]'",
+            backend="ort",
+            cause=str(exc),
+        ) from exc
+    # Symbolic shape inference needs sympy; ONNX shape inference covers convolutional models without it.
+    skip_symbolic = importlib.util.find_spec("sympy") is None
+    with tempfile.TemporaryDirectory(prefix="amdinfer-quant-") as tmp:
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        current = proto
+        for attempt in range(2):
+            onnx.save_model(current, str(src))
+            try:
+                quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+                break
+            except Exception as exc:  # ONNX Runtime raises its own pybind types
+                text = str(exc)
+                m = _IR_RE.search(text)
+                if m and attempt == 0:
+                    current = ModelSource.from_any(current, check=False).with_ir_version(int(m.group(2))).proto
+                    continue
+                raise ModelError(
+                    f"model {name}: ONNX Runtime's quantization pre-processing failed ({type(exc).__name__}: "
+                    f"{text.strip().splitlines()[0] if text.strip() else 'no message'}); fold constants and fix "
+                    "dynamic shapes first (e.g. `onnxsim model.onnx out.onnx`) or re-export with opset >= 13"
+                ) from None
+        return onnx.load_model(str(dst))
+
+
+def prepare_model(model: Any, *, min_opset: int = MIN_QDQ_OPSET, optimize: bool = True) -> onnx.ModelProto:
+    """Return a copy of ``model`` that ONNX Runtime's quantizers handle: folded, upgraded, named.
+
+    Steps: ONNX Runtime's ``quant_pre_process`` (basic graph optimizations: ``Constant`` nodes become
+    initializers, batch norms fold into convolutions; then shape inference; symbolic shape inference when
+    sympy is installed), unused opset imports dropped, ``ai.onnx`` opset raised to ``min_opset`` with
+    ``onnx.version_converter`` when lower, unnamed nodes named ``<OpType>_<index>``. Dynamic dimensions
+    are kept: calibration and evaluation data fix them.
+
+    Args:
+        model: path, bytes, ``onnx.ModelProto`` or :class:`~amdinfer.ModelSource`.
+        min_opset: lowest ``ai.onnx`` opset wanted (13: per-channel ``DequantizeLinear``).
+        optimize: run ``quant_pre_process`` (turn off only for a model already prepared).
+
+    Returns:
+        A new ``onnx.ModelProto``.
+
+    Raises:
+        ModelError: the model cannot be read, pre-processed or upgraded; the message says what to do.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> prepared = prepare_model(tiny_cnn())
+        >>> [n.op_type for n in prepared.graph.node][:3]
+        ['Conv', 'Relu', 'MaxPool']
+    """
+    src = ModelSource.from_any(model)
+    if not isinstance(min_opset, int) or isinstance(min_opset, bool) or min_opset < 1:
+        raise OptionError(f"min_opset: got {min_opset!r}, expected a positive int")
+    proto = onnx.ModelProto()
+    proto.CopyFrom(src.proto)
+    opset = _ai_onnx_opset(proto)
+    if opset == 0:
+        raise ModelError(f"model {src.name}: imports no ai.onnx opset; expected a standard ONNX model")
+    if any(n.op_type == "Constant" for n in proto.graph.node) and not optimize:
+        log.info("model %s: weights in Constant nodes are left there (optimize=False)", src.name)
+    if optimize:
+        proto = _ort_preprocess(proto, src.name)
+        _strip_unused_opsets(proto)
+    if opset < min_opset:
+        try:
+            from onnx import version_converter
+
+            upgraded = version_converter.convert_version(proto, min_opset)
+            onnx.checker.check_model(upgraded)
+        except Exception as exc:
+            raise ModelError(
+                f"model {src.name}: opset {opset} could not be upgraded to {min_opset} by onnx.version_converter "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                f"re-export the model with opset >= {min_opset}"
+            ) from None
+        log.info("model %s: opset %d upgraded to %d for quantization", src.name, opset, min_opset)
+        proto = upgraded
+    named = _name_nodes(proto)
+    if named:
+        log.info("model %s: named %d unnamed nodes <OpType>_<index>", src.name, named)
+    return proto
+
+
+def weighted_layers(proto: onnx.ModelProto, op_types: Sequence[str] = WEIGHTED_OPS) -> list[str]:
+    """Names of the nodes that carry weights (``Conv``, ``ConvTranspose``, ``Gemm``, ``MatMul``), in graph order.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> weighted_layers(tiny_cnn())
+        ['conv1', 'conv2', 'fc']
+    """
+    return [n.name for n in proto.graph.node if n.op_type in op_types]
+
+
+def tail_nodes(proto: onnx.ModelProto, n: int) -> list[str]:
+    """The last ``n`` weighted layers and every node after the first of them (the model's "head").
+
+    Nodes are taken in graph order, which ONNX requires to be topological.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> tail_nodes(tiny_cnn(), 1)
+        ['fc']
+        >>> tail_nodes(tiny_cnn(), 2)
+        ['conv2', 'relu2', 'avgpool', 'flatten', 'fc']
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise OptionError(f"keep_last_n: got {n!r}, expected an int >= 0")
+    if n == 0:
+        return []
+    layers = weighted_layers(proto)
+    if not layers:
+        return []
+    first = layers[max(0, len(layers) - n)]
+    names = [node.name for node in proto.graph.node]
+    return names[names.index(first) :]
