@@ -364,8 +364,9 @@ class ScaleBoxes(Postprocessor):
     """Map boxes from model-input pixels back to the original image, undoing Letterbox/Resize/CenterCrop.
 
     Uses the ``"affine"`` and ``"orig_shape"`` metadata recorded by the geometric stages (for a letterbox:
-    subtract the left/top padding, divide by the ratio, as Ultralytics' ``scale_boxes``), then clips the
-    boxes to the image.
+    subtract the left/top padding, divide by the ratio, as :func:`amdinfer.reference.scale_boxes` and
+    Ultralytics' ``scale_boxes`` do; chains such as ``Resize -> CenterCrop`` are inverted as a whole), then
+    clips the boxes to the image (:func:`amdinfer.reference.clip_boxes`).
 
     Args:
         clip: clip boxes to ``[0, width] x [0, height]`` of the original image.
@@ -377,8 +378,8 @@ class ScaleBoxes(Postprocessor):
         >>> from amdinfer.preprocess import Letterbox
         >>> from amdinfer.results import Detections
         >>> from amdinfer.stages import Sample
-        >>> meta = Letterbox(64)(np.zeros((32, 48, 3), np.uint8)).meta  # ratio 4/3, pad (0, 11)
-        >>> det = Detections([[0, 11, 32, 43]], [0.9], [0])
+        >>> meta = Letterbox(64)(np.zeros((32, 48, 3), np.uint8)).meta  # ratio 4/3, content from row 10
+        >>> det = Detections([[0, 10, 32, 42]], [0.9], [0])
         >>> ScaleBoxes()(Sample(det, meta)).data.boxes.tolist()
         [[0.0, 0.0, 24.0, 24.0]]
     """
@@ -392,7 +393,7 @@ class ScaleBoxes(Postprocessor):
         self.clip = bool(clip)
 
     def process(self, data: Any, meta: dict[str, Any]) -> Detections:
-        from .reference import scale_boxes
+        from .reference import clip_boxes
 
         if not isinstance(data, Detections):
             raise InputError(f"ScaleBoxes: got {type(data).__name__}, expected Detections")
@@ -403,7 +404,10 @@ class ScaleBoxes(Postprocessor):
             )
         sx, sy, tx, ty = meta.get("affine", (1.0, 1.0, 0.0, 0.0))
         orig = tuple(meta["orig_shape"])
-        boxes = scale_boxes(data.boxes, (sx, sy), (tx, ty), orig if self.clip else None)
+        # The inverse of the composed geometry; for a lone Letterbox this is exactly reference.scale_boxes.
+        boxes = (data.boxes - np.array([tx, ty, tx, ty], np.float64)) / np.array([sx, sy, sx, sy], np.float64)
+        if self.clip:
+            boxes = clip_boxes(boxes, orig)
         meta["affine"] = (1.0, 1.0, 0.0, 0.0)  # a second ScaleBoxes changes nothing
         meta["input_shape"] = orig
         return Detections(boxes, data.scores, data.classes, data.labels, orig)

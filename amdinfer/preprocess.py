@@ -10,7 +10,7 @@ Example:
     >>> from amdinfer.preprocess import Letterbox, HwcToChw, Normalize
     >>> sample = Letterbox(64)(np.zeros((48, 32, 3), np.uint8))
     >>> sample.data.shape, sample.meta["orig_shape"], sample.meta["letterbox"]["pad"]
-    ((64, 64, 3), (48, 32), (11, 0))
+    ((64, 64, 3), (48, 32), (10.5, 0.0))
     >>> HwcToChw()(Normalize(scale=1 / 255)(sample)).data.shape
     (3, 64, 64)
 """
@@ -43,6 +43,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------- validation
 def _hw(name: str, value: Any) -> tuple[int, int]:
     """An int or ``(height, width)`` of positive ints."""
+    given = value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (int(value), int(value))
     if (
@@ -51,7 +52,7 @@ def _hw(name: str, value: Any) -> tuple[int, int]:
         or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
         or min(value) < 1
     ):
-        raise OptionError(f"{name}: got {value!r}, expected a positive int or (height, width) of positive ints")
+        raise OptionError(f"{name}: got {given!r}, expected a positive int or (height, width) of positive ints")
     return (int(value[0]), int(value[1]))
 
 
@@ -184,8 +185,9 @@ class Letterbox(Preprocessor):
     The scale is ``r = min(new_h / h, new_w / w)`` (capped at 1 with ``scaleup=False``), the resized size
     ``(round(w * r), round(h * r))`` by bilinear interpolation, and the padding split
     ``round(d - 0.1)`` / ``round(d + 0.1)`` around the image with ``center=True`` (all of it right/bottom
-    otherwise). Records ``"letterbox"`` (ratio and ``(pad_w, pad_h)`` left/top padding), ``"orig_shape"``,
-    ``"input_shape"`` and ``"affine"`` in the metadata.
+    otherwise), computed by :func:`amdinfer.reference.letterbox`. Records ``"letterbox"`` (the kernel's
+    ``ratio`` and ``pad``: half paddings ``(dw, dh)``, the content starting at ``round(dw - 0.1)``),
+    ``"orig_shape"``, ``"input_shape"`` and ``"affine"`` in the metadata.
 
     Args:
         new_shape: target ``(height, width)``, or one int for a square.
@@ -202,7 +204,9 @@ class Letterbox(Preprocessor):
     Example:
         >>> out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
         >>> out.data.shape, out.meta["letterbox"]["ratio"], out.meta["letterbox"]["pad"]
-        ((64, 64, 3), (1.3333333333333333, 1.3333333333333333), (0, 11))
+        ((64, 64, 3), (1.3333333333333333, 1.3333333333333333), (0.0, 10.5))
+        >>> out.meta["affine"]  # x * 4/3 + 0, y * 4/3 + 10: the content starts at row round(10.5 - 0.1)
+        (1.3333333333333333, 1.3333333333333333, 0.0, 10.0)
     """
 
     def __init__(
@@ -256,10 +260,11 @@ class Letterbox(Preprocessor):
             color=self.color,
         )
         ratio = (float(ratio[0]), float(ratio[1]))
-        pad = (pad[0], pad[1])
+        pad = (float(pad[0]), float(pad[1]))
         meta["letterbox"] = {"ratio": ratio, "pad": pad}
         _record_geometry(meta, image, out)
-        compose_affine(meta, ratio[0], ratio[1], float(pad[0]), float(pad[1]))
+        # The kernel returns half paddings; the content really starts at round(pad - 0.1) (Ultralytics).
+        compose_affine(meta, ratio[0], ratio[1], float(round(pad[0] - 0.1)), float(round(pad[1] - 0.1)))
         return out
 
 
@@ -306,7 +311,7 @@ class Resize(Preprocessor):
         image = _image(self, data)
         h, w = image.shape[:2]
         th, tw = self.target(h, w)
-        out = image if (th, tw) == (h, w) else resize_bilinear(image, (th, tw))
+        out = image if (th, tw) == (h, w) else resize_bilinear(image, (tw, th))
         _record_geometry(meta, image, out)
         compose_affine(meta, tw / w, th / h, 0.0, 0.0)
         return out
@@ -385,7 +390,10 @@ class HwcToChw(Preprocessor):
 def _per_channel(name: str, value: Any) -> np.ndarray | None:
     if value is None:
         return None
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise OptionError(f"{name}: got {value!r}, expected a number or one number per channel") from None
     if arr.ndim > 1 or arr.size == 0 or arr.dtype.kind not in "fiu" or not np.all(np.isfinite(arr)):
         raise OptionError(f"{name}: got {value!r}, expected a finite number or a sequence of them (one per channel)")
     return arr.reshape(-1)

@@ -1,0 +1,336 @@
+"""Pipeline: end to end on the builder models against the same steps by hand; batching; map; errors; threads."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+import amdinfer
+from amdinfer import reference as ref
+from amdinfer.errors import OptionError, StageError
+from amdinfer.pipeline import Pipeline
+from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
+from amdinfer.preprocess import Cast, CenterCrop, HwcToChw, Letterbox, Normalize, Resize
+from amdinfer.results import Classification, Detections
+from amdinfer.stages import Preprocessor
+from amdinfer.testing import models
+
+CPU = {"backend": "ort", "providers": ["CPUExecutionProvider"]}
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def _images(n: int, seed: int = 0, shape: tuple[int, int] = (32, 32)) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (*shape, 3), dtype=np.uint8) for _ in range(n)]
+
+
+def _map_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("amdinfer-map")]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> onnx.ModelProto:
+    return models.tiny_cnn()
+
+
+@pytest.fixture()
+def tiny_pipe(tiny: onnx.ModelProto) -> Pipeline:
+    with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, **CPU) as pipe:
+        yield pipe
+
+
+class Fail(Preprocessor):
+    """Raises on images whose first pixel equals ``value``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def process(self, data, meta):
+        if int(data.flat[0]) == self.value:
+            raise ValueError(f"pixel is {self.value}")
+        return data
+
+
+class Slow(Preprocessor):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def process(self, data, meta):
+        time.sleep(self.seconds)
+        return data
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+class TestDetectionPipeline:
+    """YOLOv8-style model at 160: the pipeline equals letterbox -> engine -> NMS -> scale_boxes by hand."""
+
+    def test_matches_steps_by_hand(self) -> None:
+        model = models.yolov8(image_size=160, num_classes=80)
+        rng = np.random.default_rng(3)
+        images = [rng.integers(0, 256, (120, 200, 3), dtype=np.uint8), rng.integers(0, 256, (90, 70, 3), np.uint8)]
+        engine = amdinfer.load(model, **CPU)
+        pipe = Pipeline(
+            preprocess=[Letterbox(160), Normalize(scale=1 / 255), HwcToChw()],
+            engine=engine,
+            postprocess=[YoloDecode(conf_threshold=0.05), Nms(iou_threshold=0.5), ScaleBoxes()],
+        )
+        got = pipe.run_batch(images)
+        for image, det in zip(images, got):
+            lb, ratio, pad = ref.letterbox(image, (160, 160))
+            x = (lb.astype(np.float32) * np.float32(1 / 255)).transpose(2, 0, 1)[None]
+            pred = engine.run({"images": np.ascontiguousarray(x)})["output0"]
+            (want,) = ref.non_max_suppression(pred, conf_threshold=0.05, iou_threshold=0.5)
+            boxes = ref.scale_boxes(want[:, :4], ratio, pad, image.shape[:2])
+            assert isinstance(det, Detections)
+            assert det.image_shape == image.shape[:2]
+            assert len(det) == len(want) > 0
+            np.testing.assert_allclose(det.boxes, boxes, rtol=0, atol=1e-3)
+            np.testing.assert_allclose(det.scores, want[:, 4], rtol=1e-6)
+            np.testing.assert_array_equal(det.classes, want[:, 5].astype(np.int64))
+        assert pipe(images[0]).boxes.tolist() == got[0].boxes.tolist()
+        engine.close()
+
+
+class TestClassificationPipeline:
+    """ResNet-50 at 64: the pipeline equals resize -> crop -> normalize -> engine -> softmax -> top-5 by hand."""
+
+    def test_matches_steps_by_hand(self) -> None:
+        model = models.resnet50(image_size=64, batchnorm=False)
+        labels = [f"class{i}" for i in range(1000)]
+        pipe = Pipeline(
+            preprocess=[Resize(72), CenterCrop(64), Normalize(MEAN, STD, scale=1 / 255), HwcToChw()],
+            engine=model,
+            postprocess=[Softmax(), TopK(5, labels=labels)],
+            **CPU,
+        )
+        images = _images(3, seed=5, shape=(80, 100))
+        got = pipe.run_batch(images)
+        for image, res in zip(images, got):
+            small = ref.resize_bilinear(image, (90, 72))  # OpenCV order (w, h)
+            crop = small[4:68, 13:77].astype(np.float64) / 255
+            x = ((crop - np.array(MEAN)) / np.array(STD)).transpose(2, 0, 1)[None].astype(np.float32)
+            logits = pipe.engine.run({"input": x})["logits"][0].astype(np.float64)
+            prob = np.exp(logits - logits.max())
+            prob /= prob.sum()
+            top = np.argsort(-prob, kind="stable")[:5]
+            assert isinstance(res, Classification)
+            np.testing.assert_array_equal(res.indices, top)
+            np.testing.assert_allclose(res.scores, prob[top], rtol=1e-4)
+            assert res.labels == [labels[i] for i in top]
+        pipe.close()
+        assert pipe.engine.closed  # the pipeline loaded it, so it closes it
+
+
+# ---------------------------------------------------------------------------------------------- construction
+class TestConstruction:
+    def test_rejects_non_stages(self, tiny: onnx.ModelProto) -> None:
+        with pytest.raises(OptionError, match=r"preprocess\[1\]: got function"):
+            Pipeline(preprocess=[HwcToChw(), lambda x: x], engine=tiny, **CPU)
+        with pytest.raises(OptionError, match=r"postprocess\[0\]: got HwcToChw, expected a Postprocessor"):
+            Pipeline(postprocess=[HwcToChw()], engine=tiny, **CPU)
+
+    def test_engine_instance_refuses_load_options(self, tiny: onnx.ModelProto) -> None:
+        engine = amdinfer.load(tiny, **CPU)
+        with pytest.raises(OptionError, match=r"quantizer.*Engine instance"):
+            Pipeline(engine=engine, quantizer=object())
+        with pytest.raises(OptionError, match=r"precision"):
+            Pipeline(engine=engine, precision="fp16")
+        pipe = Pipeline(engine=engine)
+        pipe.close()
+        assert not engine.closed  # not the pipeline's to close
+        engine.close()
+
+    def test_quantizer_goes_to_load(self, tiny: onnx.ModelProto) -> None:
+        seen = []
+
+        class Recorder:
+            precision = "fp32"
+
+            def quantize(self, model: onnx.ModelProto) -> onnx.ModelProto:
+                seen.append(model.graph.name)
+                return model
+
+        q = Recorder()
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, quantizer=q, **CPU) as pipe:
+            assert pipe.quantizer is q
+            assert pipe(np.zeros((32, 32, 3), np.uint8)).shape == (10,)
+            assert "quantizer=" in repr(pipe)
+        assert len(seen) == 1
+
+    def test_repr_one_stage_per_line(self, tiny_pipe: Pipeline) -> None:
+        lines = repr(tiny_pipe).splitlines()
+        assert lines[0] == "Pipeline("
+        assert "        HwcToChw()," in lines
+        assert "        Cast(dtype='float32')," in lines
+        assert any(line.startswith("    engine=<OrtEngine") for line in lines)
+        assert "    postprocess=[]," in lines
+
+    def test_stages_pickle(self) -> None:
+        stages = [
+            Letterbox(320, auto=True),
+            Resize((10, 20)),
+            CenterCrop(8),
+            Normalize(MEAN, STD, 1 / 255),
+            Cast("float16"),
+            YoloDecode("v8", conf_threshold=0.3, labels=["a", "b"]),
+            Nms(iou_threshold=0.6, agnostic=True, classes=[1]),
+            ScaleBoxes(),
+            TopK(3, labels=["a", "b", "c"]),
+        ]
+        for stage in stages:
+            copy = pickle.loads(pickle.dumps(stage))
+            assert copy == stage and repr(copy) == repr(stage)
+
+    def test_multi_input_model_refused(self) -> None:
+        x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 2])
+        y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 2])
+        z = onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, ["N", 2])
+        graph = onnx.helper.make_graph([onnx.helper.make_node("Add", ["x", "y"], ["z"])], "add", [x, y], [z])
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+        with pytest.raises(OptionError, match=r"inputs \['x', 'y'\], expected exactly one"):
+            Pipeline(engine=model, **CPU)
+
+
+# ---------------------------------------------------------------------------------------------- batching
+def _spy(engine: amdinfer.Engine) -> list[tuple[int, ...]]:
+    calls: list[tuple[int, ...]] = []
+    run = engine.run
+
+    def spy(feeds, **kw):
+        calls.append((feeds if isinstance(feeds, np.ndarray) else next(iter(feeds.values()))).shape)
+        return run(feeds, **kw)
+
+    engine.run = spy  # type: ignore[method-assign]
+    return calls
+
+
+def _static_batch(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = batch
+    return model
+
+
+class TestRunBatch:
+    def test_one_engine_call_per_batch(self, tiny: onnx.ModelProto) -> None:
+        images = _images(5)
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, **CPU) as pipe:
+            calls = _spy(pipe.engine)
+            got = pipe.run_batch(images)
+            assert calls == [(5, 3, 32, 32)]
+            want = pipe.engine.run(np.stack([im.transpose(2, 0, 1) for im in images]).astype(np.float32))["logits"]
+        np.testing.assert_allclose(np.stack(got), want, rtol=1e-5, atol=1e-6)
+
+    def test_batch_buckets(self, tiny: onnx.ModelProto) -> None:
+        images = _images(3)
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, batch_buckets=[4], **CPU) as pipe:
+            got = pipe.run_batch(images)
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, **CPU) as plain:
+            want = [plain(im) for im in images]
+        assert len(got) == 3
+        np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+    def test_static_batch_chunks(self, tiny: onnx.ModelProto) -> None:
+        images = _images(5)
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=_static_batch(tiny, 2), **CPU) as pipe:
+            calls = _spy(pipe.engine)
+            got = pipe.run_batch(images)
+        assert calls == [(2, 3, 32, 32)] * 3
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, **CPU) as plain:
+            want = plain.run_batch(images)
+        np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+    def test_errors_name_item_and_stage(self, tiny_pipe: Pipeline, tiny: onnx.ModelProto) -> None:
+        with pytest.raises(StageError, match=r"item 1: preprocess\[0\] HwcToChw: InputError") as info:
+            tiny_pipe.run_batch([np.zeros((32, 32, 3), np.uint8), "not an image"])
+        assert info.value.index == 1 and "HwcToChw" in info.value.stage
+        with pytest.raises(StageError, match=r"items 0\.\.1 \(one batch\): stack: StageError: .*item 1 has shape"):
+            tiny_pipe.run_batch([np.zeros((32, 32, 3), np.uint8), np.zeros((40, 40, 3), np.uint8)])
+        with Pipeline(preprocess=[HwcToChw()], engine=tiny, **CPU) as no_cast:
+            with pytest.raises(StageError, match=r"item 0: engine OrtEngine: InputError: .*dtype uint8"):
+                no_cast(np.zeros((32, 32, 3), np.uint8))
+
+    def test_empty(self, tiny_pipe: Pipeline) -> None:
+        assert tiny_pipe.run_batch([]) == []
+
+
+# ---------------------------------------------------------------------------------------------- map
+class TestMap:
+    @pytest.mark.parametrize(("batch_size", "workers"), [(1, 1), (3, 2), (4, 0)])
+    def test_order_matches_run_batch(self, tiny_pipe: Pipeline, batch_size: int, workers: int) -> None:
+        images = _images(11, seed=batch_size)
+        want = tiny_pipe.run_batch(images)
+        got = list(tiny_pipe.map(iter(images), batch_size=batch_size, workers=workers))
+        assert len(got) == len(want)
+        np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+        assert not _map_threads()
+
+    def test_order_kept_with_uneven_work(self, tiny: onnx.ModelProto) -> None:
+        # Items take different times to preprocess, so workers finish out of order.
+        class Jitter(Preprocessor):
+            def process(self, data, meta):
+                time.sleep(0.002 * (int(data.flat[0]) % 5))
+                return data
+
+        images = [np.full((32, 32, 3), i, np.uint8) for i in range(20)]
+        with Pipeline(preprocess=[Jitter(), HwcToChw(), Cast("float32")], engine=tiny, **CPU) as pipe:
+            want = [pipe(im) for im in images]
+            got = list(pipe.map(images, batch_size=3, workers=4))
+        np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_first_error_has_index_and_stage(self, tiny: onnx.ModelProto, workers: int) -> None:
+        images = [np.full((32, 32, 3), i, np.uint8) for i in range(12)]
+        with Pipeline(preprocess=[Fail(7), HwcToChw(), Cast("float32")], engine=tiny, **CPU) as pipe:
+            got = []
+            with pytest.raises(StageError, match=r"item 7: preprocess\[0\] Fail: ValueError: pixel is 7") as info:
+                for r in pipe.map(images, batch_size=2, workers=workers):
+                    got.append(r)
+        assert info.value.index == 7
+        assert isinstance(info.value.__cause__, ValueError)
+        assert len(got) == 7  # items 0..6 (6 shares a batch with 7, but the batch is cut short for it)
+        assert not _map_threads()
+
+    def test_error_in_input_iterable(self, tiny_pipe: Pipeline) -> None:
+        def items():
+            yield np.zeros((32, 32, 3), np.uint8)
+            raise OSError("disk gone")
+
+        with pytest.raises(StageError, match=r"item 1: input iterable: OSError: disk gone"):
+            list(tiny_pipe.map(items()))
+        assert not _map_threads()
+
+    def test_postprocess_error(self, tiny: onnx.ModelProto) -> None:
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, postprocess=[TopK(11)], **CPU) as pipe:
+            with pytest.raises(StageError, match=r"item 0: postprocess\[0\] TopK: InputError: TopK: k=11"):
+                next(pipe.map(_images(3)))
+        assert not _map_threads()
+
+    def test_early_stop_leaves_no_threads(self, tiny: onnx.ModelProto) -> None:
+        endless = (np.full((32, 32, 3), i % 256, np.uint8) for i in range(10**9))
+        with Pipeline(preprocess=[Slow(0.001), HwcToChw(), Cast("float32")], engine=tiny, **CPU) as pipe:
+            for i, _ in enumerate(pipe.map(endless, batch_size=2, workers=3)):
+                if i == 4:
+                    break
+            # Leaving the for loop drops the iterator; CPython collects it at once and its close() joins.
+            assert not _map_threads()
+            results = pipe.map(_images(50), batch_size=4)
+            next(results)
+            assert _map_threads()
+            results.close()
+            assert not _map_threads()
+            assert list(results) == []
+
+    def test_bad_arguments(self, tiny_pipe: Pipeline) -> None:
+        with pytest.raises(OptionError, match=r"batch_size: got 0"):
+            tiny_pipe.map([], batch_size=0)
+        with pytest.raises(OptionError, match=r"workers: got -1"):
+            tiny_pipe.map([], workers=-1)
+        with pytest.raises(OptionError, match=r"items: got int"):
+            tiny_pipe.map(3)
