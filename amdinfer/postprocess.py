@@ -28,7 +28,7 @@ from .stages import Postprocessor
 __all__ = ["LAYOUTS", "Nms", "ScaleBoxes", "Softmax", "TopK", "YoloDecode", "detect_layout"]
 
 #: YOLO output layouts :class:`YoloDecode` understands.
-LAYOUTS = ("auto", "v5", "v8", "end2end")
+LAYOUTS = ("auto", "v5", "v8", "e2e")
 
 
 def _number(name: str, value: Any, lo: float, hi: float) -> float:
@@ -158,29 +158,29 @@ def detect_layout(shape: tuple[int, ...], input_shape: tuple[int, int] | None = 
     """Tell a YOLO output layout from one item's output shape.
 
     With the model input size (``input_shape``, recorded by the geometric stages) the anchor count
-    ``A = sum(ceil(h / s) * ceil(w / s) for s in (8, 16, 32))`` decides: ``(4 + nc, A)`` is ``"v8"`` and
-    ``(3 * A, 5 + nc)`` is ``"v5"``. Otherwise (or when neither matches): channels first
-    (``shape[0] < shape[1]``) is ``"v8"``; channels last with 6 or 7 columns and fewer rows than
-    channels-last v5 outputs have is ``"end2end"`` (``x1, y1, x2, y2, score, class``); other channels-last
-    outputs are ``"v5"``. State the layout when your model breaks these rules (e.g. a one-class v5 model
-    without ``input_shape``).
+    ``A = sum(ceil(h / s) * ceil(w / s) for s in (8, 16, 32))`` decides first: ``(4 + nc, A)`` is ``"v8"``
+    and ``(3 * A, 5 + nc)`` is ``"v5"``, which also settles tiny inputs (fewer anchors than channels) and
+    one-class v5 models. Otherwise :func:`amdinfer.reference.resolve_layout` decides as Ultralytics does: a
+    last axis of 6 is ``"e2e"``, else the shorter axis holds the channels.
 
     Args:
         shape: one item's output shape (2-D).
         input_shape: ``(height, width)`` of the model input, if known.
 
     Returns:
-        ``"v5"``, ``"v8"`` or ``"end2end"``.
+        ``"v5"``, ``"v8"`` or ``"e2e"``.
 
     Raises:
         InputError: the shape is not 2-D.
 
     Example:
         >>> detect_layout((84, 8400)), detect_layout((25200, 85)), detect_layout((300, 6))
-        ('v8', 'v5', 'end2end')
-        >>> detect_layout((84, 21), input_shape=(32, 32))
-        'v8'
+        ('v8', 'v5', 'e2e')
+        >>> detect_layout((84, 21), input_shape=(32, 32)), detect_layout((63, 6), input_shape=(32, 32))
+        ('v8', 'v5')
     """
+    from .reference import resolve_layout
+
     if len(shape) != 2:
         raise InputError(f"YoloDecode: got an output of shape {tuple(shape)}, expected 2-D per item")
     rows, cols = shape
@@ -191,26 +191,22 @@ def detect_layout(shape: tuple[int, ...], input_shape: tuple[int, int] | None = 
             return "v8"
         if rows == 3 * anchors and cols > 5:
             return "v5"
-    if rows < cols:
-        return "v8"
-    if cols in (6, 7) and rows <= 1000:
-        return "end2end"
-    return "v5"
+    return resolve_layout(np.empty((1, rows, cols), np.float32))
 
 
 class YoloDecode(Postprocessor):
     """Turn one item's raw YOLO output into candidate :class:`~amdinfer.results.Detections` (before NMS).
 
-    Layouts: ``"v5"`` ``(anchors, 5 + nc)`` rows ``x, y, w, h, objectness, class scores`` (score =
-    objectness x class score); ``"v8"`` ``(4 + nc, anchors)`` without objectness; ``"end2end"`` ``(k, 6)``
-    rows ``x1, y1, x2, y2, score, class`` from models exported with NMS inside. ``"auto"`` tells them apart
-    with :func:`detect_layout`. Candidates keep the best class of each box whose score exceeds
-    ``conf_threshold`` (for v5, the objectness must exceed it too, as Ultralytics does); boxes are in model
-    input pixels. Records ``"conf_threshold"`` and, for :class:`Nms` with ``multi_label=True``, the per-class
-    scores of the candidates (``"class_scores"``) in the metadata.
+    Calls :func:`amdinfer.reference.yolo_decode`. Layouts: ``"v5"`` ``(anchors, 5 + nc)`` rows
+    ``cx, cy, w, h, objectness, class scores`` (score = objectness x class score, the objectness must pass the
+    threshold too); ``"v8"`` ``(4 + nc, anchors)`` without objectness; ``"e2e"`` ``(k, 6)`` rows
+    ``x1, y1, x2, y2, score, class`` of models exported with NMS inside. ``"auto"`` tells them apart with
+    :func:`detect_layout`. Each box keeps its best class when that score is above ``conf_threshold``
+    (strictly, as Ultralytics); boxes are in model-input pixels. Records ``"yolo"`` (the item's prediction,
+    layout, threshold and labels, which ``Nms(multi_label=True)`` decodes again) in the metadata.
 
     Args:
-        layout: ``"auto"``, ``"v5"``, ``"v8"`` or ``"end2end"``.
+        layout: ``"auto"``, ``"v5"``, ``"v8"`` or ``"e2e"``.
         conf_threshold: minimum score, in ``[0, 1]``.
         labels: class names (a sequence or ``{index: name}``), attached to the detections.
         output: which model output holds the predictions when the model has several (e.g. ``"output0"`` of a
@@ -254,28 +250,30 @@ class YoloDecode(Postprocessor):
             raise InputError(f"YoloDecode: got {shown}, expected a floating-point YOLO output")
         x = _squeeze_batch(self, x, 2)
         layout = self.layout if self.layout != "auto" else detect_layout(x.shape, meta.get("input_shape"))
-        boxes, scores, classes, class_scores = yolo_decode(x, layout=layout, conf_threshold=self.conf_threshold)
-        meta["conf_threshold"] = self.conf_threshold
-        meta["yolo_layout"] = layout
-        meta["class_scores"] = class_scores
-        meta["labels"] = self.labels
+        if layout == "e2e" and x.shape[-1] != 6:
+            raise InputError(f"YoloDecode(layout='e2e'): got shape {x.shape}, expected (k, 6)")
+        ((boxes, scores, classes),) = yolo_decode(x[None], layout, self.conf_threshold)
+        meta["yolo"] = {"prediction": x, "layout": layout, "conf_threshold": self.conf_threshold, "labels": self.labels}
         return Detections(boxes, scores, classes, _names_for(self, self.labels, classes), meta.get("input_shape"))
 
 
 class Nms(Postprocessor):
     """Non-maximum suppression of :class:`~amdinfer.results.Detections`, class-aware unless ``agnostic``.
 
-    Follows Ultralytics' ``non_max_suppression`` after decoding: optional multi-label expansion (one
-    candidate per class scoring above the decode threshold), class filter, the ``max_nms`` best candidates,
-    greedy NMS (:func:`amdinfer.reference.batched_nms`, or :func:`amdinfer.reference.nms` when agnostic),
-    then the ``max_det`` best kept boxes.
+    The steps of Ultralytics' ``non_max_suppression`` after decoding: optional multi-label candidates, class
+    filter, the ``max_nms`` best candidates, greedy NMS (:func:`amdinfer.reference.batched_nms`, exact IoUs per
+    class, or :func:`amdinfer.reference.nms` when agnostic), then the ``max_det`` best kept boxes, best first.
+    Outputs of ``"e2e"`` models were suppressed inside the model, so they only get the filter and ``max_det``.
 
     Args:
         iou_threshold: boxes overlapping a kept box (of the same class unless ``agnostic``) with IoU above
             this are dropped.
         max_det: most detections kept per image.
         agnostic: suppress across classes.
-        multi_label: a box may be kept for several classes (needs :class:`YoloDecode` before it).
+        multi_label: a box may be kept once for each class scoring above the decode threshold. The other
+            classes' scores are not in the detections, so this decodes the prediction ``YoloDecode`` recorded
+            again with :func:`amdinfer.reference.yolo_decode` ``(multi_label=True)``; it needs ``YoloDecode``
+            right before it.
         classes: keep only these class indices (``None``: all).
         max_nms: most candidates that enter NMS, by score.
 
@@ -326,31 +324,23 @@ class Nms(Postprocessor):
         self.classes = classes
 
     def process(self, data: Any, meta: dict[str, Any]) -> Detections:
-        from .reference import batched_nms, nms
+        from .reference import batched_nms, nms, yolo_decode
 
         if not isinstance(data, Detections):
             raise InputError(f"Nms: got {type(data).__name__}, expected Detections (put YoloDecode before Nms)")
         det = data
+        record = meta.get("yolo")
         if self.multi_label:
-            scores = meta.get("class_scores")
-            if scores is None:
-                raise InputError("Nms(multi_label=True): the sample has no per-class scores; put YoloDecode before it")
-            if scores.shape[0] != len(det):
-                raise InputError(
-                    f"Nms(multi_label=True): got {len(det)} boxes but {scores.shape[0]} rows of class scores"
-                )
-            rows, cols = np.nonzero(scores > meta.get("conf_threshold", 0.0))
-            names = meta.get("labels")
-            det = Detections(
-                det.boxes[rows],
-                scores[rows, cols],
-                cols,
-                _names_for(self, names, cols) if names is not None else None,
-                det.image_shape,
+            if record is None:
+                raise InputError("Nms(multi_label=True): the sample has no YOLO prediction; put YoloDecode before it")
+            ((boxes, scores, classes),) = yolo_decode(
+                record["prediction"][None], record["layout"], record["conf_threshold"], multi_label=True
             )
-        meta.pop("class_scores", None)  # rows no longer line up with the detections
+            det = Detections(boxes, scores, classes, _names_for(self, record["labels"], classes), det.image_shape)
         if self.classes is not None:
             det = det.select(np.isin(det.classes, self.classes))
+        if record is not None and record["layout"] == "e2e":
+            return det.select(np.arange(min(len(det), self.max_det)))
         if len(det) > self.max_nms:
             det = det.select(np.argsort(-det.scores, kind="stable")[: self.max_nms])
         if self.agnostic:

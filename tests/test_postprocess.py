@@ -146,19 +146,19 @@ class TestYoloDecode(StageContract):
         assert det.classes.tolist() == [1]
         # end-to-end: rows already xyxy, score, class.
         e2e = np.array([[1, 2, 3, 4, 0.9, 7], [5, 6, 7, 8, 0.1, 2], [0, 0, 9, 9, 0.5, 1]], np.float32)
-        det = YoloDecode("end2end", conf_threshold=0.25)(e2e).data
+        det = YoloDecode("e2e", conf_threshold=0.25)(e2e).data
         np.testing.assert_allclose(det.boxes, [[1, 2, 3, 4], [0, 0, 9, 9]])
         assert det.classes.tolist() == [7, 1]
 
     def test_layout_detection(self) -> None:
         assert detect_layout((84, 8400)) == "v8"
         assert detect_layout((25200, 85)) == "v5"
-        assert detect_layout((300, 6)) == "end2end"
+        assert detect_layout((300, 6)) == "e2e"
         # At tiny inputs v8 has fewer anchors than channels; the input size settles it.
         assert detect_layout((84, 21), input_shape=(32, 32)) == "v8"
         assert detect_layout((63, 6), input_shape=(32, 32)) == "v5"
         pred = _v8_output(BOXES, [(0.9,), (0.8,), (0.7,)], anchors=21)  # (5, 21)
-        assert YoloDecode()(Sample(pred, {"input_shape": (32, 32)})).meta["yolo_layout"] == "v8"
+        assert YoloDecode()(Sample(pred, {"input_shape": (32, 32)})).meta["yolo"]["layout"] == "v8"
         assert len(YoloDecode()(pred[None]).data) == 3  # a batch axis of 1 is dropped
 
     def test_rejects_bad_params(self) -> None:
