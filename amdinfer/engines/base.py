@@ -425,6 +425,8 @@ class Engine(abc.ABC):
         if any(b != n for b in batch.values()):
             raise InputError(f"batch_buckets: inputs disagree on the batch size (axis 0): {batch}")
         top = self._buckets[-1]
+        # Outputs whose axis 0 is fixed (or that are scalars) do not carry the batch: never cut or concatenate them.
+        fixed = {s.name for s in self._outputs if not s.shape or isinstance(s.shape[0], int)}
         chunks = []
         for start in range(0, n, top):
             stop = min(start + top, n)
@@ -442,10 +444,11 @@ class Engine(abc.ABC):
                     )
             res = self._run(part, names)
             self._n_runs += 1
-            chunks.append({k: (v[:size] if getattr(v, "ndim", 0) and v.shape[0] == bucket else v) for k, v in res.items()})
+            cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}
+            chunks.append({k: (v[:size] if k in cut else v) for k, v in res.items()})
         if len(chunks) == 1:
             return chunks[0]
-        return {k: np.concatenate([c[k] for c in chunks], axis=0) for k in chunks[0]}
+        return {k: chunks[0][k] if k in fixed else np.concatenate([c[k] for c in chunks], axis=0) for k in chunks[0]}
 
 
 def _fmt(spec: TensorSpec) -> str:
