@@ -32,7 +32,7 @@ def sample_images() -> dict[str, np.ndarray]:
     try:
         from skimage import data
     except ImportError:
-        raise SystemExit("the sample photos come with scikit-image: pip install scikit-image (or pass --image)")
+        raise SystemExit("the sample photos need scikit-image: pip install scikit-image (or pass --image)") from None
     return {name: getattr(data, name)() for name in ("chelsea", "coffee", "astronaut")}
 
 
