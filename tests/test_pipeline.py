@@ -334,3 +334,21 @@ class TestMap:
             tiny_pipe.map([], workers=-1)
         with pytest.raises(OptionError, match=r"items: got int"):
             tiny_pipe.map(3)
+
+
+# ---------------------------------------------------------------------------------------------- the notebook
+class TestQuickstartNotebook:
+    def test_runs_top_to_bottom(self) -> None:
+        nbformat = pytest.importorskip("nbformat")
+        nbclient = pytest.importorskip("nbclient")
+        pytest.importorskip("ipykernel")
+        pytest.importorskip("skimage")
+        from pathlib import Path
+
+        path = Path(__file__).parent.parent / "examples" / "quickstart.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors
+        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        assert "item 1: preprocess[0] Resize: InputError" in text  # the error cell shows a located error
