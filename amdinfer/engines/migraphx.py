@@ -179,6 +179,7 @@ class MigraphxEngine(Engine):
         quantizer: Any = None,
     ) -> None:
         self._quant_plan: Any = None
+        self._rewritten = False  # a quantizer without migraphx_plan() rewrote the model itself
         self._pre_notes: list[str] = []
         super().__init__(
             model, precision=precision, device=device, shapes=shapes, batch_buckets=batch_buckets, quantizer=quantizer
@@ -189,7 +190,12 @@ class MigraphxEngine(Engine):
         mgx = import_migraphx()
         self._mgx = mgx
         version = str(getattr(mgx, "__version__", "unknown"))
-        if self._precision == "bf16" and self._quant_plan is None and not hasattr(mgx, "quantize_bf16"):
+        if (
+            self._precision == "bf16"
+            and self._quant_plan is None
+            and not self._rewritten
+            and not hasattr(mgx, "quantize_bf16")
+        ):
             raise OptionError(
                 f"precision='bf16': this MIGraphX ({version}) has no quantize_bf16; upgrade ROCm or use 'fp16'"
             )
@@ -322,7 +328,7 @@ class MigraphxEngine(Engine):
             raise OptionError(f"default_dim_value: got {default_dim_value!r}, expected an int >= 1")
         if self._precision == "fp64":
             raise OptionError("precision='fp64': MIGraphX computes in fp32 at most; use backend='reference' for fp64")
-        if self._precision == "int8" and self._quant_plan is None:
+        if self._precision == "int8" and self._quant_plan is None and not self._rewritten:
             raise OptionError(
                 "precision='int8': MIGraphX int8 needs calibration data; pass quantizer=Int8Quantizer(calibration=...) "
                 "(uncalibrated int8 gives wrong answers)"
@@ -356,6 +362,9 @@ class MigraphxEngine(Engine):
 
     def _prepare_source(self, info: EngineInfo) -> ModelSource:
         src = self._source
+        # A file with external data is parsed from its path (MIGraphX reads the data next to it); decided
+        # before anything serializes the model, which would fill in its bytes.
+        self._parse_path = src.path if src.path is not None and src._bytes is None else None
         if src.proto.functions:
             # MIGraphX's parser has no model-local functions; onnx inlines them exactly.
             from onnx import inliner
@@ -369,6 +378,7 @@ class MigraphxEngine(Engine):
         plan_fn = getattr(quantizer, "migraphx_plan", None)
         if plan_fn is None:
             super()._apply_quantizer(quantizer)
+            self._rewritten = True
             self._pre_notes.append(
                 f"quantizer {type(quantizer).__name__} has no migraphx_plan(): the model it rewrote is parsed as is"
             )
@@ -439,8 +449,8 @@ class MigraphxEngine(Engine):
             kwargs["default_dim_value"] = int(self._default_dim_value)
         src = self._mgx_source
         try:
-            if src.path is not None and src is self._source and src.proto.ByteSize() >= 2**31 - 1:
-                return mgx.parse_onnx(str(src.path), **kwargs)  # > 2 GB: let MIGraphX read external data itself
+            if self._parse_path is not None and src is self._source:
+                return mgx.parse_onnx(str(self._parse_path), **kwargs)
             return mgx.parse_onnx_buffer(src.to_bytes(), **kwargs)
         except TypeError as exc:
             raise BackendUnavailableError(
@@ -461,6 +471,8 @@ class MigraphxEngine(Engine):
     def _quantize(self, prog: Any, shapes: Mapping[str, tuple[int, ...]] | None) -> None:
         mgx = self._mgx
         plan = self._quant_plan
+        if plan is None and self._rewritten:
+            return  # the quantizer already rewrote the model (e.g. QDQ int8, fp16 conversion)
         kind = plan.kind if plan is not None else self._precision
         names = getattr(plan, "ins_names", None) if plan is not None else None
         try:
