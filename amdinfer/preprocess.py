@@ -95,6 +95,8 @@ def _have(module: str) -> bool:
 class LoadImage(Preprocessor):
     """Decode an image from a path or encoded bytes; arrays pass through unchanged.
 
+    Both decoders apply the EXIF orientation of JPEG files.
+
     Args:
         mode: ``"RGB"`` (``(H, W, 3)`` uint8), ``"BGR"`` (OpenCV's order) or ``"L"`` (grey ``(H, W)``).
         backend: ``"pillow"``, ``"opencv"``, or ``"auto"`` (Pillow if installed, else OpenCV). Neither is a
@@ -160,11 +162,12 @@ class LoadImage(Preprocessor):
 
     def _decode(self, raw: bytes, what: str) -> np.ndarray:
         if self._decoder() == "pillow":
-            from PIL import Image, UnidentifiedImageError
+            from PIL import Image, ImageOps, UnidentifiedImageError
 
             try:
                 with Image.open(io.BytesIO(raw)) as pil:
-                    pil = pil.convert("L" if self.mode == "L" else "RGB")
+                    # Apply the EXIF orientation, as OpenCV's decoder does, so both backends agree.
+                    pil = ImageOps.exif_transpose(pil).convert("L" if self.mode == "L" else "RGB")
                     image = np.asarray(pil, dtype=np.uint8).copy()
             except (UnidentifiedImageError, OSError) as exc:
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc

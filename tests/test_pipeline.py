@@ -68,10 +68,11 @@ class Slow(Preprocessor):
 
 # ---------------------------------------------------------------------------------------------- end to end
 class TestDetectionPipeline:
-    """YOLOv8-style model at 160: the pipeline equals letterbox -> engine -> NMS -> scale_boxes by hand."""
+    """YOLOv8/v5-style models at 160: the pipeline equals letterbox -> engine -> NMS -> scale_boxes by hand."""
 
-    def test_matches_steps_by_hand(self) -> None:
-        model = models.yolov8(image_size=160, num_classes=80)
+    @pytest.mark.parametrize("builder", [models.yolov8, models.yolov5])
+    def test_matches_steps_by_hand(self, builder) -> None:
+        model = builder(image_size=160, num_classes=80)
         rng = np.random.default_rng(3)
         images = [rng.integers(0, 256, (120, 200, 3), dtype=np.uint8), rng.integers(0, 256, (90, 70, 3), np.uint8)]
         engine = amdinfer.load(model, **CPU)

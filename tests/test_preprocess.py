@@ -315,6 +315,22 @@ class TestLoadImage(StageContract):
         assert grey.shape == (9, 13) and grey.dtype == np.uint8
         assert np.abs(grey.astype(int) - cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY).astype(int)).max() <= 1
 
+    def test_exif_orientation_agrees(self) -> None:
+        pil = pytest.importorskip("PIL.Image")
+        import io
+
+        image = np.zeros((4, 6, 3), np.uint8)
+        image[0, 0] = 255
+        picture = pil.fromarray(image)
+        exif = picture.getexif()
+        exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+        buf = io.BytesIO()
+        picture.save(buf, format="JPEG", exif=exif, quality=100)
+        a = LoadImage(backend="pillow")(buf.getvalue()).data
+        b = LoadImage(backend="opencv")(buf.getvalue()).data
+        assert a.shape == b.shape == (6, 4, 3)
+        np.testing.assert_array_equal(a, b)
+
     def test_rejects_bad_params(self) -> None:
         with pytest.raises(OptionError, match=r"mode: got 'CMYK'"):
             LoadImage("CMYK")
