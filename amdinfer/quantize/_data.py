@@ -98,12 +98,13 @@ def input_specs(proto: onnx.ModelProto) -> list[tuple[str, Any, int]]:
 
 
 def _unwrap(x: Any) -> Any:
-    """A stage result: an array, or a pipeline ``Sample`` whose ``.array`` is the tensor."""
+    """A stage result: an array, or a pipeline ``Sample`` (``.data``) or any object with ``.array``."""
     if isinstance(x, (np.ndarray, Mapping)):
         return x
-    arr = getattr(x, "array", None)
-    if arr is not None:
-        return arr
+    for attr in ("array", "data"):
+        arr = getattr(x, attr, None)
+        if isinstance(arr, np.ndarray):
+            return arr
     return x
 
 
@@ -118,8 +119,8 @@ def materialize(
     """Pull every sample out of ``data`` once (it may be a one-shot generator), applying ``preprocess``.
 
     Each sample is a feed dict, an array (for a single-input model) or, with ``preprocess``, an image that
-    the callables turn into one (each stage takes the previous result; the last may return an array or
-    an object with ``.array``, such as a pipeline ``Sample``).
+    the callables turn into one (each stage takes the previous result; the last may return an array, a
+    pipeline :class:`~amdinfer.stages.Sample` (its ``.data``) or an object with ``.array``).
 
     Raises:
         OptionError: ``data`` is not iterable, or ``preprocess`` holds something not callable.

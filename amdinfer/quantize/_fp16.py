@@ -70,6 +70,32 @@ def _check_nodes(name: str, wanted: Sequence[str], proto: onnx.ModelProto) -> No
         )
 
 
+def _drop_cast_round_trips(model: onnx.ModelProto) -> int:
+    """Let ``Cast(fp32 -> fp16) -> Cast(fp16 -> fp32)`` pairs read the fp32 tensor directly; returns how many.
+
+    With ``keep_io_types`` the converter casts each fp32 input to fp16 first and casts it back for blocked
+    nodes, so a blocked first layer would still see its input rounded to fp16.
+    """
+    g = model.graph
+    fp32 = {vi.name for vi in [*g.input, *g.value_info] if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    fp32 |= {t.name for t in g.initializer if t.data_type == onnx.TensorProto.FLOAT}
+
+    def cast_to(node: onnx.NodeProto) -> int | None:
+        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+
+    down = {n.output[0]: n for n in g.node if cast_to(n) == onnx.TensorProto.FLOAT16 and n.input[0] in fp32}
+    rewired = 0
+    for node in g.node:
+        if cast_to(node) == onnx.TensorProto.FLOAT and node.input[0] in down:
+            node.input[0] = down[node.input[0]].input[0]  # now an fp32 -> fp32 Cast: an identity ORT removes
+            rewired += 1
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    for name, node in down.items():
+        if name not in used:
+            g.node.remove(node)
+    return rewired
+
+
 class Fp16Quantizer(Quantizer):
     """Convert a model to fp16 with ONNX Runtime's ``convert_float_to_float16``.
 
@@ -201,6 +227,7 @@ class Fp16Quantizer(Quantizer):
             op_block_list=list(self.op_block_list),
             node_block_list=list(dict.fromkeys(blocked)),
         )
+        _drop_cast_round_trips(converted)
         # The converter appends the input casts last; ONNX requires topological order (ORT tolerates it).
         OnnxModel.graph_topological_sort(converted.graph, is_deterministic=True)
         return converted

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import BackendUnavailableError, CacheError, OptionError
+from ..errors import BackendUnavailableError, CacheError, InputError, OptionError
 from ..model import ModelSource
 from ._base import MigraphxQuantPlan, Quantizer
 from ._data import Progress, data_hash, materialize, to_feeds
@@ -83,7 +83,8 @@ class Int8Quantizer(Quantizer):
         calibration: an iterable of samples: feed dicts, arrays (single-input models) or, with
             ``preprocess``, images. A one-shot generator is read once and kept.
         preprocess: callables applied in turn to each calibration sample (e.g. ``amdinfer.preprocess``
-            stages); the last returns an array or an object with ``.array``. A missing batch axis is added.
+            stages); the last returns an array, a pipeline ``Sample`` (its ``.data``) or an object with
+            ``.array``. A missing batch axis is added.
         input_name: the input arrays feed, for models with several inputs.
         method: ``"minmax"``, ``"entropy"`` or ``"percentile"`` (ONNX Runtime's calibrators).
         percentile: the percentile kept by ``method="percentile"``.
@@ -367,10 +368,23 @@ class Int8Quantizer(Quantizer):
             log.info("int8 model for %s taken from the cache (%s)", src.sha256[:12], key)
         return proto
 
+    def _check_histogram_shapes(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        if self.method == "minmax":
+            return
+        shapes = {tuple((k, v.shape) for k, v in sorted(f.items())) for f in feeds}
+        if len(shapes) > 1:
+            shown = sorted({str(dict(s)) for s in shapes})[:3]
+            raise InputError(
+                f"calibration: method={self.method!r} needs samples of one shape (ONNX Runtime's histogram "
+                f"calibrators stack them), got {len(shapes)} shapes, e.g. {shown}; resize the samples to one "
+                "size or use method='minmax'"
+            )
+
     def _run_quantize_static(
         self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
     ) -> onnx.ModelProto:
         quantization = _import_quantization()
+        self._check_histogram_shapes(feeds)
         ranges = self._calibration_cache_path(src.sha256, feeds_hash)
         extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
         if self.method == "percentile":
@@ -467,6 +481,7 @@ class Int8Quantizer(Quantizer):
 
         src = ModelSource.from_any(model, check=False)
         feeds = self.calibration_feeds(src.proto)
+        self._check_histogram_shapes(feeds)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / "calibration_model.onnx"

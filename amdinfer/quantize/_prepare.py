@@ -24,7 +24,7 @@ import onnx
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ..model import ModelSource
 
-__all__ = ["WEIGHTED_OPS", "prepare_model", "tail_nodes", "weighted_layers"]
+__all__ = ["WEIGHTED_OPS", "fix_negative_dims", "prepare_model", "tail_nodes", "weighted_layers"]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -57,6 +57,36 @@ def _name_nodes(proto: onnx.ModelProto) -> int:
     return named
 
 
+def fix_negative_dims(proto: onnx.ModelProto) -> int:
+    """Turn ``dim_value <= 0`` and ``dim_param "?"`` on graph inputs and outputs into distinct named dims, in place.
+
+    Paddle2ONNX and some old exporters write ``-1`` (or ``0``) for "any size", or ``"?"`` on several axes
+    (which ONNX would read as "these axes are equal"); ONNX spells "any size" as a distinct ``dim_param``.
+    Returns how many dims were renamed (``<tensor>_dim<axis>``, or ``N`` for axis 0).
+
+    Example:
+        >>> from onnx import helper, TensorProto
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3])
+        >>> g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
+        ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])])
+        >>> m = helper.make_model(g)
+        >>> fix_negative_dims(m), m.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+        (2, 'N')
+    """
+    fixed = 0
+    for vi in list(proto.graph.input) + list(proto.graph.output):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        for axis, dim in enumerate(tt.shape.dim):
+            unknown = dim.HasField("dim_param") and dim.dim_param in ("?", "-1")
+            if (dim.HasField("dim_value") and dim.dim_value <= 0) or unknown:
+                dim.Clear()
+                dim.dim_param = "N" if axis == 0 else f"{vi.name}_dim{axis}"
+                fixed += 1
+    return fixed
+
+
 def _strip_unused_opsets(proto: onnx.ModelProto) -> None:
     """Drop opset imports no node uses (ONNX Runtime's optimizer adds every domain it knows)."""
     used = {n.domain or "" for n in proto.graph.node}
@@ -81,13 +111,22 @@ def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
         ) from exc
     # Symbolic shape inference needs sympy; ONNX shape inference covers convolutional models without it.
     skip_symbolic = importlib.util.find_spec("sympy") is None
+    import onnxruntime as ort
+
     with tempfile.TemporaryDirectory(prefix="amdinfer-quant-") as tmp:
-        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        src, opt, dst = Path(tmp) / "in.onnx", Path(tmp) / "opt.onnx", Path(tmp) / "out.onnx"
         current = proto
         for attempt in range(2):
             onnx.save_model(current, str(src))
             try:
-                quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+                # quant_pre_process's own optimizer step only logs a failure and goes on unoptimized
+                # (weights left in Constant nodes); run it here so a failure is an error.
+                so = ort.SessionOptions()
+                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+                so.optimized_model_filepath = str(opt)
+                so.log_severity_level = 3
+                ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+                quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=skip_symbolic)
                 break
             except Exception as exc:  # ONNX Runtime raises its own pybind types
                 text = str(exc)
@@ -156,6 +195,8 @@ def prepare_model(model: Any, *, min_opset: int = MIN_QDQ_OPSET, optimize: bool 
             ) from None
         log.info("model %s: opset %d upgraded to %d for quantization", src.name, opset, min_opset)
         proto = upgraded
+    if fix_negative_dims(proto):
+        log.info("model %s: negative (any-size) dims on inputs/outputs renamed as dynamic dims", src.name)
     named = _name_nodes(proto)
     if named:
         log.info("model %s: named %d unnamed nodes <OpType>_<index>", src.name, named)

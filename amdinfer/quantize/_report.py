@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from ..errors import InputError, OptionError
 from ..verify import max_abs_error, rms_error, topk_agreement
@@ -331,8 +332,20 @@ def _is_engine(x: Any) -> bool:
 
 def _load_cpu(model: Any, **options: Any) -> Any:
     from .._load import load
+    from ..model import ModelSource
+    from ._prepare import fix_negative_dims
 
-    return load(model, backend="ort", providers=["CPUExecutionProvider"], **options)
+    src = ModelSource.from_any(model)
+    if any(
+        (d.HasField("dim_value") and d.dim_value <= 0) or d.dim_param in ("?", "-1")
+        for vi in list(src.proto.graph.input) + list(src.proto.graph.output)
+        for d in vi.type.tensor_type.shape.dim
+    ):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(src.proto)
+        fix_negative_dims(proto)  # Paddle's -1 means "any size"; the engine would take it literally
+        src = ModelSource.from_any(proto, check=False)
+    return load(src, backend="ort", providers=["CPUExecutionProvider"], **options)
 
 
 def _run_all(engine: Any, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

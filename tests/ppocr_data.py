@@ -1,0 +1,187 @@
+"""Trained-model fixtures for the quantization accuracy tests and benchmark: PP-OCR from a wheel, real images.
+
+The models are the PP-OCRv4 text detector and the PP-OCR v2.0 text-direction classifier that
+``rapidocr-onnxruntime`` ships inside its wheel (Paddle2ONNX exports: weights in ``Constant`` nodes,
+opset 11/12, ``-1``/``"?"`` dims); nothing is downloaded. Images are scikit-image's bundled photographs of
+printed text (``data.page()``, ``data.text()``) and text pages rendered with Pillow's bundled font.
+
+The detector's boxes come from a simplified DB post-processing (rapidocr's settings: probability > 0.3,
+mean box score >= 0.5), without polygon unclipping: enough to compare the quantized box set with the float
+one, which is all these checks need.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DET_MODEL = "ch_PP-OCRv4_det_infer.onnx"
+CLS_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog ONNX Runtime MIGraphX int8 fp16 invoice total amount due "
+    "2024 page chapter section figure table 42 3.14 quantization calibration accuracy report"
+).split()
+
+
+def missing_packages() -> list[str]:
+    """The optional packages these fixtures need that are not installed."""
+    need = {
+        "rapidocr_onnxruntime": "rapidocr-onnxruntime",
+        "skimage": "scikit-image",
+        "scipy": "scipy",
+        "PIL": "pillow",
+    }
+    return [dist for mod, dist in need.items() if importlib.util.find_spec(mod) is None]
+
+
+def model_path(name: str = DET_MODEL) -> Path:
+    """Path of a model inside the installed ``rapidocr_onnxruntime`` wheel (the package is not imported)."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("rapidocr-onnxruntime is not installed: pip install rapidocr-onnxruntime")
+    path = Path(next(iter(spec.submodule_search_locations))) / "models" / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not in the installed rapidocr-onnxruntime wheel")
+    return path
+
+
+def _rgb(image: np.ndarray) -> np.ndarray:
+    return np.stack([image] * 3, axis=-1) if image.ndim == 2 else image[..., :3]
+
+
+def det_input(image: np.ndarray, side: int = 320) -> np.ndarray:
+    """PP-OCR detector input: longer side ~``side``, both sides multiples of 32, BGR, ``(x/255 - 0.5) / 0.5``."""
+    from skimage.transform import resize
+
+    img = _rgb(image)
+    h, w = img.shape[:2]
+    s = side / max(h, w)
+    nh, nw = max(32, round(h * s / 32) * 32), max(32, round(w * s / 32) * 32)
+    x = resize(img, (nh, nw), preserve_range=True, anti_aliasing=True).astype(np.float32)
+    x = (x[..., ::-1] / 255.0 - 0.5) / 0.5
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def _font(size: int) -> Any:
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: fixed-size bitmap font
+        return ImageFont.load_default()
+
+
+def synthetic_page(seed: int, size: tuple[int, int] = (320, 320)) -> np.ndarray:
+    """An RGB page of a few dark text lines in random sizes on a light background."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    img = Image.new("RGB", size, tuple(int(v) for v in rng.integers(190, 256, 3)))
+    draw = ImageDraw.Draw(img)
+    y = int(rng.integers(4, 20))
+    while y < size[1] - 20:
+        fs = int(rng.integers(14, 30))
+        text = " ".join(rng.choice(_WORDS, int(rng.integers(1, 5))))
+        x = int(rng.integers(0, size[0] // 3))
+        draw.text((x, y), text, fill=tuple(int(v) for v in rng.integers(0, 80, 3)), font=_font(fs))
+        y += fs + int(rng.integers(6, 30))
+    return np.asarray(img)
+
+
+def real_pages() -> list[np.ndarray]:
+    """scikit-image's photographs of printed text: ``page()`` and ``text()``."""
+    from skimage import data
+
+    return [data.page(), data.text()]
+
+
+def det_calibration(n: int = 12) -> list[np.ndarray]:
+    """Detector calibration inputs: synthetic pages (seeds 0..n-1) and crops of the real pages."""
+    page, text = real_pages()
+    feeds = [det_input(synthetic_page(s), 320) for s in range(n)]
+    feeds += [det_input(page[:, : page.shape[1] // 2], 256), det_input(text[:, : text.shape[1] // 2], 256)]
+    return feeds
+
+
+def det_held_out(n: int = 8) -> list[np.ndarray]:
+    """Held-out detector inputs: the whole real pages at three scales and synthetic pages (seeds 1000+)."""
+    feeds = [det_input(img, side) for img in real_pages() for side in (320, 480, 640)]
+    feeds += [det_input(synthetic_page(1000 + s, (384, 320)), 384) for s in range(n)]
+    return feeds
+
+
+def det_boxes(outputs: dict[str, np.ndarray], thresh: float = 0.3, box_thresh: float = 0.5) -> list[np.ndarray]:
+    """Axis-aligned text boxes ``(K, 4)`` xyxy per image from the detector's probability map."""
+    from scipy import ndimage
+
+    prob = np.asarray(next(iter(outputs.values())), np.float32)
+    found = []
+    for p in prob[:, 0]:
+        labels, _ = ndimage.label(p > thresh)
+        boxes = []
+        for i, sl in enumerate(ndimage.find_objects(labels)):
+            if sl is None:
+                continue
+            ys, xs = sl
+            if ys.stop - ys.start < 3 or xs.stop - xs.start < 3:
+                continue
+            if p[sl][labels[sl] == i + 1].mean() < box_thresh:
+                continue
+            boxes.append([xs.start, ys.start, xs.stop, ys.stop])
+        found.append(np.asarray(boxes, np.float64).reshape(-1, 4))
+    return found
+
+
+def text_mask_iou(quantized: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]) -> float:
+    """IoU of the ``prob > 0.3`` text masks, pooled over samples (the probability-map metric)."""
+    inter = union = 0
+    for q, r in zip(quantized, reference):
+        a = np.asarray(next(iter(q.values()))) > 0.3
+        b = np.asarray(next(iter(r.values()))) > 0.3
+        inter += int(np.count_nonzero(a & b))
+        union += int(np.count_nonzero(a | b))
+    return inter / union if union else 1.0
+
+
+def cls_input(line: np.ndarray) -> np.ndarray:
+    """Direction-classifier input: a text-line image resized to height 48 (width <= 192, right-padded)."""
+    from skimage.transform import resize
+
+    img = _rgb(line)
+    h, w = img.shape[:2]
+    nw = min(192, max(8, round(w * 48 / h)))
+    x = resize(img, (48, nw), preserve_range=True, anti_aliasing=True).astype(np.float32)
+    x = (x[..., ::-1] / 255.0 - 0.5) / 0.5
+    out = np.zeros((1, 3, 48, 192), np.float32)
+    out[0, :, :, :nw] = x.transpose(2, 0, 1)
+    return out
+
+
+def text_lines(seed: int, n: int) -> list[np.ndarray]:
+    """``n`` single text-line images; every other one is rotated by 180 degrees."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        fs = int(rng.integers(18, 34))
+        text = " ".join(rng.choice(_WORDS, int(rng.integers(1, 4))))
+        font = _font(fs)
+        w = int(draw_width(text, font)) + 12
+        img = Image.new("RGB", (w, fs + 14), tuple(int(v) for v in rng.integers(190, 256, 3)))
+        ImageDraw.Draw(img).text((6, 4), text, fill=tuple(int(v) for v in rng.integers(0, 80, 3)), font=font)
+        arr = np.asarray(img)
+        lines.append(arr[::-1, ::-1] if i % 2 else arr)
+    return lines
+
+
+def draw_width(text: str, font: Any) -> float:
+    """Rendered width of ``text`` in ``font``."""
+    from PIL import Image, ImageDraw
+
+    box = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
+    return box[2] - box[0]
