@@ -228,7 +228,7 @@ class TestShapeMapping:
 
     def test_signature_and_static_dims(self) -> None:
         assert glue.signature_of({"a": (1, 2), "b": np.zeros((3,)).shape}) == (("a", (1, 2)), ("b", (3,)))
-        assert glue.static_input_dims({"a": (np.int64(2), 3)}) == {"a": [2, 3]}
+        assert glue.static_input_dims({"a": (np.int64(2), 3)}) == {"map_input_dims": {"a": [2, 3]}}
 
 
 # ---------------------------------------------------------------------------------------------- outputs
@@ -425,3 +425,283 @@ class TestWithRealMigraphx:
     def test_unsupported_operator(self) -> None:
         with pytest.raises(amdinfer.UnsupportedOperatorError, match="Det"):
             amdinfer.load(one_node_model("Det"), backend="migraphx", target="ref")
+
+
+# ---------------------------------------------------------------------------------------------- engine glue
+class _StandInMigraphx:
+    """NOT MIGraphX. A stand-in with the keyword signatures of ``src/py/migraphx_py.cpp`` (HEAD f729a52).
+
+    Used ONLY to execute :class:`MigraphxEngine`'s own Python glue on a machine without MIGraphX: that it
+    calls parse/quantize/compile/save/load/run with the binding's argument names, names the outputs, keeps
+    per-shape programs and goes through the cache. It computes with onnx's ReferenceEvaluator; nothing it
+    returns says anything about MIGraphX, and no document calls these tests verification of MIGraphX.
+    """
+
+    __version__ = "stand-in"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        ops = recorded_operators()
+        stand_in = self
+
+        class DynamicDimension:
+            def __init__(self, lo: int, hi: int, optimals: set | None = None) -> None:
+                if optimals is not None and not isinstance(optimals, set):
+                    raise TypeError("optimals must be a set (std::set caster)")
+                self.min, self.max, self.optimals = lo, hi, optimals or set()
+
+        class Shape:
+            dynamic_dimension = DynamicDimension
+
+            def __init__(self, lens: tuple[int, ...] | None) -> None:
+                self._lens = lens
+
+            def lens(self) -> list[int]:
+                return list(self._lens or ())
+
+            def dynamic(self) -> bool:
+                return self._lens is None
+
+        class Program:
+            def __init__(self, model: bytes, dims: dict, compiled: bool = False) -> None:
+                self.model, self.dims, self.compiled = model, dims, compiled
+                self.offload_copy = True
+                proto = onnx.load_model_from_string(model)
+                self.inputs = [i.name for i in proto.graph.input]
+                self.outputs = [o.name for o in proto.graph.output]
+
+            def _lens(self, name: str) -> tuple[int, ...] | None:
+                return tuple(self.dims[name]) if name in self.dims else None
+
+            def get_parameter_shapes(self) -> dict:
+                params = {n: Shape(self._lens(n)) for n in self.inputs}
+                if self.compiled and not self.offload_copy:  # output buffers become parameters
+                    for i, shape in enumerate(self.get_output_shapes()):
+                        params[f"main:#output_{i}"] = shape
+                return params
+
+            def get_output_shapes(self) -> list:
+                if not all(n in self.dims for n in self.inputs):
+                    return [Shape(None) for _ in self.outputs]
+                from onnx.reference import ReferenceEvaluator
+
+                feeds = {n: np.zeros(self.dims[n], np.float32) for n in self.inputs}
+                return [Shape(np.shape(v)) for v in ReferenceEvaluator(self.model).run(None, feeds)]
+
+            def compile(self, t, offload_copy: bool = True, fast_math: bool = True, exhaustive_tune: bool = False):
+                stand_in.calls.append(f"compile:{t}:{offload_copy}:{fast_math}:{exhaustive_tune}")
+                self.compiled, self.offload_copy = True, offload_copy
+
+            def is_compiled(self) -> bool:
+                return self.compiled
+
+            def run(self, params: dict) -> list:
+                from onnx.reference import ReferenceEvaluator
+
+                stand_in.calls.append("run")
+                if not self.offload_copy:
+                    missing = [n for n in self.get_parameter_shapes() if n not in params]
+                    if missing:
+                        raise RuntimeError(f"missing parameters {missing}")
+                    params = {k: v for k, v in params.items() if "#output_" not in k}
+                for name, arr in params.items():
+                    if name in self.dims and tuple(arr.shape) != tuple(self.dims[name]):
+                        raise RuntimeError(f"param {name}: shape {arr.shape} != {self.dims[name]}")
+                return list(ReferenceEvaluator(self.model).run(None, {k: np.asarray(v) for k, v in params.items()}))
+
+        self.shape = Shape
+        self.Program = Program
+        self._ops = ops
+
+    # -- module-level functions, with the binding's parameter names and defaults
+    def get_onnx_operators(self) -> list[str]:
+        return list(self._ops)
+
+    def get_target(self, name: str) -> str:
+        if name not in ("ref", "gpu"):
+            raise RuntimeError(f"Requested target '{name}' is not loaded or not supported")
+        return name
+
+    def parse_onnx_buffer(
+        self,
+        filename: bytes,
+        default_dim_value: int = 0,
+        default_dyn_dim_value=None,
+        map_input_dims=None,
+        map_dyn_input_dims=None,
+        skip_unknown_operators: bool = False,
+        print_program_on_error: bool = False,
+        external_data_path: str = "",
+        use_debug_symbols: bool = False,
+    ):
+        if map_input_dims and map_dyn_input_dims:
+            raise RuntimeError("PARSE_ONNX_FROM: both map_input_dims and map_dyn_input_dims non-empty")
+        self.calls.append("parse_onnx_buffer:" + ("dyn" if map_dyn_input_dims else "static"))
+        # Like the real parser: mapped dims win; unknown dims become default_dim_value (0 -> {1, 1}).
+        dims = {}
+        for vi in onnx.load_model_from_string(filename).graph.input:
+            if vi.name in (map_dyn_input_dims or {}):
+                continue
+            model_dims = [
+                d.dim_value if d.HasField("dim_value") else (default_dim_value or 1)
+                for d in vi.type.tensor_type.shape.dim
+            ]
+            dims[vi.name] = list((map_input_dims or {}).get(vi.name, model_dims))
+        return self.Program(filename, dims)
+
+    def parse_onnx(
+        self,
+        filename: str,
+        default_dim_value: int = 0,
+        default_dyn_dim_value=None,
+        dim_params=None,
+        map_input_dims=None,
+        map_dyn_input_dims=None,
+        skip_unknown_operators: bool = False,
+        print_program_on_error: bool = False,
+        max_loop_iterations: int = 10,
+        limit_max_iterations: int = 65535,
+        use_debug_symbols: bool = False,
+    ):
+        self.calls.append("parse_onnx")
+        return self.parse_onnx_buffer(
+            Path(filename).read_bytes(), map_input_dims=map_input_dims, map_dyn_input_dims=map_dyn_input_dims
+        )
+
+    def quantize_fp16(self, prog, ins_names=("all",)) -> None:
+        self.calls.append(f"quantize_fp16:{list(ins_names)}")
+
+    def quantize_int8(self, prog, t, calibration=(), ins_names=("dot", "convolution")) -> None:
+        if not isinstance(ins_names, set):
+            raise TypeError("ins_names: std::unordered_set caster takes a set")
+        shapes = [{k: tuple(np.asarray(v).shape) for k, v in c.items()} for c in calibration]
+        self.calls.append(f"quantize_int8:{t}:{sorted(ins_names)}:{shapes}")
+
+    def to_gpu(self, arg, host: bool = False):
+        self.calls.append("to_gpu")
+        return arg
+
+    def allocate_gpu(self, s, host: bool = False):
+        self.calls.append("allocate_gpu")
+        return np.empty(s.lens(), np.float32)
+
+    def from_gpu(self, arg):
+        self.calls.append("from_gpu")
+        return arg
+
+    def argument(self, buf) -> np.ndarray:
+        return np.asarray(buf)
+
+    def save(self, p, filename: str, format: str = "msgpack") -> None:
+        import pickle
+
+        self.calls.append(f"save:{format}")
+        Path(filename).write_bytes(pickle.dumps((p.model, p.dims, p.compiled)))
+
+    def load(self, filename: str, format: str = "msgpack"):
+        import pickle
+
+        self.calls.append(f"load:{format}")
+        model, dims, compiled = pickle.loads(Path(filename).read_bytes())
+        return self.Program(model, dims, compiled)
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> _StandInMigraphx:
+    if MIGRAPHX_PROBLEM is None:
+        pytest.skip("the real migraphx imports here; the real-migraphx tests cover the engine")
+    fake = _StandInMigraphx()
+    monkeypatch.setattr(glue.importlib, "import_module", lambda name: fake if name == "migraphx" else None)
+    return fake
+
+
+class TestEngineGlueWithStandIn:
+    """Executes MigraphxEngine's Python glue against the labelled stand-in above (not MIGraphX)."""
+
+    def test_static_model_compiles_at_load_and_names_outputs(self, stand_in, tmp_path: Path) -> None:
+        model = models.tiny_cnn()
+        x = models.random_inputs(model, batch=2, seed=3)["input"]
+        with amdinfer.load(model, backend="migraphx", target="ref", shapes={"input": x.shape}, cache_dir=tmp_path) as e:
+            assert stand_in.calls[:3] == ["parse_onnx_buffer:static", "compile:ref:True:True:False", "save:msgpack"]
+            got = e.run(x)
+        with amdinfer.load(model, backend="ort", providers=["cpu"]) as ort:
+            want = ort.run(x)
+        assert list(got) == ["logits"]
+        np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-4, atol=1e-5)
+        assert e.info.cache_hit is False and e.info.settings["programs"][0]["inputs"] == {
+            "map_input_dims": {"input": [2, 3, 32, 32]}
+        }
+
+    def test_second_engine_loads_from_the_cache(self, stand_in, tmp_path: Path) -> None:
+        model = models.tiny_cnn()
+        shapes = {"input": (1, 3, 32, 32)}
+        amdinfer.load(model, backend="migraphx", target="ref", shapes=shapes, cache_dir=tmp_path).close()
+        stand_in.calls.clear()
+        with amdinfer.load(model, backend="migraphx", target="ref", shapes=shapes, cache_dir=tmp_path) as e:
+            assert e.info.cache_hit is True
+        assert stand_in.calls == ["load:msgpack"]
+
+    def test_per_shape_programs_and_buckets(self, stand_in) -> None:
+        model = models.tiny_cnn()
+        x = models.random_inputs(model, batch=7, seed=1)["input"]
+        with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], use_cache=False) as e:
+            assert e.programs == 0  # symbolic batch and no bounds: compiled on first use
+            for n in (1, 2, 3, 4, 7):
+                assert e.run(x[:n])["logits"].shape == (n, 10)
+            assert e.programs == 3
+        assert stand_in.calls.count("parse_onnx_buffer:static") == 3
+
+    def test_dynamic_program_and_fp16(self, stand_in) -> None:
+        shapes = {"input": [(1, 3, 32, 32), (4, 3, 32, 32), (2, 3, 32, 32)]}
+        with amdinfer.load(
+            models.tiny_cnn(),
+            backend="migraphx",
+            target="ref",
+            shapes=shapes,
+            dynamic_shapes="program",
+            precision="fp16",
+            use_cache=False,
+        ) as e:
+            assert e.programs == 1 and e.info.precision == "fp16"
+            assert e.info.settings["quantization"] == "migraphx.quantize_fp16(ins_names=['all'])"
+        assert stand_in.calls[:2] == ["parse_onnx_buffer:dyn", "quantize_fp16:['all']"]
+
+    def test_unsupported_operator_is_caught_before_parsing(self, stand_in) -> None:
+        with pytest.raises(amdinfer.UnsupportedOperatorError, match=r"\['Det'\]"):
+            amdinfer.load(one_node_model("Det"), backend="migraphx", target="ref")
+        assert stand_in.calls == []
+
+    def test_missing_target(self, stand_in) -> None:
+        with pytest.raises(amdinfer.BackendUnavailableError, match="cpu target exists only in MIGraphX builds"):
+            amdinfer.load(models.tiny_cnn(), backend="migraphx", target="cpu")
+
+    def test_int8_plan_from_the_quantizer(self, stand_in) -> None:
+        from amdinfer.quantize import Int8Quantizer
+
+        cal = [models.random_inputs(models.tiny_cnn(), batch=1, seed=i)["input"] for i in range(3)]
+        q = Int8Quantizer(calibration=cal, progress=False, cache=False)
+        with amdinfer.load(
+            models.tiny_cnn(),
+            backend="migraphx",
+            target="ref",
+            quantizer=q,
+            shapes={"input": (2, 3, 32, 32)},
+            use_cache=False,
+        ) as e:
+            assert e.info.precision == "int8"
+        (call,) = [c for c in stand_in.calls if c.startswith("quantize_int8")]
+        # three batch-1 samples re-batched to the program's batch of 2
+        assert call == "quantize_int8:ref:['convolution', 'dot']:[{'input': (2, 3, 32, 32)}, {'input': (2, 3, 32, 32)}]"
+
+    def test_offload_copy_off_copies_around_the_run(self, stand_in) -> None:
+        model = models.tiny_cnn()
+        x = models.random_inputs(model, batch=1, seed=2)["input"]
+        with amdinfer.load(
+            model, backend="migraphx", target="gpu", offload_copy=False, shapes={"input": x.shape}, use_cache=False
+        ) as e:
+            stand_in.calls.clear()
+            out = e.run(x)["logits"]
+            assert e.info.device == "rocm:0"
+        assert stand_in.calls == ["to_gpu", "allocate_gpu", "run", "from_gpu"]
+        with amdinfer.load(model, backend="ort", providers=["cpu"]) as ort:
+            np.testing.assert_allclose(out, ort.run(x)["logits"], rtol=1e-4, atol=1e-5)

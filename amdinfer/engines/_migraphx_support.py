@@ -247,14 +247,16 @@ def unknown_operator_in(message: str) -> str | None:
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
 
-def static_input_dims(shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    """``parse_onnx(map_input_dims=...)`` for concrete input shapes: ``{name: [dims]}``.
+def static_input_dims(shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """``parse_onnx`` keyword arguments for concrete input shapes: ``{"map_input_dims": {name: [dims]}}``.
+
+    Same form as :func:`dynamic_input_dims` returns, so one program description serves both.
 
     Example:
         >>> static_input_dims({"x": (2, 3, 8, 8)})
-        {'x': [2, 3, 8, 8]}
+        {'map_input_dims': {'x': [2, 3, 8, 8]}}
     """
-    return {name: [int(d) for d in shape] for name, shape in shapes.items()}
+    return {"map_input_dims": {name: [int(d) for d in shape] for name, shape in shapes.items()}}
 
 
 def dynamic_input_dims(
