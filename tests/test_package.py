@@ -24,6 +24,11 @@ PUBLIC_MODULES = [
     "amdinfer.bench",
     "amdinfer.doctor",
     "amdinfer.profile",
+    "amdinfer.stages",
+    "amdinfer.preprocess",
+    "amdinfer.postprocess",
+    "amdinfer.results",
+    "amdinfer.pipeline",
     "amdinfer.testing.conformance",
 ]
 
