@@ -78,9 +78,10 @@ def diagnose_import_failure(
         imported_without_api: ``import migraphx`` succeeded but the module has no ``parse_onnx``.
 
     Example:
-        >>> print(diagnose_import_failure("No module named 'migraphx'", dist_version="0.0.1", dist_has_module=False,
-        ...                               rocm_modules=[], python_tag="cpython-311")[:92])
-        backend 'migraphx': the installed PyPI package 'migraphx' 0.0.1 is an empty placeholder (it
+        >>> msg = diagnose_import_failure("No module named 'migraphx'", dist_version="0.0.1", dist_has_module=False,
+        ...                               rocm_modules=[], python_tag="cpython-311")
+        >>> msg[:89]
+        "backend 'migraphx': the installed PyPI package 'migraphx' 0.0.1 is an empty placeholder"
     """
     head = "backend 'migraphx': "
     if dist_version is not None and (not dist_has_module or imported_without_api):
