@@ -80,7 +80,7 @@ def diagnose_import_failure(
     Example:
         >>> msg = diagnose_import_failure("No module named 'migraphx'", dist_version="0.0.1", dist_has_module=False,
         ...                               rocm_modules=[], python_tag="cpython-311")
-        >>> msg[:89]
+        >>> msg[:88]
         "backend 'migraphx': the installed PyPI package 'migraphx' 0.0.1 is an empty placeholder"
     """
     head = "backend 'migraphx': "
