@@ -80,8 +80,8 @@ def diagnose_import_failure(
     Example:
         >>> msg = diagnose_import_failure("No module named 'migraphx'", dist_version="0.0.1", dist_has_module=False,
         ...                               rocm_modules=[], python_tag="cpython-311")
-        >>> msg[:88]
-        "backend 'migraphx': the installed PyPI package 'migraphx' 0.0.1 is an empty placeholder"
+        >>> "PyPI package 'migraphx' 0.0.1 is an empty placeholder" in msg, "pip uninstall migraphx" in msg
+        (True, True)
     """
     head = "backend 'migraphx': "
     if dist_version is not None and (not dist_has_module or imported_without_api):
