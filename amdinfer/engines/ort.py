@@ -593,6 +593,10 @@ class OrtEngine(Engine):
                 "the MIGraphX EP keeps its compiled programs in migraphx_model_cache_dir; hits are not reported"
             )
             return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+        if len(source.to_bytes()) > 1_800_000_000:
+            # ORT can only save such a model with external initializers, which this one-file cache does not hold.
+            info.notes.append("model over 1.8 GB: the optimized-model cache is not used")
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
         level = self._so_args[2]
         parts = {
             "recipe": 1,
