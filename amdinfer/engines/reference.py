@@ -317,7 +317,7 @@ class ReferenceEngine(Engine):
         if device:
             info.notes.append(f"device={device} ignored: the reference engine runs on the CPU")
         try:
-            self._evaluator = ReferenceEvaluator(proto, new_ops=new_ops or None)
+            self._evaluator: Any = ReferenceEvaluator(proto, new_ops=new_ops or None)
         except (NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
             bad = _unsupported_ops(proto, new_ops)
             if bad:

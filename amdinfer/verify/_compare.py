@@ -93,6 +93,7 @@ def _compare_one(
     all_finite = bool(finite.all())
     af, bf = (a.ravel(), b.ravel()) if all_finite else (a[finite], b[finite])
     n = af.size
+    cosine: float | None
     if n:
         diff = af - bf
         absdiff = np.abs(diff)
@@ -235,7 +236,7 @@ def compare(
         raise OptionError(f"elementwise: got {elementwise!r}, expected True or False")
     if topk is not None and (not isinstance(topk, int) or isinstance(topk, bool) or topk < 1):
         raise OptionError(f"topk: got {topk!r}, expected None or an int >= 1")
-    kw = dict(precision=prec, atol=atol, rtol=rtol, rms_tol=rms_tol, elementwise=elementwise, topk=topk)
+    kw: dict[str, Any] = dict(precision=prec, atol=atol, rtol=rtol, rms_tol=rms_tol, elementwise=elementwise, topk=topk)
     a_map, b_map = isinstance(actual, Mapping), isinstance(expected, Mapping)
     if a_map != b_map:
         raise InputError(
@@ -376,9 +377,11 @@ def compare_engines(
     ra = a.run(feeds, outputs=names)
     rb = b.run(feeds, outputs=names)
     prec = _norm_precision(precision) if precision is not None else _engine_precision(a, b)
-    return compare(
+    report = compare(
         ra, rb, atol, rtol, rms_tol=rms_tol, precision=prec, elementwise=elementwise, topk=topk, outputs=names
     )
+    assert isinstance(report, ComparisonReport)  # dicts in, so one report per output
+    return report
 
 
 def _graph_tensors(proto: Any) -> list[tuple[int, str, str, str]]:
@@ -461,7 +464,7 @@ def compare_layers(
     ra = engine.run(feeds, outputs="all")
     rb = reference.run(feeds, outputs="all")
     prec = _norm_precision(precision) if precision is not None else _engine_precision(engine, reference)
-    kw = dict(precision=prec, atol=atol, rtol=rtol, rms_tol=rms_tol, elementwise=elementwise, topk=None)
+    kw: dict[str, Any] = dict(precision=prec, atol=atol, rtol=rtol, rms_tol=rms_tol, elementwise=elementwise, topk=None)
     layers: list[LayerEntry] = []
     skipped: dict[str, str] = {}
     for index, node, op, tensor in _graph_tensors(reference.model.proto):
