@@ -105,7 +105,9 @@ def load(
             engine.info.skipped.setdefault(name, why)
         return engine
     if skipped and all(why.startswith("does not take") for why in skipped.values()):
-        raise OptionError(f"options: no backend takes {sorted(common)}: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        raise OptionError(
+            f"options: no backend takes {sorted(common)}: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        )
     detail = "\n".join(f"  - {k}: {v}" for k, v in skipped.items())
     raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")
 

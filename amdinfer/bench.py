@@ -130,4 +130,6 @@ def benchmark(engine: Engine, feeds: Mapping[str, Any] | Any, *, iterations: int
     first = next(iter(feeds.values())) if isinstance(feeds, Mapping) else feeds
     batch = int(first.shape[0]) if getattr(first, "ndim", 0) else 1
     lat = time_calls(lambda: engine.run(feeds), iterations=iterations, warmup=warmup)
-    return BenchResult(lat, batch=batch, load_seconds=engine.info.load_seconds, compile_seconds=engine.info.compile_seconds)
+    return BenchResult(
+        lat, batch=batch, load_seconds=engine.info.load_seconds, compile_seconds=engine.info.compile_seconds
+    )

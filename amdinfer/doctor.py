@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import importlib
 import importlib.metadata
-import importlib.util
 import os
 import platform
 import shutil
@@ -74,7 +72,10 @@ class DoctorReport:
         for name, version in self.packages.items():
             lines.append(f"{name:<13} {version}")
         lines.append("")
-        lines.append("ONNX Runtime distributions: " + (", ".join(f"{k} {v}" for k, v in self.ort_distributions.items()) or "none"))
+        lines.append(
+            "ONNX Runtime distributions: "
+            + (", ".join(f"{k} {v}" for k, v in self.ort_distributions.items()) or "none")
+        )
         for prov, state in self.providers.items():
             lines.append(f"  {prov:<28} {state}")
         lines.append(f"MIGraphX (native python module): {self.migraphx}")
@@ -109,18 +110,10 @@ def _can_load(lib: str) -> str:
 
 
 def _migraphx_state() -> str:
-    if importlib.util.find_spec("migraphx") is None:
-        return "not installed (AMD ships it with ROCm: apt install migraphx, then use /opt/rocm/lib on PYTHONPATH)"
-    try:
-        module = importlib.import_module("migraphx")
-    except Exception as exc:  # a broken install can raise anything
-        return f"import failed: {type(exc).__name__}: {exc}"
-    if not hasattr(module, "parse_onnx"):
-        return (
-            f"the PyPI placeholder 'migraphx' {_version('migraphx') or ''} is installed, not AMD's module: "
-            "pip uninstall migraphx and use the one from ROCm (/opt/rocm/lib)"
-        )
-    return "importable"
+    from .engines.migraphx import probe
+
+    why = probe()
+    return "importable" if why is None else why
 
 
 def diagnose() -> DoctorReport:
@@ -172,7 +165,9 @@ def diagnose() -> DoctorReport:
     hip = ctypes.util.find_library("amdhip64")
     candidates = [hip] if hip else [str(rocm_path / "lib" / "libamdhip64.so")]
     report.rocm["libamdhip64"] = _can_load(candidates[0])
-    report.rocm["/dev/kfd"] = "present" if Path("/dev/kfd").exists() else "missing (no AMD GPU driver, or not passed to the container)"
+    report.rocm["/dev/kfd"] = (
+        "present" if Path("/dev/kfd").exists() else "missing (no AMD GPU driver, or not passed to the container)"
+    )
     report.rocm["rocminfo"] = shutil.which("rocminfo") or "not found"
     if not Path("/dev/kfd").exists():
         report.problems.append(

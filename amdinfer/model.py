@@ -155,7 +155,7 @@ class ModelSource:
         if isinstance(model, ModelSource):
             return model
         if isinstance(model, onnx.ModelProto):
-            src = cls(model, name=model.graph.name and f"<ModelProto {model.graph.name}>" or "<ModelProto>")
+            src = cls(model, name=(model.graph.name and f"<ModelProto {model.graph.name}>") or "<ModelProto>")
         elif isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
             proto = cls._parse(data, "<bytes>")
@@ -164,9 +164,7 @@ class ModelSource:
         elif isinstance(model, (str, os.PathLike)):
             src = cls._from_path(Path(model))
         else:
-            raise ModelError(
-                f"model: got {type(model).__name__}, expected a path, bytes or onnx.ModelProto"
-            )
+            raise ModelError(f"model: got {type(model).__name__}, expected a path, bytes or onnx.ModelProto")
         if check:
             src.check()
         return src
@@ -201,9 +199,7 @@ class ModelSource:
         except OSError as exc:
             raise ModelError(f"model {where}: cannot read ({exc.strerror})") from None
         proto = cls._parse(data, where)
-        external = [
-            t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-        ]
+        external = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
         if external:
             base = path.parent
             for t in external:
@@ -232,8 +228,10 @@ class ModelSource:
     def check(self) -> None:
         """Run ``onnx.checker`` and raise :class:`ModelError` naming the problem."""
         try:
-            if self.proto.ByteSize() < 2**31 - 1:
-                onnx.checker.check_model(self.proto)
+            # Checking the serialized bytes avoids a second serialization inside onnx.checker;
+            # the bytes are needed anyway for the content hash and the runtime.
+            if self._bytes is not None or self.proto.ByteSize() < 2**31 - 1:
+                onnx.checker.check_model(self.to_bytes())
             elif self.path is not None:
                 onnx.checker.check_model(str(self.path))
         except onnx.checker.ValidationError as exc:

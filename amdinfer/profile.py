@@ -116,7 +116,9 @@ class ProfileReport:
         }
 
     def __repr__(self) -> str:
-        lines = [f"ProfileReport({len(self.nodes)} nodes, {self.total_us / 1000:.3f} ms/run, providers {self.providers})"]
+        lines = [
+            f"ProfileReport({len(self.nodes)} nodes, {self.total_us / 1000:.3f} ms/run, providers {self.providers})"
+        ]
         for r in self.by_op()[:10]:
             lines.append(f"  {r.op_type:<24} {r.nodes:4d} nodes {r.total_us:10.1f} us  {100 * r.share:5.1f}%")
         if self.cpu_nodes:

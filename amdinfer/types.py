@@ -174,7 +174,9 @@ def parse_shapes(shapes: Mapping[str, object] | None) -> dict[str, ShapeBounds]:
     if shapes is None:
         return {}
     if not isinstance(shapes, Mapping):
-        raise OptionError(f"shapes: got {type(shapes).__name__}, expected a dict input name -> shape or [min, max(, opt)]")
+        raise OptionError(
+            f"shapes: got {type(shapes).__name__}, expected a dict input name -> shape or [min, max(, opt)]"
+        )
     out: dict[str, ShapeBounds] = {}
     for name, value in shapes.items():
         what = f"shapes[{name!r}]"

@@ -25,12 +25,15 @@ wheel = next((d for d in installed if d in AMD_DISTS), None)
 expected = os.environ.get("AMDINFER_EXPECT_WHEEL")
 
 if expected and wheel != expected:
-    pytest.fail(f"AMDINFER_EXPECT_WHEEL={expected} but installed ONNX Runtime distributions are {installed}", pytrace=False)
+    pytest.fail(
+        f"AMDINFER_EXPECT_WHEEL={expected} but installed ONNX Runtime distributions are {installed}", pytrace=False
+    )
 if wheel is None:
-    pytest.skip(f"no AMD ONNX Runtime wheel installed (have {installed}); run `nox -s amd_wheels`", allow_module_level=True)
+    pytest.skip(
+        f"no AMD ONNX Runtime wheel installed (have {installed}); run `nox -s amd_wheels`", allow_module_level=True
+    )
 
 import onnxruntime as ort  # noqa: E402
-
 from amd_wheel_outputs import CASES, feeds_for  # noqa: E402
 
 PROVIDER = AMD_DISTS[wheel]

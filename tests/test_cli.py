@@ -54,7 +54,21 @@ def test_run_prints_outputs(model_path, capsys) -> None:
 def test_run_with_given_inputs_and_save(model_path, tmp_path, capsys) -> None:
     x = models.random_inputs(models.tiny_cnn(), batch=2, seed=4)
     np.savez(tmp_path / "in.npz", **x)
-    assert main(["run", str(model_path), "--backend", "ort", "--inputs", str(tmp_path / "in.npz"), "--save", str(tmp_path / "out.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(model_path),
+                "--backend",
+                "ort",
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--save",
+                str(tmp_path / "out.npz"),
+            ]
+        )
+        == 0
+    )
     import onnxruntime as ort
 
     want = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, x)[0]

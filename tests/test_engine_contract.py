@@ -11,12 +11,12 @@ import pickle
 import numpy as np
 import onnx
 import pytest
+from conftest import oracle
 from onnx import TensorProto, helper
 
 import amdinfer
 from amdinfer import verify
 from amdinfer.testing import conformance, models
-from conftest import oracle
 
 # name -> (builder call, batch); sizes kept small so the plain evaluator stays quick.
 MODELS = {
@@ -124,13 +124,17 @@ class TestBadInput:
     def test_wrong_rank(self, engine) -> None:
         feeds = self.ok()
         feeds["b"] = np.ones((2, 4, 1), np.float32)
-        with pytest.raises(amdinfer.InputError, match=r"input 'b': got shape \(2, 4, 1\) \(rank 3\), expected \(N, 4\)"):
+        with pytest.raises(
+            amdinfer.InputError, match=r"input 'b': got shape \(2, 4, 1\) \(rank 3\), expected \(N, 4\)"
+        ):
             engine.run(feeds)
 
     def test_wrong_static_dim(self, engine) -> None:
         feeds = self.ok()
         feeds["a"] = np.ones((2, 5), np.float32)
-        with pytest.raises(amdinfer.InputError, match=r"input 'a': got shape \(2, 5\), expected \(N, 4\) \(axis 1 must be 4\)"):
+        with pytest.raises(
+            amdinfer.InputError, match=r"input 'a': got shape \(2, 5\), expected \(N, 4\) \(axis 1 must be 4\)"
+        ):
             engine.run(feeds)
 
     def test_symbolic_dims_must_agree(self, engine) -> None:

@@ -75,7 +75,9 @@ def test_truncated_file(tmp_path, keep: float) -> None:
 def test_missing_external_data(tmp_path) -> None:
     proto = models.tiny_cnn()
     path = tmp_path / "ext.onnx"
-    onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    onnx.save(
+        proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0
+    )
     ModelSource.from_any(path)  # loads while the data is there
     (tmp_path / "weights.bin").unlink()
     with pytest.raises(amdinfer.ModelError, match=r"external data file 'weights.bin' for initializer '.+' not found"):

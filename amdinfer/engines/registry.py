@@ -54,9 +54,7 @@ class BackendEntry:
 _REGISTRY: dict[str, BackendEntry] = {}
 
 
-def register_backend(
-    name: str, factory: Factory, *, auto_priority: int | None = None, description: str = ""
-) -> None:
+def register_backend(name: str, factory: Factory, *, auto_priority: int | None = None, description: str = "") -> None:
     """Register an engine factory under ``name``.
 
     Args:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,11 @@ for _kind in (
     EngineKind("ort-migraphx", {"backend": "ort", "providers": ["MIGraphXExecutionProvider"]}),
     EngineKind("ort-rocm", {"backend": "ort", "providers": ["ROCMExecutionProvider"]}),
     EngineKind("ort-cuda", {"backend": "ort", "providers": ["CUDAExecutionProvider"]}),
-    EngineKind("ort-cuda-fp16", {"backend": "ort", "providers": ["CUDAExecutionProvider"], "precision": "fp16"}, precision="fp16"),
+    EngineKind(
+        "ort-cuda-fp16",
+        {"backend": "ort", "providers": ["CUDAExecutionProvider"], "precision": "fp16"},
+        precision="fp16",
+    ),
     EngineKind("migraphx-ref", {"backend": "migraphx", "target": "ref"}),
     EngineKind("migraphx-gpu", {"backend": "migraphx", "target": "gpu"}),
 ):
@@ -92,7 +96,7 @@ def selected_kinds() -> list[str]:
     return [k.strip() for k in wanted.split(",") if k.strip() in ENGINE_KINDS]
 
 
-@lru_cache(maxsize=None)
+@cache
 def availability(name: str) -> str | None:
     """``None`` when the kind builds here, else the reason it cannot (the backend's own message).
 
