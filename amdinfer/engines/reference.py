@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -330,6 +331,7 @@ class ReferenceEngine(Engine):
                 f"model {source.name}: onnx.reference cannot load it: {type(exc).__name__}: {exc}"
             ) from None
         self._graph = proto.graph
+        self._run_lock = threading.Lock()
         self._all_names = _node_outputs(proto.graph)
         self._known = (
             set(self._all_names) | {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
@@ -359,7 +361,7 @@ class ReferenceEngine(Engine):
             if unknown:
                 raise InputError(f"outputs: got {unknown}, expected names of tensors in the graph")
         try:
-            with self._lock:
+            with self._run_lock:
                 values = self._evaluator.run(names, feeds)
         except AmdinferError:
             raise
