@@ -96,7 +96,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             stats = ""
             if a.size and a.dtype.kind in "fiu":
                 f = a.astype(np.float64)
-                stats = f" min {np.nanmin(f):.6g} max {np.nanmax(f):.6g} mean {np.nanmean(f):.6g} nan {int(np.isnan(f).sum())}"
+                nan = int(np.isnan(f).sum())
+                stats = f" min {np.nanmin(f):.6g} max {np.nanmax(f):.6g} mean {np.nanmean(f):.6g} nan {nan}"
             print(f"{name}: {a.dtype} {a.shape}{stats}")
         if args.save:
             np.savez(args.save, **{k: np.asarray(v) for k, v in out.items()})

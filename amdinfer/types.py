@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: One dimension of a tensor: a fixed size, a symbolic name, or ``None`` (unknown).
-Dim = Union[int, str, None]
+Dim = int | str | None
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "fp64"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp64")

@@ -14,13 +14,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ..errors import OptionError
 
 __all__ = ["BackendEntry", "auto_order", "backend_names", "get_backend", "register_backend"]
 
-Factory = Union[Callable[..., Any], str]
+Factory = Callable[..., Any] | str
 
 
 @dataclass
