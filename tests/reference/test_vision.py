@@ -224,6 +224,19 @@ class TestNms:
         boxes = np.array([[0, 0, 0, 0], [0, 0, 0, 0]], np.float32)
         np.testing.assert_array_equal(nms(boxes, np.array([0.9, 0.8]), 0.5), [0, 1])
 
+    def test_extreme_thresholds_and_coordinates(self) -> None:
+        boxes, scores, _ = _clustered(200, 21)
+        # A negative threshold: even disjoint boxes (IoU 0) exceed it.
+        np.testing.assert_array_equal(nms(boxes, scores, -0.1), _greedy_oracle(boxes, scores, -0.1))
+        assert len(nms(boxes, scores, 1.0)) == 200
+        # Tiny boxes far apart: the coarse integer pre-test must still let the real overlaps through.
+        far = boxes * np.float32(1e-3) + np.where(np.arange(200) % 2, 1e5, -1e5)[:, None].astype(np.float32)
+        np.testing.assert_array_equal(nms(far, scores, 0.45), _greedy_oracle(far, scores, 0.45))
+        weird = boxes.copy()
+        weird[:5] = [[np.nan, 0, 1, 1], [0, 0, np.inf, 1], [-np.inf, 0, 1, 1], [5, 5, 1, 1], [0, 0, 0, 0]]
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(nms(weird, scores, 0.45), _greedy_oracle(weird, scores, 0.45))
+
     def test_rejects_bad_shapes(self) -> None:
         with pytest.raises(ValueError, match="boxes"):
             nms(np.zeros((3, 5)), np.zeros(3), 0.5)
