@@ -99,11 +99,20 @@ def real_pages() -> list[np.ndarray]:
     return [data.page(), data.text()]
 
 
+def _on_canvas(x: np.ndarray, side: int = 320) -> np.ndarray:
+    """``x`` (1, 3, h, w) in the top-left corner of a ``side`` x ``side`` input (0 is mid-grey)."""
+    out = np.zeros((1, 3, side, side), np.float32)
+    h, w = min(side, x.shape[2]), min(side, x.shape[3])
+    out[:, :, :h, :w] = x[:, :, :h, :w]
+    return out
+
+
 def det_calibration(n: int = 12) -> list[np.ndarray]:
-    """Detector calibration inputs: synthetic pages (seeds 0..n-1) and crops of the real pages."""
+    """Detector calibration inputs, all 320 x 320 (ONNX Runtime's histogram calibrators need one shape):
+    synthetic pages (seeds 0..n-1) and the left halves of the real pages."""
     page, text = real_pages()
-    feeds = [det_input(synthetic_page(s), 320) for s in range(n)]
-    feeds += [det_input(page[:, : page.shape[1] // 2], 256), det_input(text[:, : text.shape[1] // 2], 256)]
+    feeds = [_on_canvas(det_input(synthetic_page(s), 320)) for s in range(n)]
+    feeds += [_on_canvas(det_input(page[:, : page.shape[1] // 2], 256)), _on_canvas(det_input(text[:, :220], 256))]
     return feeds
 
 

@@ -1,0 +1,233 @@
+"""fp32 vs fp16 vs int8 on ONNX Runtime CPU: throughput ratios and accuracy in one run.
+
+Models: ResNet-50 batch 8 (``amdinfer.testing.models.resnet50``, batch norms folded as a torch export
+writes it; random weights, so its accuracy figures are output errors, not a task metric) and, when
+``rapidocr-onnxruntime`` and scikit-image are installed, the trained PP-OCRv4 text detector with real and
+rendered pages (task metric: F1 of the detected text boxes against fp32's, and the IoU of the text masks).
+Then a search over int8 configurations for ResNet-50 b8 (format, per-channel, reduce_range, activation /
+weight types, graph optimization level) measuring speed and error of each.
+
+Timing on a shared CPU: each round runs every engine once, in turn, and the figure is the median over
+rounds, so load from other processes hits all engines alike. Set ``AMDINFER_BENCH_QUICK=1`` for a short
+run (fewer rounds, a shorter configuration search); ``AMDINFER_BENCH_THREADS`` sets the intra-op threads
+(default 2). Run from the repository root: ``python benchmarks/quantization.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import amdinfer
+from amdinfer.quantize import Fp16Quantizer, Int8Quantizer, box_agreement, evaluate
+from amdinfer.testing.models import random_inputs, resnet50
+from amdinfer.verify import rms_error, topk_agreement
+
+QUICK = os.environ.get("AMDINFER_BENCH_QUICK", "") not in ("", "0")
+THREADS = int(os.environ.get("AMDINFER_BENCH_THREADS", "2"))
+ROUNDS = 3 if QUICK else 7
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def _load(model: Any, graph_optimization: str = "all") -> Any:
+    return amdinfer.load(
+        model, backend="ort", providers=["cpu"], threads=THREADS, graph_optimization=graph_optimization
+    )
+
+
+def _time_interleaved(engines: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, float]:
+    """Median seconds per run of each engine, the engines taking turns within each round."""
+    for e in engines.values():
+        e.run(feeds)  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(rounds):
+        for name, e in engines.items():
+            t0 = time.perf_counter()
+            e.run(feeds)
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def resnet50_section() -> list[str]:
+    model = resnet50(seed=0, batchnorm=False)
+    calib = [random_inputs(model, batch=1, seed=s) for s in range(4 if QUICK else 8)]
+    held_out = random_inputs(model, batch=8, seed=1234)
+    t0 = time.perf_counter()
+    m16 = Fp16Quantizer().quantize(model)
+    t16 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    m8 = Int8Quantizer(calibration=calib, progress=False, cache=False).quantize(model)
+    t8 = time.perf_counter() - t0
+    engines = {"fp32": _load(model), "fp16": _load(m16), "int8": _load(m8)}
+    secs = _time_interleaved(engines, held_out, ROUNDS)
+    ref = engines["fp32"].run(held_out)["logits"]
+    lines = [
+        f"ResNet-50 batch 8, ORT CPU {THREADS} threads, median of {ROUNDS} interleaved rounds "
+        "(random weights: accuracy as output error)",
+        "",
+        _row(["precision", "ms / batch", "img/s", "speed-up vs fp32", "quantize s", "rms vs fp32", "top-1 agree"]),
+        _row(["---"] * 7),
+    ]
+    for name, e in engines.items():
+        out = e.run(held_out)["logits"]
+        qs = {"fp32": 0.0, "fp16": t16, "int8": t8}[name]
+        lines.append(
+            _row(
+                [
+                    name,
+                    f"{secs[name] * 1000:.0f}",
+                    f"{8 / secs[name]:.1f}",
+                    f"{secs['fp32'] / secs[name]:.2f}x",
+                    f"{qs:.1f}",
+                    f"{rms_error(out, ref):.2e}",
+                    f"{topk_agreement(out, ref, k=1):.3f}",
+                ]
+            )
+        )
+        e.close()
+    return lines
+
+
+def ppocr_section() -> list[str]:
+    try:
+        import ppocr_data as P
+    except ImportError:
+        return ["PP-OCR: tests/ppocr_data.py not found (run from the repository root)"]
+    missing = P.missing_packages()
+    if missing:
+        return [f"PP-OCR det: skipped, needs {missing} (pip install rapidocr-onnxruntime scikit-image)"]
+    from amdinfer.quantize._report import _load_cpu
+
+    path = P.model_path()
+    calib = P.det_calibration()
+    held = P.det_held_out()
+    ref_engine = _load_cpu(path)
+    ref_out = [ref_engine.run(x) for x in held]
+    quantizers = {"fp16": Fp16Quantizer(), "int8": Int8Quantizer(calibration=calib, progress=False, cache=False)}
+    models = {"fp32": None}
+    quant_s = {"fp32": 0.0}
+    for name, q in quantizers.items():
+        t0 = time.perf_counter()
+        models[name] = q.quantize(path)
+        quant_s[name] = time.perf_counter() - t0
+    fixed = ref_engine.model  # -1/'?' dims renamed, so the engine accepts any size
+    engines = {"fp32": _load(fixed), **{k: _load(v) for k, v in models.items() if v is not None}}
+    x = held[2]  # the 640-wide real page
+    secs = _time_interleaved(engines, {"x": x}, ROUNDS)
+    lines = [
+        "",
+        f"PP-OCRv4 det (trained, rapidocr-onnxruntime wheel), {len(held)} held-out pages, timing on {tuple(x.shape)}",
+        "",
+        _row(
+            ["precision", "ms / page", "speed-up vs fp32", "quantize s", "box F1 vs fp32", "P / R", "mask IoU", "rms"]
+        ),
+        _row(["---"] * 8),
+    ]
+    for name, e in engines.items():
+        outs = [e.run(xx) for xx in held]
+        p, r, f1, n = box_agreement(
+            [b for o in outs for b in P.det_boxes(o)], [b for o in ref_out for b in P.det_boxes(o)]
+        )
+        rms = max(rms_error(o["sigmoid_0.tmp_0"], ro["sigmoid_0.tmp_0"]) for o, ro in zip(outs, ref_out))
+        lines.append(
+            _row(
+                [
+                    name,
+                    f"{secs[name] * 1000:.0f}",
+                    f"{secs['fp32'] / secs[name]:.2f}x",
+                    f"{quant_s[name]:.1f}",
+                    f"{f1:.4f} ({n} boxes)",
+                    f"{p:.3f} / {r:.3f}",
+                    f"{P.text_mask_iou(outs, ref_out):.4f}",
+                    f"{rms:.3g}",
+                ]
+            )
+        )
+        e.close()
+    report = evaluate(_load(models["int8"]), ref_engine, held, boxes=P.det_boxes)
+    lines += ["", "```", repr(report), "```"]
+    return lines
+
+
+#: (label, Int8Quantizer options, graph optimization level). The first is the library default.
+SEARCH: list[tuple[str, dict[str, Any], str]] = [
+    ("default: QDQ, per-channel, U8S8", {}, "all"),
+    ("QDQ, per-tensor, U8S8", {"per_channel": False}, "all"),
+    ("QDQ, per-channel, U8S8, reduce_range", {"reduce_range": True}, "all"),
+    ("QDQ, per-tensor, U8U8", {"per_channel": False, "weight_type": "uint8"}, "all"),
+    ("QDQ, per-channel, S8S8", {"activation_type": "int8"}, "all"),
+    ("QOperator, per-channel, U8S8", {"format": "qoperator"}, "all"),
+    ("QOperator, per-tensor, U8S8", {"format": "qoperator", "per_channel": False}, "all"),
+    ("QDQ, per-channel, U8S8, graph opt basic", {}, "basic"),
+    ("QDQ, per-channel, U8S8, graph opt extended", {}, "extended"),
+    ("QDQ, per-channel, U8S8, Conv/Gemm only", {"op_types": ["Conv", "Gemm"]}, "all"),
+]
+QUICK_SEARCH = [0, 1, 2, 5]
+
+
+def int8_search_section() -> list[str]:
+    model = resnet50(seed=0, batchnorm=False)
+    calib = [random_inputs(model, batch=1, seed=s) for s in range(4 if QUICK else 8)]
+    held_out = random_inputs(model, batch=8, seed=1234)
+    chosen = [SEARCH[i] for i in QUICK_SEARCH] if QUICK else SEARCH
+    engines = {"fp32": _load(model)}
+    quant_s: dict[str, float] = {}
+    for label, opts, level in chosen:
+        t0 = time.perf_counter()
+        m8 = Int8Quantizer(calibration=calib, progress=False, cache=False, **opts).quantize(model)
+        quant_s[label] = time.perf_counter() - t0
+        engines[label] = _load(m8, graph_optimization=level)
+    secs = _time_interleaved(engines, held_out, ROUNDS)
+    ref = engines["fp32"].run(held_out)["logits"]
+    lines = [
+        "",
+        f"int8 configurations, ResNet-50 batch 8, ORT CPU {THREADS} threads, median of {ROUNDS} interleaved rounds",
+        "",
+        _row(["configuration", "ms / batch", "speed-up vs fp32", "rms vs fp32", "quantize s"]),
+        _row(["---"] * 5),
+        _row(["fp32", f"{secs['fp32'] * 1000:.0f}", "1.00x", "0", "-"]),
+    ]
+    for label, _, _ in chosen:
+        out = engines[label].run(held_out)["logits"]
+        lines.append(
+            _row(
+                [
+                    label,
+                    f"{secs[label] * 1000:.0f}",
+                    f"{secs['fp32'] / secs[label]:.2f}x",
+                    f"{rms_error(out, ref):.2e}",
+                    f"{quant_s[label]:.1f}",
+                ]
+            )
+        )
+    for e in engines.values():
+        e.close()
+    return lines
+
+
+def main() -> None:
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice on the root logger
+    import onnxruntime
+
+    print(f"# amdinfer quantization benchmark ({'quick' if QUICK else 'full'}; onnxruntime {onnxruntime.__version__})")
+    print()
+    for section in (resnet50_section, ppocr_section, int8_search_section):
+        for line in section():
+            print(line)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
