@@ -560,3 +560,16 @@ def test_activation_matches_onnx(op: str, dtype: type) -> None:
     x.flat[:4] = [0.0, 1000.0, -1000.0, -100.0]
     with np.errstate(over="ignore", invalid="ignore"):  # onnx's own Sigmoid warns on +-1000
         _compare(op, [x.astype(dtype)], {})
+
+
+def test_import_pulls_in_only_numpy_and_onnx() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, amdinfer; before = set(sys.modules); import amdinfer.reference; "
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "bad = new & {'onnxruntime', 'scipy', 'cv2', 'torch', 'torchvision', 'PIL'}; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
