@@ -15,7 +15,7 @@ __all__ = ["batched_nms", "nms"]
 
 # A small first block finds the best boxes cheaply; later blocks are large to amortise the per-block overhead, and
 # few of their candidates survive the boxes already kept.
-_FIRST_BLOCK = 64
+_FIRST_BLOCK = 128
 _BLOCK = 1024
 
 
