@@ -396,7 +396,7 @@ class Engine(abc.ABC):
         if isinstance(value, np.ndarray):  # ndarray subclass
             return np.asarray(value)
         if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
-            return value
+            return self._device_feed(name, value)
         if isinstance(value, (list, tuple, int, float, np.generic)):
             arr = np.asarray(value)
             if arr.dtype != dtype and np.can_cast(arr.dtype, dtype, casting="same_kind") and arr.dtype.kind == dtype.kind:
@@ -411,6 +411,11 @@ class Engine(abc.ABC):
     def _accepts_device_tensor(self, value: Any) -> bool:
         """Whether ``_run`` takes this DLPack tensor as is (GPU backends override)."""
         return False
+
+    def _device_feed(self, name: str, value: Any) -> Any:
+        """An accepted DLPack feed as ``_run`` takes it; it must expose ``.shape`` and a NumPy ``.dtype``
+        for the checks (e.g. a torch tensor's ``torch.float32`` is not one), so GPU backends wrap it."""
+        return value
 
     # ------------------------------------------------------------------ buckets
     def _bucket_for(self, n: int) -> int:

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
@@ -29,9 +29,19 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from ..errors import AmdinferError, BackendUnavailableError, InputError, ModelError, OptionError, UnsupportedOperatorError
+from ..errors import (
+    AmdinferError,
+    BackendUnavailableError,
+    EngineClosedError,
+    InputError,
+    ModelError,
+    OptionError,
+    UnsupportedOperatorError,
+)
 from ..model import ModelLike, ModelSource
 from ..types import normalize_precision
+from ._ort_device import device_feed, host_feeds, make_runner
+from ._ort_tuning import DataPathOptions, apply_tuning, drop_default_graphs, without_graphs
 from .base import Engine, EngineInfo
 
 __all__ = [
@@ -285,6 +295,17 @@ class OrtEngine(Engine):
         use_cache: ``True`` caches the ORT-optimized model (CPU, ROCm, CUDA EPs) and, for the MIGraphX EP,
             points ``migraphx_model_cache_dir`` into the cache; ``None`` (default) caches only when
             ``cache_dir=`` or ``$AMDINFER_CACHE_DIR`` is set; ``False`` never. ``info.cache_hit`` tells.
+        io_binding: run through IOBinding with device buffers reused per input shape (``None``: on for
+            GPU providers). Device tensors (DLPack: PyTorch, CuPy, JAX, ``OrtValue``) are then taken
+            without a host round trip; see ``docs/gpu.md``.
+        outputs_on: ``"auto"`` (device arrays when any feed is a device tensor, else NumPy), ``"host"``
+            or ``"device"`` (:class:`~amdinfer.engines._ort_device.DeviceArray`, a DLPack producer).
+        tuning: amdinfer's tuned provider defaults for knobs left at ``None`` (NHWC, exhaustive algorithm
+            search, CUDA/HIP graphs, tunable ops; see :mod:`amdinfer.engines._ort_tuning`), recorded in
+            ``info.settings["tuning"]``; ``False`` keeps the provider's own defaults.
+        tf32: CUDA EP ``use_tf32`` (``None``: provider default, on; ``False`` for strict fp32).
+        fp16_io: with ``precision="fp16"``, make the model's inputs and outputs float16 as well (fp16
+            tensors in and out, no casts); the default keeps fp32 IO.
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
 
     Example:
@@ -318,6 +339,11 @@ class OrtEngine(Engine):
         allow_cpu_nodes: bool = True,
         cache_dir: str | os.PathLike | None = None,
         use_cache: bool | None = None,
+        io_binding: bool | None = None,
+        outputs_on: str = "auto",
+        tuning: bool = True,
+        tf32: bool | None = None,
+        fp16_io: bool = False,
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -344,6 +370,15 @@ class OrtEngine(Engine):
             gpu_graphs=gpu_graphs,
             prefer_nhwc=prefer_nhwc,
         )
+        self._datapath = DataPathOptions.create(
+            precision=self._precision,
+            io_binding=io_binding,
+            outputs_on=outputs_on,
+            tuning=tuning,
+            tf32=tf32,
+            fp16_io=fp16_io,
+        )
+        self._runner: Any = None
         info = EngineInfo(backend="ort", runtime_version=ort.__version__)
         self._info_tmp = info
         self._cache = _optimized_model_cache(cache_dir, use_cache, optimized_model_path)
@@ -387,9 +422,10 @@ class OrtEngine(Engine):
         info.device = self._device_name(used)
         self._all_session: Any = None
 
-        inputs = self._specs_from_session(self._session.get_inputs(), source.inputs)
-        outputs = self._specs_from_session(self._session.get_outputs(), source.outputs)
+        inputs = self._specs_from_session(self._session.get_inputs(), self._source.inputs)
+        outputs = self._specs_from_session(self._session.get_outputs(), self._source.outputs)
         self._run_fn = self._session.run
+        self._runner = make_runner(ort, self._session, used, self._device, inputs, outputs, self._datapath, info)
         del self._info_tmp
         self._finish_init(inputs, outputs, info)
 
@@ -449,15 +485,19 @@ class OrtEngine(Engine):
                 for what in unhonoured:
                     info.notes.append(f"{MIGRAPHX_EP} cannot honour the quantizer's {what}")
                 return source, dict(opts)
-            if q is None and self._precision in ("fp16", "bf16"):
+            if q is None and self._precision in ("fp16", "bf16") and not self._datapath.fp16_io:
                 return source, {}  # the EP converts itself (migraphx_fp16_enable / migraphx_bf16_enable)
         if q is None and self._precision in ("fp32", "fp64"):
             return source, {}
         if q is None and self._precision != "fp16":
             raise OptionError(f"precision={self._precision!r}: only the MIGraphX EP offers it natively")
-        key = (source.sha256, "quantizer" if q is not None else "fp16")
+        fp16_io = self._datapath.fp16_io
+        key = (source.sha256, "quantizer" if q is not None else ("fp16-io" if fp16_io else "fp16"))
         if key not in self._variants:
-            proto = q.quantize(source.proto) if q is not None else _convert_fp16(source.proto)
+            if q is not None:
+                proto = q.quantize(source.proto)
+            else:
+                proto = _convert_fp16(source.proto, keep_io_types=not fp16_io)
             self._variants[key] = ModelSource.from_any(proto, check=False)
         return self._variants[key], {}
 
@@ -471,7 +511,9 @@ class OrtEngine(Engine):
     def _provider_list(self, candidates: list[tuple[str, dict[str, str]]], info: EngineInfo) -> tuple[list[str], list[dict[str, str]]]:
         names, opts = [], []
         for name, raw in candidates:
-            mapped = provider_options(name, device=self._device, precision=self._precision, **self._knobs)
+            knobs, extra = apply_tuning(name, self._knobs, self._datapath, info.settings)
+            mapped = provider_options(name, device=self._device, precision=self._precision, **knobs)
+            mapped.update(extra)
             unsupported = [k for k, v in self._knobs.items() if v is not None and not _knob_applies(name, k)]
             if unsupported and name != CPU_EP:
                 info.notes.append(f"{name}: has no equivalent for {unsupported}; not applied there")
@@ -544,7 +586,7 @@ class OrtEngine(Engine):
             session_options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         model_arg: Any = str(source.path) if source.path is not None and source._bytes is None else source.to_bytes()
         self._last_error = None
-        for attempt in range(2):
+        for attempt in range(3):
             try:
                 if self._cache is not None:
                     return self._cached_session(source, model_arg, session_options, names, opts, info)
@@ -559,6 +601,8 @@ class OrtEngine(Engine):
                     self._source = lowered
                     model_arg = lowered.to_bytes()
                     continue
+                if attempt < 2 and drop_default_graphs(text, names, opts, info.settings):
+                    continue  # amdinfer's default graphs refused for this model: reason in info.settings["tuning"]
                 self._last_error = text
                 if "fallback to CPU EP has been explicitly disabled" in text:
                     raise UnsupportedOperatorError(
@@ -668,9 +712,54 @@ class OrtEngine(Engine):
         """The underlying ``onnxruntime.InferenceSession`` (for what amdinfer does not wrap)."""
         return self._session
 
+    def run_many(self, batches: Iterable[Any], *, outputs: Any = None, prefetch: int = 2) -> Iterator[dict[str, Any]]:
+        """Run a stream of batches, overlapping host-to-device copies and device-to-host copies with compute.
+
+        Each batch is checked like :meth:`run`. On a GPU (IO bound) a loader thread copies batch k+1
+        into device buffers and the caller's thread copies batch k-1's outputs back while batch k
+        computes; elsewhere the batches simply run in turn. Results come back in order.
+
+        Args:
+            batches: feeds per batch (dicts, or one array each for a single-input model).
+            outputs: as for :meth:`run` (intermediate tensors run batch by batch, without overlap).
+            prefetch: batches loaded ahead of the one computing (>= 1).
+
+        Yields:
+            One ``{output name: array}`` per batch.
+
+        Example:
+            >>> import numpy as np
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> engine = OrtEngine(tiny_cnn(), providers=["cpu"], io_binding=True)
+            >>> batches = (np.zeros((4, 3, 32, 32), np.float32) for _ in range(3))
+            >>> [out["logits"].shape for out in engine.run_many(batches)]
+            [(4, 10), (4, 10), (4, 10)]
+        """
+        if self._closed:
+            raise EngineClosedError(f"OrtEngine for model {self._source.name}: engine is closed")
+        names = self._select_outputs(outputs)
+        plain = names is not None and (names == ["*"] or any(n not in self._output_names for n in names))
+        if self._runner is None or self._buckets or plain:
+            return (self.run(batch, outputs=outputs) for batch in batches)
+        return self._runner.run_many(batches, self._check_feeds, names, self._datapath.outputs_on, prefetch)
+
+    def _accepts_device_tensor(self, value: Any) -> bool:
+        return True  # _device_feed decides: host DLPack -> NumPy view, device tensor -> bound (or an error)
+
+    def _device_feed(self, name: str, value: Any) -> Any:
+        feed = device_feed(name, value)
+        if type(feed) is not np.ndarray and self._runner is None:
+            raise InputError(
+                f"input {name!r}: got a tensor on {feed.device}, but this engine runs on {self._info.device} "
+                "without IO binding; copy it to the host first, or load with io_binding=True on a GPU provider"
+            )
+        return feed
+
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         if outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs)):
-            return self._run_intermediate(feeds, outputs)
+            return self._run_intermediate(host_feeds(feeds, "outputs= with intermediate tensors"), outputs)
+        if self._runner is not None:
+            return self._runner.run(feeds, outputs, self._datapath.outputs_on)
         names = outputs if outputs is not None else self._output_names
         try:
             values = self._run_fn(names, feeds)
@@ -707,13 +796,16 @@ class OrtEngine(Engine):
         so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 3
         providers = self._session.get_providers()
-        opts = [self._info.settings["provider_options"].get(p, {}) for p in providers]
+        opts = [without_graphs(self._info.settings["provider_options"].get(p, {})) for p in providers]
         return self._ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
 
     def _close(self) -> None:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         self._session = None
         self._all_session = None
         self._run_fn = None
@@ -762,9 +854,9 @@ def _translate_run_error(exc: Exception) -> Exception:
     return AmdinferError(f"onnxruntime failed while running: {text}")
 
 
-def _convert_fp16(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _convert_fp16(proto: onnx.ModelProto, keep_io_types: bool = True) -> onnx.ModelProto:
     try:
         from onnxruntime.transformers.float16 import convert_float_to_float16
     except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
         raise BackendUnavailableError("fp16 conversion needs onnxruntime.transformers", backend="ort") from exc
-    return convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=False)
+    return convert_float_to_float16(proto, keep_io_types=keep_io_types, disable_shape_infer=False)
