@@ -436,10 +436,10 @@ class TestCuda:
             for i in range(4):
                 feeds = _feeds(model, 2, seed=30 + i)
                 side = torch.cuda.Stream()
-                with torch.cuda.stream(side):  # produced on a side stream: amdinfer must order after it
+                with torch.cuda.stream(side):  # produced and consumed on a side stream: DLPack orders it
                     x = torch.from_numpy(feeds["input"]).cuda(non_blocking=True) * 2.0
                     x = x / 2.0
-                out = engine.run({"input": x})["logits"]
+                    out = engine.run({"input": x})["logits"]
                 assert isinstance(out, dev.DeviceArray) and out.device.startswith("cuda")
                 t = torch.from_dlpack(out)
                 assert t.is_cuda and tuple(t.shape) == (2, 100)
