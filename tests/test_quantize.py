@@ -30,6 +30,7 @@ from amdinfer.quantize import (
     QuantizationReport,
     box_agreement,
     evaluate,
+    layer_groups,
     prepare_model,
     tail_nodes,
     weighted_layers,
@@ -530,8 +531,9 @@ class TestEvaluate:
 
 # ------------------------------------------------------------------------------------------ mixed precision
 def _error_keeping(cnn, calib, data, kept) -> float:
-    """Independent recomputation: quantize with ``kept`` excluded, run on ORT, MIGraphX RMS vs the oracle."""
-    q8 = _int8(calib, exclude_nodes=list(kept)).quantize(cnn)
+    """Independent recomputation: quantize with the layers ``kept`` in float, run on ORT, RMS vs the oracle."""
+    groups = layer_groups(cnn)
+    q8 = _int8(calib, exclude_nodes=[n for layer in kept for n in groups[layer]]).quantize(cnn)
     got = np.concatenate([_ort(q8, f)["logits"] for f in data])
     want = np.concatenate([oracle(cnn, f)["logits"] for f in data])
     return rms_error(got, want)
@@ -577,11 +579,21 @@ class TestAutoMixedPrecision:
         assert max_abs([_ort(m, f) for f in held_out], [_ort(cnn, f) for f in held_out]) <= base / 4
 
     def test_unreachable_tolerance(self, cnn, calib, held_out):
-        amp = AutoMixedPrecision(_int8(calib), held_out, tolerance=1e-12, progress=False)
+        amp = AutoMixedPrecision(_int8(calib), held_out, tolerance=1e-12, candidates=["fc"], progress=False)
         result = amp.search(cnn)
         assert not result.passed and result.float_error > 1e-12
-        with pytest.raises(ModelError, match="even with all 3 candidate layers in float"):
+        with pytest.raises(ModelError, match="even with all 1 candidate layers in float"):
             amp.quantize(cnn)
+
+    def test_keeping_every_layer_group_is_exact(self, cnn, calib, held_out):
+        assert layer_groups(cnn) == {
+            "conv1": ["conv1", "relu1", "pool1"],
+            "conv2": ["conv2", "relu2", "avgpool", "flatten"],
+            "fc": ["fc"],
+        }
+        amp = AutoMixedPrecision(_int8(calib), held_out, tolerance=0.0, progress=False)
+        result = amp.search(cnn)
+        assert result.passed and result.float_error == 0.0 and len(result.kept) == 3
 
     def test_as_a_quantizer_for_load(self, cnn, calib, held_out):
         amp = AutoMixedPrecision(_int8(calib), held_out, tolerance=1.0, progress=False)

@@ -14,10 +14,11 @@ Tolerances and why:
   score (F1 or precision/recall against ground truth) can move.
 * fp16 must be within 0.5 point: agreement >= 0.995. fp16 keeps 11 significant bits; a prediction only
   flips where fp32's own margin is below ~1e-3 relative, which these inputs do not have. With 40 lines
-  and ~90 boxes this means no disagreement at all.
-* int8 must be within 3 points: agreement >= 0.97 (at most 1 of 40 lines, 2-3 of ~90 boxes).
-* Automatic mixed precision is held to a stricter bound than plain int8 reaches (stated in the test), and
-  its result is re-measured independently.
+  and ~130 boxes this means no disagreement at all.
+* int8 must be within 3 points: agreement >= 0.97 (at most 3 of 120 lines, ~4 of ~130 boxes).
+* The classifier (a MobileNetV3) does not get there in plain int8 (~0.95); automatic mixed precision is
+  asked for an output RMS error <= 0.05 on separate lines (plain int8: ~0.19) and its model is then
+  re-measured on the held-out lines against the same 0.97.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import onnx
 import ppocr_data as P
 import pytest
 
-from amdinfer.quantize import Fp16Quantizer, Int8Quantizer, evaluate, prepare_model
+from amdinfer.quantize import AutoMixedPrecision, Fp16Quantizer, Int8Quantizer, evaluate, prepare_model
 from amdinfer.quantize._report import _load_cpu
 
 MISSING = P.missing_packages()
@@ -42,6 +43,8 @@ pytestmark = [
 
 FP16_AGREEMENT = 0.995  # within 0.5 point
 INT8_AGREEMENT = 0.97  # within 3 points
+#: Mixed precision's bound on the classifier's output RMS error (MIGraphX metric); plain int8 measures ~0.19.
+AMP_RMS = 0.05
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +65,7 @@ def det():
 
 @pytest.fixture(scope="module")
 def det_held_out():
-    return P.det_held_out()
+    return P.det_held_out(12)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +78,7 @@ def cls():
 @pytest.fixture(scope="module")
 def cls_data():
     calib = [P.cls_input(line) for line in P.text_lines(seed=0, n=32)]
-    held_out = [P.cls_input(line) for line in P.text_lines(seed=1, n=40)]
+    held_out = [P.cls_input(line) for line in P.text_lines(seed=1, n=120)]
     return calib, held_out
 
 
@@ -103,7 +106,9 @@ def test_detector_fp16_within_half_a_point(det, det_held_out):
 
 
 def test_detector_int8_within_3_points(det, det_held_out):
-    q = Int8Quantizer(calibration=P.det_calibration(), progress=False, cache=False)
+    # Percentile calibration (99.999): the detector's activations have rare outliers that min/max ranges
+    # would spend most of the 256 levels on (min/max measured 0.980 on 178 boxes, percentile 0.997).
+    q = Int8Quantizer(calibration=P.det_calibration(), method="percentile", progress=False, cache=False)
     report = evaluate(q, det, det_held_out, boxes=P.det_boxes)
     assert report.box_f1 >= INT8_AGREEMENT, report
     assert report.passed, report
@@ -115,6 +120,27 @@ def test_classifier_fp16_and_int8(cls, cls_data):
     assert (fp32.argmax(1) == np.arange(len(held_out)) % 2).mean() >= 0.9  # it really tells 0 from 180 degrees
     report = evaluate(Fp16Quantizer(), cls, held_out)
     assert report.task == "classifier" and report.top1 >= FP16_AGREEMENT, report
-    q = Int8Quantizer(calibration=calib, progress=False, cache=False)
-    report = evaluate(q, cls, held_out)
-    assert report.top1 >= INT8_AGREEMENT, report
+    # Plain int8 of this MobileNetV3 (hard-swish, squeeze-excite) lands around 0.95-0.96 agreement: the
+    # report must say so rather than pass it; mixed precision below brings it within 3 points.
+    report = evaluate(Int8Quantizer(calibration=calib, progress=False, cache=False), cls, held_out)
+    assert 0.85 <= report.top1 < 1.0, report
+    assert report.passed == (report.top1 >= INT8_AGREEMENT)
+
+
+def test_classifier_int8_mixed_precision_within_3_points(cls, cls_data):
+    calib, held_out = cls_data
+    # Searched on other lines than the ones it is judged on, batched 32 per run.
+    lines = [P.cls_input(line) for line in P.text_lines(seed=2, n=64)]
+    search_data = [np.concatenate(lines[:32]), np.concatenate(lines[32:])]
+    amp = AutoMixedPrecision(
+        Int8Quantizer(calibration=calib, progress=False, cache=False),
+        search_data,
+        tolerance=AMP_RMS,
+        metric="rms",
+        progress=False,
+    )
+    result = amp.search(P.model_path(P.CLS_MODEL))
+    assert result.passed and result.error <= AMP_RMS < result.full_error, result
+    assert 0 < len(result.kept) <= len(result.sensitivities) // 2, result
+    report = evaluate(result.model, cls, held_out)  # re-measured on the held-out lines
+    assert report.top1 >= INT8_AGREEMENT, (result, report)

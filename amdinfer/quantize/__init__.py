@@ -22,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult
+from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import MigraphxQuantPlan, Quantizer
 from ._fp16 import DEFAULT_FP16_OP_BLOCK_LIST, NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
@@ -49,6 +49,7 @@ __all__ = [
     "Quantizer",
     "box_agreement",
     "evaluate",
+    "layer_groups",
     "prepare_model",
     "tail_nodes",
     "weighted_layers",

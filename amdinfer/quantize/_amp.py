@@ -5,9 +5,10 @@ Algorithm (documented in ``docs/quantization.md``):
 1. Reference outputs: the float model (or the engine you give, e.g. the float64 reference engine) on the
    evaluation data. ``error(S)`` is the metric of the model quantized with the layers in ``S`` kept in float.
 2. ``error({})`` (everything quantized); if it meets the tolerance, nothing is kept.
-3. Sensitivity of each candidate layer ``L``: ``mode="only"``: ``error`` of the model where only ``L`` is
-   quantized (the error ``L`` brings on its own); ``mode="keep"``: ``error({}) - error({L})`` (what keeping
-   ``L`` alone saves).
+3. Candidates: by default the layers of :func:`layer_groups` (a weighted node and the activation,
+   normalization and residual nodes after it, kept in float together). Sensitivity of each candidate
+   ``L``: ``mode="only"``: ``error`` of the model where only ``L`` is quantized (the error ``L`` brings on
+   its own); ``mode="keep"``: ``error({}) - error({L})`` (what keeping ``L`` alone saves).
 4. Sort the candidates by sensitivity, most sensitive first. ``error(all candidates)`` must meet the
    tolerance, else no choice of candidates can and the search says so. Binary search for the shortest
    prefix of the sorted list that meets the tolerance (this assumes that keeping more layers does not
@@ -36,10 +37,10 @@ from ..model import ModelSource
 from ..verify import rms_error, topk_agreement
 from ._base import MigraphxQuantPlan, Quantizer
 from ._data import Progress, materialize, to_feeds
-from ._prepare import prepare_model, weighted_layers
+from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
 from ._report import _classifier_scores, _collect_boxes, _concat, _is_engine, _load_cpu, _run_all, box_agreement
 
-__all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult"]
+__all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -165,6 +166,32 @@ def _metric_fn(metric: Metric, boxes: Any, iou: float) -> tuple[str, Callable[[O
     raise OptionError(f"metric: got {metric!r}, expected one of {list(METRICS)} or a callable(quantized, reference)")
 
 
+def layer_groups(proto: onnx.ModelProto) -> dict[str, list[str]]:
+    """Each weighted node with the nodes after it up to the next weighted node (its activation, residual add...).
+
+    Keeping a layer in float keeps its whole group, so no quantize/dequantize pair is left between the layer
+    and its activation. Nodes before the first weighted node join the first group.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> layer_groups(tiny_cnn())
+        {'conv1': ['conv1', 'relu1', 'pool1'], 'conv2': ['conv2', 'relu2', 'avgpool', 'flatten'], 'fc': ['fc']}
+    """
+    groups: dict[str, list[str]] = {}
+    lead: list[str] = []
+    current: str | None = None
+    for node in proto.graph.node:
+        if node.op_type in WEIGHTED_OPS:
+            current = node.name
+            groups[current] = [*lead, node.name] if not groups else [node.name]
+            lead = []
+        elif current is None:
+            lead.append(node.name)
+        else:
+            groups[current].append(node.name)
+    return groups
+
+
 class AutoMixedPrecision(Quantizer):
     """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``.
 
@@ -183,8 +210,9 @@ class AutoMixedPrecision(Quantizer):
         reference: an engine giving the reference outputs (e.g. ``backend="reference", precision="fp64"``);
             default the float model on ONNX Runtime CPU.
         mode: ``"only"`` (quantize one layer at a time) or ``"keep"`` (keep one layer at a time in float).
-        candidates: node names that may be kept in float; ``None``: the weighted layers (Conv,
-            ConvTranspose, Gemm, MatMul); ``"all"``: every node.
+        candidates: ``None``: the layers, each a weighted node (Conv, ConvTranspose, Gemm, MatMul) with the
+            nodes after it up to the next one (:func:`layer_groups`); ``"all"``: every node on its own; or a
+            list of node names, each on its own.
         prune: after the prefix search, try dropping kept layers one by one.
         iou: IoU for box matching.
         input_name: the input that bare arrays feed (multi-input models).
@@ -307,9 +335,9 @@ class AutoMixedPrecision(Quantizer):
 
         op_of = {n.name: n.op_type for n in prepared.graph.node}
         if self.candidates is None:
-            cands = weighted_layers(prepared)
+            groups = layer_groups(prepared)
         elif self.candidates == "all":
-            cands = [n.name for n in prepared.graph.node]
+            groups = {n.name: [n.name] for n in prepared.graph.node}
         else:
             unknown = [c for c in self.candidates if c not in op_of]
             if unknown:
@@ -317,15 +345,18 @@ class AutoMixedPrecision(Quantizer):
                     f"candidates: nodes {unknown} are not in the prepared model; expected names such as "
                     f"{weighted_layers(prepared)[:6]}"
                 )
-            cands = list(self.candidates)
+            groups = {c: [c] for c in self.candidates}
         already = set(getattr(base, "exclude_nodes", [])) | set(getattr(base, "node_block_list", []))
-        cands = [c for c in cands if c not in already]
+        groups = {k: [n for n in v if n not in already] for k, v in groups.items() if k not in already}
+        cands = [k for k, v in groups.items() if v]
         evaluations = 0
 
         def err_of(keep: Sequence[str] = (), only: Sequence[str] | None = None) -> tuple[float, onnx.ModelProto]:
             nonlocal evaluations
             evaluations += 1
-            return self._evaluate(base._with_float_nodes(keep=keep, only=only), prepared, feeds, ref)
+            keep_nodes = [n for c in keep for n in groups[c]]
+            only_nodes = None if only is None else [n for c in only for n in groups[c]]
+            return self._evaluate(base._with_float_nodes(keep=keep_nodes, only=only_nodes), prepared, feeds, ref)
 
         full_error, full_model = err_of()
         log.info(
