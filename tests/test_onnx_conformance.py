@@ -57,10 +57,6 @@ EXCLUDE: dict[str, dict[str, str]] = {
         ),
         "test_scan_sum": "onnx.reference gap: Scan-8 fails on the empty optional 'sequence_lens' input",
         r"test_scatter_(with|without)_axis": "onnx.reference has no kernel for Scatter (deprecated since opset 11)",
-        "test_resize_downsample_scales_linear_align_corners": (
-            "amdinfer.reference fast Resize: linear downsampling with align_corners gives 4.0, expected 3.1428 "
-            "(the evaluator's own kernel passes); reported to the kernels' owner"
-        ),
     },
     "ort": {
         r"test_(cast|castlike)_.*(BFLOAT16|FLOAT8|FLOAT4E2M1|INT4|UINT4|INT2|UINT2|e8m0).*": _ML_DTYPES,

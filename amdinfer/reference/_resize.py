@@ -13,15 +13,20 @@ _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 
 
-def _source_coordinates(mode: str, n_in: int, n_out: int, scale: float) -> np.ndarray:
-    """Map output pixel indices to input coordinates (the Resize ``coordinate_transformation_mode``)."""
+def _source_coordinates(mode: str, n_in: int, n_out: int, scale: float, length: float) -> np.ndarray:
+    """Map output pixel indices to input coordinates (the Resize ``coordinate_transformation_mode``).
+
+    ``length`` is the spec's ``length_resized``: ``scale * n_in`` when ``scales`` is given, which may be fractional
+    (``n_out`` is its floor), else ``n_out``. ``align_corners`` divides by ``length - 1`` and ``pytorch_half_pixel``
+    tests ``length > 1``, exactly as the spec's formulas (and ONNX's backend test data) read.
+    """
     x = np.arange(n_out, dtype=np.float64)
     if mode == "half_pixel":
         return (x + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+        return (x + 0.5) / scale - 0.5 if length > 1 else np.zeros(n_out)
     if mode == "align_corners":
-        return x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+        return x * (n_in - 1) / (length - 1) if length != 1 else np.zeros(n_out)
     if mode == "asymmetric":
         return x / scale
     raise ValueError(f"coordinate_transformation_mode: got {mode!r}, expected one of {_COORDINATE_MODES}")
@@ -54,8 +59,11 @@ def resize(
 
     Each axis is resized separately (linear interpolation is separable): output size ``floor(in * scale)`` or
     ``sizes``; source coordinate from ``coordinate_transformation_mode`` using the given scale (``out / in`` when
-    ``sizes`` is given); nearest rounds with ``nearest_mode`` and clamps; linear clamps the coordinate to
-    ``[0, in - 1]`` and blends the two neighbours.
+    ``sizes`` is given) and the spec's ``length_resized``, which is ``in * scale`` unfloored when ``scales`` is
+    given (so ``align_corners`` downsampling 4 -> 2 at scale 0.6 divides by ``2.4 - 1``, not ``2 - 1``, as ONNX's
+    backend test data ``test_resize_downsample_scales_linear_align_corners`` expects; ONNX Runtime's CPU kernel
+    uses the integer length there) and ``out`` when ``sizes`` is given; nearest rounds with ``nearest_mode`` and
+    clamps; linear clamps the coordinate to ``[0, in - 1]`` and blends the two neighbours.
 
     Args:
         x: Input of any rank.
@@ -85,12 +93,14 @@ def resize(
         if sizes is not None:
             n_out = int(sizes[axis])
             scale = n_out / n_in
+            length = float(n_out)
         else:
             scale = float(scales[axis])  # type: ignore[index]
-            n_out = int(np.floor(n_in * scale))
+            length = n_in * scale
+            n_out = int(np.floor(length))
         if n_out == n_in and scale == 1.0:
             continue
-        coords = _source_coordinates(coordinate_transformation_mode, n_in, n_out, scale)
+        coords = _source_coordinates(coordinate_transformation_mode, n_in, n_out, scale, length)
         if mode == "nearest":
             y = np.take(y, _nearest_index(coords, nearest_mode, n_in), axis=axis)
             continue
