@@ -348,6 +348,16 @@ def _load_cpu(model: Any, **options: Any) -> Any:
     return load(src, backend="ort", providers=["CPUExecutionProvider"], **options)
 
 
+def _model_precision(proto: onnx.ModelProto, default: str) -> str:
+    """``"int8"`` for a model with quantize/dequantize or QLinear ops, ``"fp16"`` with fp16 weights."""
+    ops = {n.op_type for n in proto.graph.node}
+    if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}:
+        return "int8"
+    if any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+        return "fp16"
+    return default
+
+
 def _run_all(engine: Any, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     return [engine.run(dict(f)) for f in feeds]
 
@@ -533,11 +543,11 @@ def evaluate(
             opened.append(q_engine)
         elif _is_engine(quantized):
             q_engine = quantized
-            q_precision = quantized.info.precision
+            q_precision = _model_precision(quantized.model.proto, quantized.info.precision)
         else:
             q_engine = _load_cpu(quantized)
             opened.append(q_engine)
-            q_precision = "quantized"
+            q_precision = _model_precision(q_engine.model.proto, "quantized")
         precision = precision or q_precision
         items = materialize(data, what="data", max_samples=max_samples, progress=False)
         feeds = to_feeds(items, r_engine.model.proto, what="data", input_name=input_name)
