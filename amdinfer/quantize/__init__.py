@@ -22,9 +22,11 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import MigraphxQuantPlan, Quantizer
-from ._fp16 import DEFAULT_FP16_OP_BLOCK_LIST, NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer
+from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
 from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
 from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport, box_agreement, evaluate
@@ -48,9 +50,17 @@ __all__ = [
     "QuantizationReport",
     "Quantizer",
     "box_agreement",
+    "default_fp16_op_block_list",
     "evaluate",
     "layer_groups",
     "prepare_model",
     "tail_nodes",
     "weighted_layers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ONNX Runtime's block list is read on first use: importing amdinfer.quantize does not import onnxruntime.
+    if name == "DEFAULT_FP16_OP_BLOCK_LIST":
+        return default_fp16_op_block_list()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from ..errors import BackendUnavailableError, OptionError
 from ._base import MigraphxQuantPlan, Quantizer
 from ._prepare import prepare_model, tail_nodes
 
-__all__ = ["DEFAULT_FP16_OP_BLOCK_LIST", "NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer"]
+__all__ = ["NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer", "default_fp16_op_block_list"]
 
 #: Ops whose fp16 result overflows (fp16 max is 65504) or loses most of its bits on ordinary inputs:
 #: exponentials and powers overflow, sums of many terms or of squares overflow and round badly,
@@ -37,17 +37,30 @@ NUMERICALLY_SENSITIVE_OPS: tuple[str, ...] = (
 )
 
 
-def _ort_block_list() -> tuple[str, ...]:
+def default_fp16_op_block_list() -> tuple[str, ...]:
+    """ONNX Runtime's ``float16.DEFAULT_OP_BLOCK_LIST`` (ops without fp16 kernels) plus
+    :data:`NUMERICALLY_SENSITIVE_OPS`: the default ``op_block_list`` (``DEFAULT_FP16_OP_BLOCK_LIST``).
+
+    Example:
+        >>> {"Softmax", "TopK"} <= set(default_fp16_op_block_list())
+        True
+    """
     try:
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
-    except ImportError:  # pragma: no cover - part of every onnxruntime wheel
-        return ()
-    return tuple(DEFAULT_OP_BLOCK_LIST)
+    except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
+        raise BackendUnavailableError(
+            "Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); pip install 'amdinfer-onnx[cpu]'",
+            backend="ort",
+            cause=str(exc),
+        ) from exc
+    return tuple(dict.fromkeys(tuple(DEFAULT_OP_BLOCK_LIST) + NUMERICALLY_SENSITIVE_OPS))
 
 
-#: ONNX Runtime's ``float16.DEFAULT_OP_BLOCK_LIST`` (ops without fp16 kernels) plus
-#: :data:`NUMERICALLY_SENSITIVE_OPS`.
-DEFAULT_FP16_OP_BLOCK_LIST: tuple[str, ...] = tuple(dict.fromkeys(_ort_block_list() + NUMERICALLY_SENSITIVE_OPS))
+def __getattr__(name: str) -> Any:
+    # Resolved on first use so that importing amdinfer.quantize does not import onnxruntime.
+    if name == "DEFAULT_FP16_OP_BLOCK_LIST":
+        return default_fp16_op_block_list()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _str_list(name: str, value: Any) -> list[str]:
@@ -101,7 +114,7 @@ class Fp16Quantizer(Quantizer):
 
     Args:
         keep_io_types: keep float32 inputs and outputs (casts are inserted inside the graph).
-        op_block_list: op types left in float32; default :data:`DEFAULT_FP16_OP_BLOCK_LIST`.
+        op_block_list: op types left in float32; default :func:`default_fp16_op_block_list`.
         node_block_list: node names left in float32.
         keep_last_n: keep the last ``n`` weighted layers (Conv, ConvTranspose, Gemm, MatMul) and every
             node after the first of them (the model's head) in float32.
@@ -143,7 +156,7 @@ class Fp16Quantizer(Quantizer):
             raise OptionError(f"keep_io_types: got {keep_io_types!r}, expected True or False")
         self.keep_io_types = keep_io_types
         self.op_block_list = (
-            list(DEFAULT_FP16_OP_BLOCK_LIST) if op_block_list is None else _str_list("op_block_list", op_block_list)
+            list(default_fp16_op_block_list()) if op_block_list is None else _str_list("op_block_list", op_block_list)
         )
         self.node_block_list = _str_list("node_block_list", node_block_list)
         if not isinstance(keep_last_n, int) or isinstance(keep_last_n, bool) or keep_last_n < 0:

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError, OptionError
+from ..reference import box_iou
 from ..verify import max_abs_error, rms_error, topk_agreement
 from ._base import Quantizer
 from ._data import materialize, to_feeds
@@ -251,17 +252,6 @@ class QuantizationReport:
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-def _box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU matrix of xyxy boxes ``a`` (N, 4) and ``b`` (M, 4)."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=-1)
-    area_a = np.prod(np.clip(a[:, 2:4] - a[:, :2], 0, None), axis=-1)
-    area_b = np.prod(np.clip(b[:, 2:4] - b[:, :2], 0, None), axis=-1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
 def _split_boxes(item: BoxSet, what: str) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(item, tuple) and len(item) == 2:
         boxes = np.asarray(item[0], np.float64).reshape(-1, 4)
@@ -303,7 +293,7 @@ def box_agreement(
         n_r += len(rb)
         if not len(qb) or not len(rb):
             continue
-        m = _box_iou(qb, rb)
+        m = box_iou(qb, rb).astype(np.float64)
         m[qc[:, None] != rc[None, :]] = 0.0
         qi, ri = np.nonzero(m >= iou)
         order = np.argsort(-m[qi, ri], kind="stable")
