@@ -171,6 +171,7 @@ def build(name: str) -> onnx.ModelProto:
 def run_case(b: Bench, name: str, precision: str, batches: list[int], state: dict[str, Any]) -> None:
     """All modes for one model and precision, one session/engine per mode shared across batch sizes."""
     model = build(name)
+    model.ir_version = min(model.ir_version, 10)  # onnxruntime <= 1.31 reads IR <= 13; the graphs need 8+
     fp32_bytes = model.SerializeToString()
     raw_bytes = _convert_fp16(model, keep_io_types=False).SerializeToString() if precision == "fp16" else fp32_bytes
     in_name = model.graph.input[0].name
@@ -331,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT"))
     p.add_argument("--budget", type=float, default=420.0, help="seconds after which no new case starts")
     p.add_argument("--models", default="resnet50,yolov8")
+    p.add_argument("--plan", default=None, help="cases as model:precision:b1,b2;... (default: all)")
     args = p.parse_args(argv)
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -349,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             ("yolov8", "fp16", [64, 1, 256]),
             ("yolov8", "fp32", [64, 1, 256]),
         ]
+    if args.plan:
+        plan = [(m, pr, [int(x) for x in bs.split(",")]) for m, pr, bs in (c.split(":") for c in args.plan.split(";"))]
     wanted = args.models.split(",")
     for name, precision, batches in plan:
         if name not in wanted:

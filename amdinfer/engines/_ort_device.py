@@ -312,10 +312,12 @@ class DeviceArray:
         ((4,), dtype('float32'), [0.0, 1.0, 2.0, 3.0])
     """
 
-    __slots__ = ("_dl_device", "device", "dtype", "ortvalue", "shape")
+    __slots__ = ("_dl_device", "_pending", "device", "dtype", "ortvalue", "shape")
 
-    def __init__(self, ortvalue: Any) -> None:
+    def __init__(self, ortvalue: Any, pending: Any = None) -> None:
         self.ortvalue = ortvalue
+        # A copy queued on the legacy default stream and not yet waited for: ``pending()`` waits.
+        self._pending = pending
         self.shape = tuple(int(d) for d in ortvalue.shape())
         self.dtype = _ORT_TYPES.get(ortvalue.data_type(), None)
         if self.dtype is None:
@@ -335,8 +337,14 @@ class DeviceArray:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def data_ptr(self) -> int:
-        """Address of the first element on the device."""
+        """Address of the first element on the device (the data is complete when this returns)."""
+        self._wait()
         return int(self.ortvalue.data_ptr())
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending()
+            self._pending = None
 
     def numpy(self) -> np.ndarray:
         """Copy to a new host array."""
@@ -350,7 +358,10 @@ class DeviceArray:
                 "this onnxruntime's OrtValue has no DLPack export (onnxruntime >= 1.27 has); use "
                 "__cuda_array_interface__ (torch.as_tensor(a, device='cuda'), cupy.asarray(a)) or .numpy()"
             )
-        # ONNX Runtime synchronised its stream at the end of the run: the data is ready on any stream.
+        # The data is complete on the legacy default stream (DLPack stream 1 on CUDA; None means the
+        # same); a consumer on any other stream gets it after a wait for amdinfer's copies.
+        if stream not in (None, 1):
+            self._wait()
         return self.ortvalue.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -366,10 +377,11 @@ class DeviceArray:
         return {
             "shape": self.shape,
             "typestr": self.dtype.str,
-            "data": (self.data_ptr(), False),
+            "data": (int(self.ortvalue.data_ptr()), False),
             "version": 3,
             "strides": None,
-            "stream": None,  # the data is complete: ONNX Runtime synchronised after the run
+            # CAI v3: the consumer orders its work after this stream (1: the legacy default stream)
+            "stream": 1 if self._pending is not None else None,
         }
 
     def __repr__(self) -> str:
@@ -407,6 +419,7 @@ class _Slot:
 
     __slots__ = (
         "binding",
+        "direct",
         "fixed_bound",
         "foreign",
         "fresh_outputs",
@@ -429,6 +442,7 @@ class _Slot:
         self.runs = 0
         self.lock = threading.Lock()
         self.foreign: set[str] = set()  # inputs bound to the caller's memory instead of the slot's buffers
+        self.direct: set[str] = set()  # inputs bound for good to the caller's memory (address-keyed slots)
         self.fresh_outputs = False
         self.fixed_bound = False
 
@@ -446,6 +460,8 @@ class IoBindingRunner:
         graphs: whether the session was created with CUDA/HIP graph capture on; each slot then
             gets its own ``gpu_graph_id`` (up to ``max_graphs``; later shapes run uncaptured).
         max_graphs: how many graphs to capture at most.
+        max_direct: how many address-keyed graph slots (caller's device memory bound without a copy)
+            each input shape may have.
 
     Example:
         >>> import onnxruntime as ort
@@ -468,7 +484,8 @@ class IoBindingRunner:
         output_names: Sequence[str],
         *,
         graphs: bool = False,
-        max_graphs: int = 16,
+        max_graphs: int = 32,
+        max_direct: int = 4,
     ) -> None:
         self._ort = ort
         self._session = session
@@ -481,6 +498,8 @@ class IoBindingRunner:
         self._output_names = list(output_names)
         self._graphs = bool(graphs)
         self._max_graphs = int(max_graphs)
+        self._max_direct = int(max_direct)
+        self._direct_count: dict[Any, int] = {}
         self._next_graph = 0
         self._slots: dict[Any, _Slot] = {}
         self._rings: dict[Any, list[_Slot]] = {}
@@ -520,6 +539,46 @@ class IoBindingRunner:
             ro.add_run_config_entry("gpu_graph_id", str(graph_id))
         return _Slot(key, binding, inputs, graph_id, ro)
 
+    def _direct_slot(self, key: Any, feeds: Mapping[str, Any]) -> _Slot | None:
+        """A graph slot bound to the caller's device memory itself (no copy), keyed by shape and addresses.
+
+        A graph replays with the addresses it was captured with, and reads whatever is there at replay
+        time: so a caller that feeds tensors at the same address again (PyTorch's caching allocator
+        hands the same blocks back) gets the graph without a device-to-device copy. Up to
+        ``max_direct`` address sets per shape; other calls copy into the shape's own slot.
+        """
+        ptrs = tuple(v.ptr if type(v) is DeviceFeed else None for v in feeds.values())
+        if all(p is None for p in ptrs) or any(type(v) is DeviceFeed and v.external for v in feeds.values()):
+            return None
+        dkey = (key, ptrs)
+        slot = self._slots.get(dkey)
+        if slot is not None:
+            return slot
+        with self._lock:
+            slot = self._slots.get(dkey)
+            if slot is not None:
+                return slot
+            if self._direct_count.get(key, 0) >= self._max_direct or self._next_graph >= self._max_graphs:
+                return None
+            for value in feeds.values():
+                if type(value) is DeviceFeed and (
+                    value.device_type not in self._dl_types or value.device_id != self._dev_id
+                ):
+                    return None  # _load of the shape slot raises the error that names the input
+            slot = self._new_slot(dkey, {n: feeds[n].shape for n in self._input_names})
+            for name, value in feeds.items():
+                if type(value) is not DeviceFeed:
+                    continue
+                if value.ortvalue is not None:
+                    slot.binding.bind_ortvalue_input(name, value.ortvalue)
+                else:
+                    slot.binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
+                slot.direct.add(name)
+                del slot.inputs[name]  # the caller's memory replaces the slot's buffer
+            self._direct_count[key] = self._direct_count.get(key, 0) + 1
+            self._slots[dkey] = slot
+        return slot
+
     def _slot_for(self, key: Any, shapes: Mapping[str, tuple[int, ...]]) -> _Slot:
         slot = self._slots.get(key)
         if slot is None:
@@ -557,6 +616,8 @@ class IoBindingRunner:
                     slot.binding.bind_ortvalue_input(name, slot.inputs[name])
                     slot.foreign.discard(name)
                 continue
+            if name in slot.direct:
+                continue  # bound at slot creation to this very address
             if value.device_type not in self._dl_types or value.device_id != self._dev_id:
                 raise InputError(
                     f"input {name!r}: got a tensor on {value.device}, expected one on this engine's device "
@@ -615,10 +676,9 @@ class IoBindingRunner:
             values = slot.outputs
             if not on_device:
                 return {n: self._to_host(values[n]) for n in names}
-            # a graph's outputs are overwritten by its next replay: hand out copies
-            out = {n: DeviceArray(self._copy(values[n])) for n in names}
-            self._fence()
-            return out
+            # a graph's outputs are overwritten by its next replay: hand out copies (on the legacy
+            # stream; a consumer on another stream makes DeviceArray wait for them, see DeviceArray)
+            return {n: DeviceArray(self._copy(values[n]), pending=self._fence) for n in names}
         slot.fresh_outputs = False
         outs = dict(zip(self._output_names, slot.binding.get_outputs()))
         if not on_device:
@@ -626,8 +686,7 @@ class IoBindingRunner:
         result = {n: DeviceArray(outs[n]) for n in names}
         if graph:
             # these buffers are the slot's fixed outputs from now on: hand out copies
-            result = {n: DeviceArray(self._copy(outs[n])) for n in names}
-            self._fence()
+            result = {n: DeviceArray(self._copy(outs[n]), pending=self._fence) for n in names}
         return result
 
     def _to_host(self, ov: Any) -> np.ndarray:
@@ -662,7 +721,9 @@ class IoBindingRunner:
             output name -> NumPy array or :class:`DeviceArray`.
         """
         key = tuple(feeds[n].shape for n in self._input_names)
-        slot = self._slot_for(key, {n: feeds[n].shape for n in self._input_names})
+        slot = self._direct_slot(key, feeds) if self._graphs else None
+        if slot is None:
+            slot = self._slot_for(key, {n: feeds[n].shape for n in self._input_names})
         names = self._output_names if outputs is None else list(outputs)
         on_device = self._wants_device(feeds, outputs_on)
         with slot.lock:
