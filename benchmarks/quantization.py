@@ -10,7 +10,8 @@ weight types, graph optimization level) measuring speed and error of each.
 Timing on a shared CPU: each round runs every engine once, in turn, and the figure is the median over
 rounds, so load from other processes hits all engines alike. Set ``AMDINFER_BENCH_QUICK=1`` for a short
 run (fewer rounds, a shorter configuration search); ``AMDINFER_BENCH_THREADS`` sets the intra-op threads
-(default 2). Run from the repository root: ``python benchmarks/quantization.py``.
+(default 2); ``AMDINFER_BENCH_SECTIONS=resnet50,ppocr,search`` picks sections. Run from the repository
+root: ``python benchmarks/quantization.py``.
 """
 
 from __future__ import annotations
@@ -260,7 +261,12 @@ def main() -> None:
 
     print(f"# amdinfer quantization benchmark ({'quick' if QUICK else 'full'}; onnxruntime {onnxruntime.__version__})")
     print()
-    for section in (resnet50_section, ppocr_section, int8_search_section):
+    sections = {"resnet50": resnet50_section, "ppocr": ppocr_section, "search": int8_search_section}
+    wanted = [w for w in os.environ.get("AMDINFER_BENCH_SECTIONS", ",".join(sections)).split(",") if w]
+    unknown = [w for w in wanted if w not in sections]
+    if unknown:
+        raise SystemExit(f"AMDINFER_BENCH_SECTIONS: unknown {unknown}, expected names among {list(sections)}")
+    for section in (sections[w] for w in wanted):
         for line in section():
             print(line)
         sys.stdout.flush()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -392,22 +394,23 @@ class Int8Quantizer(Quantizer):
         with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
             inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             onnx.save_model(src.proto, str(inp))
-            quantization.quantize_static(
-                str(inp),
-                str(out),
-                self._reader(feeds) if not ranges.is_file() else None,
-                quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
-                op_types_to_quantize=self.op_types,
-                per_channel=self.per_channel,
-                reduce_range=self.reduce_range,
-                activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
-                weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
-                nodes_to_quantize=self._only,
-                nodes_to_exclude=excluded,
-                calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
-                extra_options=extra,
-                calibration_cache_path=str(ranges),
-            )
+            with _ort_prints_to_log():
+                quantization.quantize_static(
+                    str(inp),
+                    str(out),
+                    self._reader(feeds) if not ranges.is_file() else None,
+                    quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
+                    op_types_to_quantize=self.op_types,
+                    per_channel=self.per_channel,
+                    reduce_range=self.reduce_range,
+                    activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
+                    weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
+                    nodes_to_quantize=self._only,
+                    nodes_to_exclude=excluded,
+                    calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
+                    extra_options=extra,
+                    calibration_cache_path=str(ranges),
+                )
             return onnx.load_model(str(out))
 
     # ------------------------------------------------------------------ native paths
@@ -494,8 +497,9 @@ class Int8Quantizer(Quantizer):
             calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
             extra_options=extra,
         )
-        calibrator.collect_data(self._reader(feeds))
-        ranges = calibrator.compute_data()
+        with _ort_prints_to_log():
+            calibrator.collect_data(self._reader(feeds))
+            ranges = calibrator.compute_data()
         write_calibration_table({k: v for k, v in ranges.items()}, dir=str(workdir))
         table = workdir / "calibration.flatbuffers"
         opts = {
@@ -511,6 +515,17 @@ class Int8Quantizer(Quantizer):
         clone.exclude_nodes = list(dict.fromkeys(list(self.exclude_nodes) + list(keep)))
         clone._only = None if only is None else list(only)
         return clone  # shares _shared: the data is read once and calibration ranges are reused
+
+
+@contextlib.contextmanager
+def _ort_prints_to_log() -> Iterator[None]:
+    """ONNX Runtime's histogram calibrators print progress to stdout; send it to the debug log instead."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield
+    text = buf.getvalue().strip()
+    if text:
+        log.debug("onnxruntime.quantization: %s", text)
 
 
 def _ort_version() -> str:
