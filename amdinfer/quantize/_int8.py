@@ -17,7 +17,7 @@ import onnx
 from ..errors import BackendUnavailableError, CacheError, InputError, OptionError
 from ..model import ModelSource
 from ._base import MigraphxQuantPlan, Quantizer
-from ._data import Progress, data_hash, materialize, to_feeds
+from ._data import Progress, data_hash, input_specs, materialize, to_feeds
 from ._fp16 import _check_nodes, _str_list
 from ._prepare import prepare_model, tail_nodes
 
@@ -240,8 +240,7 @@ class Int8Quantizer(Quantizer):
             InputError: a sample does not fit the model's inputs (names, dtype, rank).
         """
         proto = ModelSource.from_any(model, check=False).proto
-        names = tuple(sorted(vi.name for vi in proto.graph.input))
-        key = "|".join(names)
+        key = repr(sorted((name, str(dtype), rank) for name, dtype, rank in input_specs(proto)))
         if key not in self._shared.feeds:
             self._shared.feeds[key] = to_feeds(
                 self.calibration_items(), proto, what="calibration", input_name=self.input_name
