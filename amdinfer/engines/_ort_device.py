@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import queue
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -502,12 +501,12 @@ class IoBindingRunner:
         self._direct_count: dict[Any, int] = {}
         self._next_graph = 0
         self._slots: dict[Any, _Slot] = {}
-        self._rings: dict[Any, list[_Slot]] = {}
         self._lock = threading.RLock()
         # OrtValue.from_dlpack + update_inplace(OrtValue) (onnxruntime >= 1.27) allow device-to-device copies
         # into a graph slot's fixed buffers; older versions bind the caller's memory and skip the graph.
         self._d2d = hasattr(ort.OrtValue, "from_dlpack")
         self._fence_value: Any = None
+        self._local = threading.local()
         self._plain_run_options = ort.RunOptions()
         if self._graphs:
             self._plain_run_options.add_run_config_entry("gpu_graph_id", "-1")
@@ -733,13 +732,42 @@ class IoBindingRunner:
             return self._fetch(slot, names, on_device, graph)
 
     # ------------------------------------------------------------------ overlapped batches
-    def _ring_slot(self, key: Any, shapes: Mapping[str, tuple[int, ...]], index: int, depth: int) -> _Slot:
-        ring = self._rings.get(key)
-        if ring is None:
-            ring = self._rings[key] = []
-        while len(ring) < depth:
-            ring.append(self._new_slot((key, len(ring)), shapes))
-        return ring[index % depth]
+    def _host_run(self, feeds: Mapping[str, Any], names: Sequence[str], on_device: bool) -> dict[str, Any]:
+        """One batch with host IO bound as such: ONNX Runtime copies in and out inside the run.
+
+        ``run_with_iobinding`` releases the GIL for the whole run, copies included, so runs in other
+        threads proceed meanwhile; each run gets its own stream, so one batch's copies overlap another's
+        compute on the device. (``update_inplace``/``numpy()`` copies would hold the GIL.)
+        """
+        local = self._local
+        binding = getattr(local, "binding", None)
+        if binding is None:
+            binding = local.binding = self._session.io_binding()
+        for name, value in feeds.items():
+            if type(value) is np.ndarray:
+                binding.bind_cpu_input(name, value)
+            elif value.ortvalue is not None:
+                binding.bind_ortvalue_input(name, value.ortvalue)
+            else:
+                binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
+        if any(type(v) is not np.ndarray for v in feeds.values()):
+            if any(type(v) is not np.ndarray and v.external for v in feeds.values()):
+                binding.synchronize_inputs()
+            self._fence()
+        where = self._dev if on_device else "cpu"
+        for name in self._output_names:
+            binding.bind_output(name, where, self._dev_id if on_device else 0)
+        try:
+            self._session.run_with_iobinding(binding, self._plain_run_options)
+        except Exception as exc:
+            from .ort import _translate_run_error
+
+            raise _translate_run_error(exc) from None
+        outs = dict(zip(self._output_names, binding.get_outputs()))
+        if on_device:
+            return {n: DeviceArray(outs[n]) for n in names}
+        # fresh CPU tensors each run (outputs rebound above); the arrays keep them alive
+        return {n: outs[n].numpy() for n in names}
 
     def run_many(
         self,
@@ -749,110 +777,49 @@ class IoBindingRunner:
         outputs_on: str,
         prefetch: int = 2,
     ) -> Iterator[dict[str, Any]]:
-        """Run batches in order, overlapping host-to-device copies, compute and device-to-host copies.
+        """Run batches in order with ``prefetch + 1`` batches in flight, so copies overlap compute.
 
-        Three stages run concurrently on a ring of ``prefetch + 1`` slots per input shape: a loader
-        thread checks batch k+1 (``check(batch) -> feeds``) and copies it into a free slot while a
-        compute thread runs batch k and the caller's thread copies batch k-1's outputs back. ONNX
-        Runtime releases the GIL while it computes, so copies and compute overlap.
+        Host batches run with host IO bound as such (:meth:`_host_run`): ONNX Runtime copies them to
+        the device and the outputs back inside each run, with the GIL released, on a stream per run,
+        so the transfers of one batch overlap the compute of the others. Device batches go through
+        :meth:`run` (bound device memory, graph replay).
 
         Args:
             batches: feeds per batch (dicts, or one array for a single-input model).
             check: the engine's feed check (``Engine._check_feeds``).
             outputs: output names (``None``: all).
             outputs_on: ``"auto"``, ``"host"`` or ``"device"``.
-            prefetch: how many batches may be loaded ahead of the one computing (>= 1).
+            prefetch: batches in flight besides the oldest (>= 1).
 
         Yields:
             One output dict per batch, in order.
         """
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise OptionError(f"prefetch: got {prefetch!r}, expected an int >= 1")
-        depth = prefetch + 1
+        from concurrent.futures import ThreadPoolExecutor
+
         names = self._output_names if outputs is None else list(outputs)
-        stop = threading.Event()
-        free: dict[Any, queue.Queue] = {}
-        loaded: queue.Queue = queue.Queue(maxsize=prefetch)
-        done: queue.Queue = queue.Queue(maxsize=prefetch)
-        end = object()
 
-        def put(q: queue.Queue, item: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.05)
-                    return True
-                except queue.Full:
-                    continue
-            return False
+        def one(batch: Any) -> dict[str, Any]:
+            feeds = check(batch)
+            on_device = self._wants_device(feeds, outputs_on)
+            if all(type(v) is np.ndarray for v in feeds.values()):
+                return self._host_run(feeds, names, on_device)
+            return self.run(feeds, names, outputs_on)
 
-        def get(q: queue.Queue) -> Any:
-            while True:
-                try:
-                    return q.get(timeout=0.05)
-                except queue.Empty:
-                    if stop.is_set():
-                        return end
-
-        def loader() -> None:
+        pending: list[Any] = []
+        it = iter(batches)
+        with ThreadPoolExecutor(max_workers=prefetch + 1, thread_name_prefix="amdinfer-run") as pool:
             try:
-                for batch in batches:
-                    if stop.is_set():
-                        return
-                    feeds = check(batch)
-                    key = tuple(feeds[n].shape for n in self._input_names)
-                    pool = free.get(key)
-                    if pool is None:
-                        pool = free[key] = queue.Queue()
-                        shapes = {n: feeds[n].shape for n in self._input_names}
-                        for i in range(depth):
-                            pool.put(self._ring_slot(key, shapes, i, depth))
-                    slot = get(pool)
-                    if slot is end:
-                        return
-                    self._load(slot, feeds)
-                    if not put(loaded, (slot, feeds, pool)):
-                        return
-                put(loaded, end)
-            except BaseException as exc:  # handed to the caller's thread
-                put(loaded, exc)
-
-        def computer() -> None:
-            while True:
-                item = get(loaded)
-                if item is end or isinstance(item, BaseException):
-                    put(done, item)
-                    return
-                slot, feeds, pool = item
-                try:
-                    graph = self._uses_graph(slot, feeds)
-                    self._execute(slot, graph)
-                except BaseException as exc:
-                    put(done, exc)
-                    return
-                if not put(done, (slot, feeds, graph, pool)):
-                    return
-
-        threads = [
-            threading.Thread(target=loader, name="amdinfer-load", daemon=True),
-            threading.Thread(target=computer, name="amdinfer-compute", daemon=True),
-        ]
-        for t in threads:
-            t.start()
-        try:
-            while True:
-                item = get(done)
-                if item is end:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                slot, feeds, graph, pool = item
-                result = self._fetch(slot, names, self._wants_device(feeds, outputs_on), graph)
-                pool.put(slot)
-                yield result
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=5)
+                for batch in it:
+                    pending.append(pool.submit(one, batch))
+                    if len(pending) > prefetch:
+                        yield pending.pop(0).result()
+                while pending:
+                    yield pending.pop(0).result()
+            finally:
+                for f in pending:
+                    f.cancel()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -863,7 +830,6 @@ class IoBindingRunner:
     def close(self) -> None:
         """Drop every slot (device buffers and bindings)."""
         self._slots.clear()
-        self._rings.clear()
 
 
 # ---------------------------------------------------------------------------------------------- engine glue
