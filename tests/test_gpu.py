@@ -288,7 +288,10 @@ class TestDirectGraphSlots:
 
         from amdinfer.types import TensorSpec
 
-        sess = ort.InferenceSession(cnn.SerializeToString(), providers=["CPUExecutionProvider"])
+        lowered = onnx.ModelProto()
+        lowered.CopyFrom(cnn)
+        lowered.ir_version = min(lowered.ir_version, 10)  # onnxruntime 1.31 reads IR <= 13
+        sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
         spec = TensorSpec("input", np.dtype("float32"), ("N", 3, 32, 32))
         runner = dev.IoBindingRunner(
             ort, sess, "CPUExecutionProvider", 0, [spec], ["logits"], graphs=True, max_direct=2
@@ -308,20 +311,29 @@ class TestDirectGraphSlots:
 
 
 class TestRunMany:
-    def test_results_in_order_across_shapes(self, bound, cnn) -> None:
+    @pytest.mark.parametrize("overlap_bytes", [0, 1 << 30])  # copies overlapped / small batches in turn
+    def test_results_in_order_across_shapes(self, bound, cnn, overlap_bytes) -> None:
         sizes = [2, 2, 1, 2, 3, 3, 1]
         xs = [images(n, 100 + i) for i, n in enumerate(sizes)]
-        outs = list(bound.run_many(iter(xs), prefetch=2))
+        bound._runner.overlap_bytes = overlap_bytes
+        try:
+            outs = list(bound.run_many(iter(xs), prefetch=2))
+        finally:
+            bound._runner.overlap_bytes = 4 << 20
         assert len(outs) == len(xs)
         for x, out in zip(xs, outs):
             np.testing.assert_allclose(out["logits"], reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
 
     def test_a_bad_batch_raises_in_the_callers_thread(self, bound) -> None:
         batches = [images(2, 0), images(2, 1).astype(np.float64), images(2, 2)]
-        gen = bound.run_many(batches)
-        assert next(gen)["logits"].shape == (2, 10)
-        with pytest.raises(InputError, match="dtype float64"):
-            list(gen)
+        bound._runner.overlap_bytes = 0
+        try:
+            gen = bound.run_many(batches, prefetch=1)
+            assert next(gen)["logits"].shape == (2, 10)
+            with pytest.raises(InputError, match="dtype float64"):
+                list(gen)
+        finally:
+            bound._runner.overlap_bytes = 4 << 20
 
     def test_stopping_early_ends_the_threads(self, bound) -> None:
         before = threading.active_count()

