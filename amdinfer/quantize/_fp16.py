@@ -83,6 +83,34 @@ def _check_nodes(name: str, wanted: Sequence[str], proto: onnx.ModelProto) -> No
         )
 
 
+def _topological_sort(graph: onnx.GraphProto) -> None:
+    """Sort ``graph.node`` topologically, in place (ONNX Runtime's helper; a stable Kahn sort where the
+    installed onnxruntime cannot import it without sympy)."""
+    try:
+        from onnxruntime.transformers.onnx_model import OnnxModel
+    except ImportError:  # onnxruntime <= 1.22 imports sympy there
+        OnnxModel = None
+    if OnnxModel is not None:
+        OnnxModel.graph_topological_sort(graph, is_deterministic=True)
+        return
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    pending = list(graph.node)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        ready = [n for n in pending if all(i in available for i in n.input)]
+        if not ready:
+            raise ValueError(f"graph {graph.name!r}: has a cycle or a dangling input; cannot sort it")
+        for n in ready:
+            ordered.append(n)
+            available.update(n.output)
+        pending = [n for n in pending if all(n is not r for r in ready)]
+    copies = [onnx.NodeProto() for _ in ordered]
+    for c, n in zip(copies, ordered):
+        c.CopyFrom(n)
+    del graph.node[:]
+    graph.node.extend(copies)
+
+
 def _drop_cast_round_trips(model: onnx.ModelProto) -> int:
     """Let ``Cast(fp32 -> fp16) -> Cast(fp16 -> fp32)`` pairs read the fp32 tensor directly; returns how many.
 
@@ -228,8 +256,6 @@ class Fp16Quantizer(Quantizer):
         if self._only is not None:
             _check_nodes("only", self._only, prepared)
             blocked += [n.name for n in prepared.graph.node if n.name not in self._only]
-        from onnxruntime.transformers.onnx_model import OnnxModel
-
         proto = onnx.ModelProto()
         proto.CopyFrom(prepared)
         converted = convert_float_to_float16(
@@ -242,7 +268,7 @@ class Fp16Quantizer(Quantizer):
         )
         _drop_cast_round_trips(converted)
         # The converter appends the input casts last; ONNX requires topological order (ORT tolerates it).
-        OnnxModel.graph_topological_sort(converted.graph, is_deterministic=True)
+        _topological_sort(converted.graph)
         return converted
 
     def _unhonoured(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import math
@@ -15,7 +16,7 @@ import numpy as np
 import onnx
 
 from ..errors import BackendUnavailableError, CacheError, InputError, OptionError
-from ..model import ModelSource
+from ..model import ModelSource, min_ir_version
 from ._base import MigraphxQuantPlan, Quantizer
 from ._data import Progress, data_hash, input_specs, materialize, to_feeds
 from ._fp16 import _check_nodes, _str_list
@@ -52,8 +53,14 @@ def _import_quantization() -> Any:
     try:
         from onnxruntime import quantization
     except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        fix = (
+            f"pip install {missing} (this onnxruntime's quantization tools import it)"
+            if missing and not missing.startswith("onnxruntime")
+            else "pip install 'amdinfer-onnx[cpu]'"
+        )
         raise BackendUnavailableError(
-            "Int8Quantizer needs onnxruntime's quantization tools; pip install 'amdinfer-onnx[cpu]'",
+            f"Int8Quantizer needs onnxruntime.quantization, which cannot be imported ({exc}); {fix}",
             backend="ort",
             cause=str(exc),
         ) from exc
@@ -390,6 +397,10 @@ class Int8Quantizer(Quantizer):
         extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
         if self.method == "percentile":
             extra["CalibPercentile"] = self.percentile
+        # ONNX Runtime >= 1.32 can keep the calibrated ranges (mixed precision reuses them); older ones
+        # calibrate on every call.
+        reuse = "calibration_cache_path" in inspect.signature(quantization.quantize_static).parameters
+        cache_kw = {"calibration_cache_path": str(ranges)} if reuse else {}
         with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
             inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             onnx.save_model(src.proto, str(inp))
@@ -397,7 +408,7 @@ class Int8Quantizer(Quantizer):
                 quantization.quantize_static(
                     str(inp),
                     str(out),
-                    self._reader(feeds) if not ranges.is_file() else None,
+                    self._reader(feeds) if not (reuse and ranges.is_file()) else None,
                     quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
                     op_types_to_quantize=self.op_types,
                     per_channel=self.per_channel,
@@ -408,7 +419,7 @@ class Int8Quantizer(Quantizer):
                     nodes_to_exclude=excluded,
                     calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
                     extra_options=extra,
-                    calibration_cache_path=str(ranges),
+                    **cache_kw,
                 )
             return onnx.load_model(str(out))
 
@@ -482,6 +493,9 @@ class Int8Quantizer(Quantizer):
         from onnxruntime.quantization.quant_utils import write_calibration_table
 
         src = ModelSource.from_any(model, check=False)
+        # The calibrator runs the model on the installed ONNX Runtime, which may read only older IR versions
+        # than the onnx that wrote it; the lowest IR that holds the model is safe for both.
+        src = src.with_ir_version(min_ir_version(src.proto))
         feeds = self.calibration_feeds(src.proto)
         self._check_histogram_shapes(feeds)
         workdir = Path(workdir)

@@ -100,18 +100,24 @@ def _strip_unused_opsets(proto: onnx.ModelProto) -> None:
         proto.opset_import.extend(kept)
 
 
+def _shape_inference_only(src: str, dst: str, skip_optimization: bool, skip_symbolic_shape: bool) -> None:
+    """ONNX shape inference: what ``quant_pre_process`` does after optimizing, without symbolic shapes."""
+    onnx.shape_inference.infer_shapes_path(src, dst)
+
+
 def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
     try:
-        from onnxruntime.quantization.shape_inference import quant_pre_process
+        import onnxruntime as ort
     except ImportError as exc:
         raise BackendUnavailableError(
-            "quantization needs onnxruntime (its quantization tools); pip install 'amdinfer-onnx[cpu]'",
-            backend="ort",
-            cause=str(exc),
+            "quantization needs onnxruntime; pip install 'amdinfer-onnx[cpu]'", backend="ort", cause=str(exc)
         ) from exc
     # Symbolic shape inference needs sympy; ONNX shape inference covers convolutional models without it.
     skip_symbolic = importlib.util.find_spec("sympy") is None
-    import onnxruntime as ort
+    try:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError:  # onnxruntime <= 1.22 imports sympy unconditionally there
+        quant_pre_process = _shape_inference_only
 
     with tempfile.TemporaryDirectory(prefix="amdinfer-quant-") as tmp:
         src, opt, dst = Path(tmp) / "in.onnx", Path(tmp) / "opt.onnx", Path(tmp) / "out.onnx"
