@@ -23,6 +23,9 @@ CPU_OUTPUTS = ROOT / ".nox" / "_cpu_outputs.npz"
 def tests(session: nox.Session) -> None:
     """The whole test suite on the CPU build of ONNX Runtime (what CI runs)."""
     session.install("-e", ".[cpu,test]")
+    # Trained PP-OCR models for the quantization accuracy tests: only the wheel's .onnx files are used,
+    # and its dependencies would pull opencv-python over opencv-python-headless.
+    session.install("--no-deps", "rapidocr-onnxruntime==1.4.4")
     env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
     session.run("python", "-m", "amdinfer", "doctor")
     session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)

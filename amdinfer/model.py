@@ -49,15 +49,20 @@ def onnx_dtype_to_numpy(elem_type: int) -> np.dtype:
         raise ModelError(f"tensor element type {elem_type}: no NumPy equivalent") from exc
 
 
+_ANONYMOUS_DIMS = {"", "?", "-1", "None", "unk__"}
+
+
 def _dims(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
     shape = value_info.type.tensor_type.shape
     out: list[Dim] = []
     for d in shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value > 0:
             out.append(int(d.dim_value))
-        elif d.HasField("dim_param"):
+        elif d.HasField("dim_param") and d.dim_param not in _ANONYMOUS_DIMS:
             out.append(d.dim_param)
         else:
+            # Exporters write unknown dims as dim_value -1/0 or dim_param "?"/"-1" (Paddle2ONNX):
+            # each is its own unknown dim, not one symbol shared across inputs.
             out.append(None)
     return tuple(out)
 

@@ -150,3 +150,16 @@ class TestIrVersion:
         w.data_type = TensorProto.INT4
         proto = helper.make_model(helper.make_graph([], "g", [], [], [w]), opset_imports=[helper.make_opsetid("", 17)])
         assert min_ir_version(proto) == 10
+
+
+def test_exporter_unknown_dims_are_independent() -> None:
+    """Paddle2ONNX writes unknown dims as "?" or -1: each is its own unknown dim."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["?", 3, "?", -1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["?", 3, "?", -1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    src = ModelSource.from_any(model)
+    assert src.inputs[0].shape == (None, 3, None, None)
+    engine = amdinfer.load(model, backend="ort", providers=["cpu"])
+    x = np.ones((2, 3, 48, 192), np.float32)  # the two unknown dims differ: fine
+    np.testing.assert_array_equal(engine.run(x)["y"], x)

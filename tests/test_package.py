@@ -29,6 +29,13 @@ PUBLIC_MODULES = [
     "amdinfer.postprocess",
     "amdinfer.results",
     "amdinfer.pipeline",
+    "amdinfer.quantize",
+    "amdinfer.verify",
+    "amdinfer.reference",
+    "amdinfer.cache",
+    "amdinfer.pool",
+    "amdinfer.engines.reference",
+    "amdinfer.engines.migraphx",
     "amdinfer.testing.conformance",
 ]
 
