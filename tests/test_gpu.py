@@ -319,7 +319,7 @@ class TestRunMany:
         try:
             outs = list(bound.run_many(iter(xs), prefetch=2))
         finally:
-            bound._runner.overlap_bytes = 4 << 20
+            bound._runner.overlap_bytes = 64 << 20
         assert len(outs) == len(xs)
         for x, out in zip(xs, outs):
             np.testing.assert_allclose(out["logits"], reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
@@ -333,7 +333,7 @@ class TestRunMany:
             with pytest.raises(InputError, match="dtype float64"):
                 list(gen)
         finally:
-            bound._runner.overlap_bytes = 4 << 20
+            bound._runner.overlap_bytes = 64 << 20
 
     def test_stopping_early_ends_the_threads(self, bound) -> None:
         before = threading.active_count()

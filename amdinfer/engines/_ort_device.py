@@ -509,8 +509,10 @@ class IoBindingRunner:
         self._d2d = hasattr(ort.OrtValue, "from_dlpack")
         self._fence_value: Any = None
         self._local = threading.local()
-        #: run_many overlaps copies for host batches of at least this many bytes (smaller ones run in turn)
-        self.overlap_bytes = 4 << 20
+        #: run_many overlaps copies for host batches of at least this many input bytes; smaller ones run in
+        #: turn on the graph path. 64 MiB from the H200 measurements (docs/gpu.md): below it (ResNet-50 b64,
+        #: YOLOv8 b1) the graph path was faster, above it (ResNet-50 b256, YOLOv8 b64/b256) the overlap.
+        self.overlap_bytes = 64 << 20
         self._plain_run_options = ort.RunOptions()
         if self._graphs:
             self._plain_run_options.add_run_config_entry("gpu_graph_id", "-1")
@@ -819,8 +821,8 @@ class IoBindingRunner:
             return
         feeds0 = check(first)
         if sum(getattr(v, "nbytes", 0) for v in feeds0.values() if type(v) is np.ndarray) < self.overlap_bytes:
-            # Small batches: the per-call cost of a bound, graph-replayed run beats overlapping copies
-            # that take microseconds (measured: ResNet-50 b1 on an H200, 1,488 vs 570 img/s).
+            # Small batches: a bound, graph-replayed run beats overlapping copies (measured on an H200:
+            # ResNet-50 fp16 b1 1,470 vs 570 img/s, b64 6,471 vs 5,760).
             yield self.run(feeds0, names, outputs_on)
             for batch in it:
                 yield self.run(check(batch), names, outputs_on)
