@@ -20,12 +20,9 @@ copies overlap another's compute. Small batches (under ``overlap_bytes``) run in
 Example:
     >>> import numpy as np, amdinfer
     >>> from amdinfer.testing.models import tiny_cnn
-    >>> engine = amdinfer.load(tiny_cnn(), backend="ort", providers=["cpu"], io_binding=True)
-    >>> out = engine.run(np.zeros((2, 3, 32, 32), np.float32), outputs=None)
-    >>> out["logits"].shape
-    (2, 10)
-    >>> dev = engine.run(DlpackOnly(np.zeros((2, 3, 32, 32), np.float32)))  # any DLPack producer
-    >>> type(dev["logits"]).__name__, np.from_dlpack(dev["logits"]).shape
+    >>> engine = amdinfer.load(tiny_cnn(), backend="ort", providers=["cpu"], io_binding=True, outputs_on="device")
+    >>> out = engine.run(DlpackOnly(np.zeros((2, 3, 32, 32), np.float32)))  # any DLPack producer
+    >>> type(out["logits"]).__name__, np.from_dlpack(out["logits"]).shape
     ('DeviceArray', (2, 10))
     >>> engine.close()
 """
