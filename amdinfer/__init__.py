@@ -62,6 +62,7 @@ _LAZY = {
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
+    "DeviceArray": ("amdinfer.engines._ort_device", "DeviceArray"),
 }
 
 
