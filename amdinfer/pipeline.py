@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -294,20 +295,40 @@ class Pipeline:
         return [Sample(out, meta) for out, meta in zip(outputs, metas)]
 
     def _infer(self, batch: np.ndarray) -> list[Any]:
+        parts = []
+        for chunk, size in self._chunks(batch):
+            parts.append(self._cut(self._engine.run({self._input.name: chunk}), chunk, size))
+        return self._split(parts, batch.shape[0])
+
+    def _chunks(self, batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        """The engine calls for one stacked batch: ``(feed, real items)``; a fixed batch size ``B`` gives
+        chunks of ``B``, the last one padded by repeating its last item."""
         n = batch.shape[0]
         fixed = self._input.shape[0] if self._input.shape else None
-        if isinstance(fixed, int) and fixed != n and not self._engine.batch_buckets:
-            parts = []
-            for start in range(0, n, fixed):
-                chunk = batch[start : start + fixed]
-                size = chunk.shape[0]
-                if size < fixed:
-                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - size, axis=0)])
-                res = self._engine.run({self._input.name: chunk})
-                parts.append({k: v[:size] for k, v in res.items()})
-            result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if not isinstance(fixed, int) or fixed == n or self._engine.batch_buckets:
+            return [(batch, n)]
+        out = []
+        for start in range(0, n, fixed):
+            chunk = batch[start : start + fixed]
+            size = chunk.shape[0]
+            if size < fixed:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - size, axis=0)])
+            out.append((chunk, size))
+        return out
+
+    @staticmethod
+    def _cut(result: dict[str, Any], chunk: np.ndarray, size: int) -> dict[str, Any]:
+        """Drop the padding rows of a padded chunk's outputs."""
+        if size == chunk.shape[0]:
+            return result
+        return {k: v[:size] for k, v in result.items()}
+
+    def _split(self, parts: list[dict[str, Any]], n: int) -> list[Any]:
+        """Join a batch's chunk outputs, check each has the batch axis, and split them per item."""
+        if len(parts) == 1:
+            result = parts[0]
         else:
-            result = self._engine.run({self._input.name: batch})
+            result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         for name, value in result.items():
             if getattr(value, "ndim", 0) < 1 or value.shape[0] != n:
                 raise StageError(
@@ -345,6 +366,23 @@ class Pipeline:
         lines += block("postprocess", self._postprocess)
         lines.append(")")
         return "\n".join(lines)
+
+
+class _Call:
+    """One engine call of :meth:`Pipeline.map`: a whole batch, or one chunk of it for a fixed-batch model."""
+
+    __slots__ = ("count", "feed", "first", "indices", "last", "metas", "size")
+
+    def __init__(
+        self, first: int, count: int, indices: list[int], metas: list[Any], feed: np.ndarray, size: int, last: bool
+    ) -> None:
+        self.first = first  # index of the batch's first item
+        self.count = count  # items in the whole batch
+        self.indices = indices
+        self.metas = metas
+        self.feed = feed
+        self.size = size  # real items in this call (the rest is padding)
+        self.last = last  # the batch's last chunk
 
 
 class _MapState:
@@ -421,45 +459,116 @@ class _MapState:
             self.put(self.q_pre, _DONE)
 
     def _run_engine(self) -> None:
+        """Batch preprocessed items and run them through ``engine.run_many``, then hand each item's output
+        to a postprocessing worker.
+
+        ``run_many`` may read batches ahead of the result it yields (on a GPU the ORT engine copies batch k+1
+        while batch k computes), so the batches generator never raises: a failure while batching (an item's
+        preprocessing, stacking) ends the stream and is reported after the results of the batches before it.
+        ``inflight`` lists the engine calls handed over whose results have not come back, oldest first: an
+        error out of ``run_many`` belongs to its first entry.
+        """
+        inflight: collections.deque[_Call] = collections.deque()
+        failure: list[tuple[int, Future[Any]]] = []
+        feeds = self._batches(inflight, failure)
+        results: Any = None
+        engine = self.pipe._engine
+        stage = f"engine {type(engine).__name__}"
+        upcoming = 0  # the first item whose result has not been handed on
+
+        def fail(exc: BaseException) -> None:
+            # An error before run_many read any batch belongs to the next item.
+            first, count = (inflight[0].first, inflight[0].count) if inflight else (upcoming, 1)
+            self.put(self.q_post, (first, self.failed(_stage_error(first, stage, exc, count=count))))
+
         try:
-            batch: list[tuple[int, Sample]] = []
+            parts: list[dict[str, Any]] = []
+            try:
+                results = iter(engine.run_many(feeds, prefetch=2))
+            except Exception as exc:
+                fail(exc)
+                return
             while True:
-                got = self.get(self.q_pre)
-                if got is _STOPPED:
+                try:
+                    out = next(results)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    fail(exc)
                     return
-                if got is _DONE:
-                    if batch:
-                        self._flush(batch)
-                    self.put(self.q_post, _DONE)
+                if not inflight:
+                    raise StageError(f"{type(engine).__name__}.run_many yielded more results than it was given batches")
+                call = inflight.popleft()
+                if self.stop.is_set():
                     return
+                try:
+                    parts.append(self.pipe._cut(out, call.feed, call.size))
+                    if not call.last:
+                        continue
+                    outputs = self.pipe._split(parts, call.count)
+                except Exception as exc:
+                    err = _stage_error(call.first, f"engine {type(engine).__name__}", exc, count=call.count)
+                    self.put(self.q_post, (call.first, self.failed(err)))
+                    return
+                parts = []
+                for k, (index, meta) in enumerate(zip(call.indices, call.metas)):
+                    fut = self.submit(self.pipe._postprocess_one, index, Sample(outputs[k], meta))
+                    if fut is None or not self.put(self.q_post, (index, fut)):
+                        return
+                upcoming = call.first + call.count
+            if self.stop.is_set():
+                return
+            if inflight:
+                fail(StageError(f"{type(engine).__name__}.run_many ended before the results of every batch"))
+                return
+            self.put(self.q_post, failure[0] if failure else _DONE)
+        except BaseException as exc:  # a bug here must reach the consumer, not vanish with the thread
+            self.put(self.q_post, (-1, self.failed(exc)))
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()  # an overriding run_many may hold threads or device buffers for batches read ahead
+            feeds.close()
+
+    def _batches(self, inflight: collections.deque[_Call], failure: list[tuple[int, Future[Any]]]) -> Iterator[Any]:
+        """The engine feeds, in order: preprocessed items stacked ``batch_size`` at a time (in chunks of a
+        fixed model batch); each one is recorded in ``inflight``. Ends, never raises, at the first failure,
+        which it leaves in ``failure``."""
+        pipe = self.pipe
+        batch: list[tuple[int, Sample]] = []
+        done = False
+        while not done:
+            got = self.get(self.q_pre)
+            if got is _STOPPED:
+                return
+            if got is _DONE:
+                done = True
+            else:
                 index, fut = got
                 if not self.wait(fut) or self.stop.is_set():
                     return
                 if fut.exception() is not None:
-                    if batch and not self._flush(batch):
-                        return
-                    self.put(self.q_post, (index, fut))
-                    return
-                batch.append((index, fut.result()))
-                if len(batch) == self.batch_size:
-                    if not self._flush(batch):
-                        return
-                    batch = []
-        except BaseException as exc:  # a bug here must reach the consumer, not vanish with the thread
-            self.put(self.q_post, (-1, self.failed(exc)))
-
-    def _flush(self, batch: list[tuple[int, Sample]]) -> bool:
-        first = batch[0][0]
-        try:
-            outputs = self.pipe._infer_samples(first, [s for _, s in batch])
-        except Exception as exc:
-            self.put(self.q_post, (first, self.failed(exc)))
-            return False
-        for (index, _), sample in zip(batch, outputs):
-            fut = self.submit(self.pipe._postprocess_one, index, sample)
-            if fut is None or not self.put(self.q_post, (index, fut)):
-                return False
-        return True
+                    failure.append((index, fut))
+                    done = True  # the items before it still run
+                else:
+                    batch.append((index, fut.result()))
+                    if len(batch) < self.batch_size:
+                        continue
+            if not batch:
+                continue
+            first, count = batch[0][0], len(batch)
+            try:
+                stacked, metas = stack([s for _, s in batch])
+                chunks = pipe._chunks(stacked)
+            except Exception as exc:
+                failure[:] = [(first, self.failed(_stage_error(first, "stack", exc, count=count)))]
+                return
+            indices = [i for i, _ in batch]
+            batch = []
+            for k, (feed, size) in enumerate(chunks):
+                call = _Call(first, count, indices, metas, feed, size, last=k == len(chunks) - 1)
+                inflight.append(call)
+                yield {pipe._input.name: feed}
 
     def start(self) -> None:
         for t in self.threads:

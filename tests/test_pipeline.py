@@ -12,6 +12,7 @@ import pytest
 
 import amdinfer
 from amdinfer import reference as ref
+from amdinfer.engines.ort import OrtEngine
 from amdinfer.errors import OptionError, StageError
 from amdinfer.pipeline import Pipeline
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
@@ -335,6 +336,228 @@ class TestMap:
             tiny_pipe.map([], workers=-1)
         with pytest.raises(OptionError, match=r"items: got int"):
             tiny_pipe.map(3)
+
+
+# ---------------------------------------------------------------------------------------------- map -> run_many
+class BadDtype(Preprocessor):
+    """Makes images whose first pixel is in ``values`` float64, which the float32 model refuses."""
+
+    def __init__(self, values: tuple[int, ...]) -> None:
+        self.values = values
+
+    def process(self, data, meta):
+        return data.astype(np.float64) if int(data.flat[0]) in self.values else data
+
+
+class ReadAhead(OrtEngine):
+    """An engine whose ``run_many`` reads every batch before it yields the first result (the most any
+    overriding ``run_many`` may read ahead), counting its calls."""
+
+    def run_many(self, batches, *, outputs=None, prefetch=2):
+        self.calls = [*getattr(self, "calls", []), prefetch]
+        read = list(batches)
+        self.shapes = [next(iter(b.values())).shape for b in read]
+        return (self.run(b, outputs=outputs) for b in read)
+
+
+def _numbered(n: int) -> list[np.ndarray]:
+    return [np.full((32, 32, 3), i, np.uint8) for i in range(n)]
+
+
+def _plain(tiny: onnx.ModelProto, images: list[np.ndarray]) -> list[np.ndarray]:
+    """The results of plain ``pipe(image)`` calls, one engine call per image: the truth for map."""
+    with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, **CPU) as plain:
+        return [plain(im) for im in images]
+
+
+def _run_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(("amdinfer-map", "amdinfer-run"))]
+
+
+@pytest.fixture(params=["plain", "io_binding", "io_binding_overlap"])
+def bound(request, tiny: onnx.ModelProto) -> OrtEngine:
+    """A CPU ORT engine: plain session.run, the IOBinding runner, and the runner's overlapped path (threads
+    that read batches ahead; on a GPU it takes batches of >= 64 MiB, here every batch)."""
+    engine = OrtEngine(tiny, providers=["cpu"], io_binding=request.param != "plain")
+    if request.param == "io_binding_overlap":
+        engine._runner.overlap_bytes = 0
+    yield engine
+    engine.close()
+
+
+class TestMapRunMany:
+    """The engine stage of map feeds the stacked batches to ``engine.run_many`` and keeps map's guarantees."""
+
+    def test_engine_run_many_defaults(self, tiny: onnx.ModelProto) -> None:
+        engine = amdinfer.load(tiny, backend="reference")
+        assert type(engine).run_many is amdinfer.Engine.run_many
+        batches = [np.full((n, 3, 32, 32), n, np.float32) for n in (1, 3, 2)]
+        read = []
+
+        def lazy():
+            for b in batches:
+                read.append(b.shape[0])
+                yield b
+
+        results = engine.run_many(lazy())
+        assert read == []  # nothing read before a result is asked for
+        first = next(results)
+        assert read == [1]
+        got = [first, *results]
+        with amdinfer.load(tiny, **CPU) as ort:
+            for out, b in zip(got, batches):
+                np.testing.assert_allclose(out["logits"], ort.run(b)["logits"], rtol=1e-4, atol=1e-5)
+        with pytest.raises(OptionError, match=r"prefetch: got 0, expected an int >= 1"):
+            engine.run_many(batches, prefetch=0)
+        assert [list(out) for out in engine.run_many(batches[:1], outputs=["logits"])] == [["logits"]]
+        engine.close()
+        with pytest.raises(amdinfer.errors.EngineClosedError):
+            engine.run_many(batches)  # at the call, not at the first result
+
+    def test_ort_run_many_signature_agrees(self) -> None:
+        import inspect
+
+        base = inspect.signature(amdinfer.Engine.run_many).parameters
+        ort = inspect.signature(OrtEngine.run_many).parameters
+        assert [(p.name, p.kind, p.default) for p in base.values()] == [
+            (p.name, p.kind, p.default) for p in ort.values()
+        ]
+
+    @pytest.mark.parametrize(("batch_size", "fixed", "want_shapes"), [(3, None, [3, 3, 1]), (3, 2, [2, 2, 2, 2, 2])])
+    def test_map_calls_run_many(self, tiny: onnx.ModelProto, batch_size, fixed, want_shapes) -> None:
+        images = _images(7, seed=4)
+        model = tiny if fixed is None else _static_batch(tiny, fixed)
+        engine = ReadAhead(model, providers=["cpu"])
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=engine) as pipe:
+            run_calls = _spy(engine)
+            got = list(pipe.map(images, batch_size=batch_size, workers=2))
+        assert engine.calls == [2]  # one run_many per map, prefetch=2
+        assert [s[0] for s in engine.shapes] == want_shapes  # a fixed batch of 2: chunks, the last ones padded
+        assert len(run_calls) == len(want_shapes)
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images)), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+        engine.close()
+
+    @pytest.mark.parametrize("batch_size", [1, 4])
+    def test_ort_engine_paths_match_plain_calls(self, tiny: onnx.ModelProto, bound: OrtEngine, batch_size) -> None:
+        images = _images(10, seed=batch_size)
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=bound) as pipe:
+            got = list(pipe.map(images, batch_size=batch_size, workers=2))
+        assert len(got) == 10
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images)), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+
+    def test_preprocess_error_after_read_ahead(self, tiny: onnx.ModelProto) -> None:
+        # run_many has read every batch before the failing item's; their results still come first.
+        engine = ReadAhead(tiny, providers=["cpu"])
+        images = _numbered(12)
+        with Pipeline(preprocess=[Fail(7), HwcToChw(), Cast("float32")], engine=engine) as pipe:
+            got = []
+            with pytest.raises(StageError, match=r"item 7: preprocess\[0\] Fail: ValueError: pixel is 7") as info:
+                for r in pipe.map(images, batch_size=2, workers=2):
+                    got.append(r)
+        assert info.value.index == 7 and info.value.stage == "preprocess[0] Fail"
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images[:7])), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+        engine.close()
+
+    def test_preprocess_error_through_overlap(self, tiny: onnx.ModelProto, bound: OrtEngine) -> None:
+        images = _numbered(12)
+        with Pipeline(preprocess=[Fail(5), HwcToChw(), Cast("float32")], engine=bound) as pipe:
+            got = []
+            with pytest.raises(StageError, match=r"item 5: preprocess\[0\] Fail") as info:
+                for r in pipe.map(images, batch_size=1, workers=3):
+                    got.append(r)
+        assert info.value.index == 5
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images[:5])), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+
+    def test_engine_error_names_its_batch(self, tiny: onnx.ModelProto, bound: OrtEngine) -> None:
+        images = _numbered(9)
+        with Pipeline(preprocess=[HwcToChw(), BadDtype((5,)), Cast("float32")], engine=bound) as ok:
+            assert len(list(ok.map(images))) == 9  # Cast after BadDtype: nothing fails
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32"), BadDtype((5,))], engine=bound) as pipe:
+            got = []
+            with pytest.raises(
+                StageError, match=r"item 5: engine OrtEngine: InputError: input 'input': got dtype float64"
+            ):
+                for r in pipe.map(images, batch_size=1, workers=2):
+                    got.append(r)
+        assert len(got) == 5
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images[:5])), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+
+    def test_engine_error_in_a_chunk_names_the_whole_batch(self, tiny: onnx.ModelProto) -> None:
+        images = _numbered(9)
+        stages = [HwcToChw(), Cast("float32"), BadDtype((3, 4, 5))]
+        engine = OrtEngine(_static_batch(tiny, 2), providers=["cpu"], io_binding=True)
+        engine._runner.overlap_bytes = 0
+        with Pipeline(preprocess=stages, engine=engine) as pipe:
+            got = []
+            with pytest.raises(StageError, match=r"items 3\.\.5 \(one batch\): engine OrtEngine: InputError") as info:
+                for r in pipe.map(images, batch_size=3, workers=2):
+                    got.append(r)
+        assert info.value.index == 3
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images[:3])), rtol=1e-5, atol=1e-6)
+        assert not _run_threads()
+        engine.close()
+
+    def test_stack_error_after_read_ahead(self, tiny: onnx.ModelProto) -> None:
+        images = _images(8)
+        images[5] = images[5][:16]
+        engine = ReadAhead(tiny, providers=["cpu"])
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=engine) as pipe:
+            got = []
+            with pytest.raises(StageError, match=r"items 4\.\.5 \(one batch\): stack: StageError"):
+                for r in pipe.map(images, batch_size=2, workers=2):
+                    got.append(r)
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images[:4])), rtol=1e-5, atol=1e-6)
+        engine.close()
+
+    def test_run_many_that_fails_or_drops_results(self, tiny: onnx.ModelProto) -> None:
+        class Broken(OrtEngine):
+            def run_many(self, batches, *, outputs=None, prefetch=2):
+                raise RuntimeError("no stream today")
+
+        class Short(OrtEngine):
+            def run_many(self, batches, *, outputs=None, prefetch=2):
+                it = iter(batches)
+                yield self.run(next(it))
+                next(it)  # reads a second batch, never yields its result
+
+        for cls, pattern, n in (
+            (Broken, r"item 0: engine Broken: RuntimeError: no stream today", 0),
+            (Short, r"item 1: engine Short: StageError: Short.run_many ended before the results of every batch", 1),
+        ):
+            engine = cls(tiny, providers=["cpu"])
+            with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=engine) as pipe:
+                got = []
+                with pytest.raises(StageError, match=pattern):
+                    for r in pipe.map(_images(4), workers=2):
+                        got.append(r)
+            assert len(got) == n
+            assert not _run_threads()
+            engine.close()
+
+    def test_closed_engine(self, tiny: onnx.ModelProto) -> None:
+        engine = amdinfer.load(tiny, **CPU)
+        pipe = Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=engine)
+        engine.close()
+        with pytest.raises(StageError, match=r"item 0: engine OrtEngine: EngineClosedError"):
+            list(pipe.map(_images(3)))
+        assert not _run_threads()
+
+    def test_early_close_with_read_ahead(self, tiny: onnx.ModelProto, bound: OrtEngine) -> None:
+        endless = (np.full((32, 32, 3), i % 256, np.uint8) for i in range(10**9))
+        with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=bound) as pipe:
+            results = pipe.map(endless, batch_size=2, workers=2)
+            want = _plain(tiny, _numbered(6))
+            for i, r in enumerate(results):
+                np.testing.assert_allclose(r, want[i], rtol=1e-5, atol=1e-6)
+                if i == 5:
+                    break
+            results.close()
+            assert not _run_threads()
 
 
 # ---------------------------------------------------------------------------------------------- the notebook

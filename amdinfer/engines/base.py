@@ -19,7 +19,7 @@ import abc
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union, final
 
@@ -258,6 +258,47 @@ class Engine(abc.ABC):
         if len(result) != len(names if names is not None else self._output_names):
             self._check_result(result, names)
         return result
+
+    def run_many(
+        self, batches: Iterable[Feeds], *, outputs: OutputSelection = None, prefetch: int = 2
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Run a stream of batches, one result per batch, in order.
+
+        Each batch is checked like :meth:`run`. This default runs them one after another, lazily (a batch
+        is read from ``batches`` only when its result is asked for); backends that can overlap transfers
+        with compute override it (the ORT engine on a GPU keeps ``prefetch`` batches in flight).
+
+        Args:
+            batches: feeds per batch (dicts, or one array each for a single-input model); read lazily.
+            outputs: as for :meth:`run`.
+            prefetch: batches a backend may read and start ahead of the one whose result comes next
+                (an int >= 1; this default reads none ahead).
+
+        Returns:
+            An iterator of ``{output name: array}``, one per batch, in the order of ``batches``.
+
+        Raises:
+            EngineClosedError: the engine was closed (checked at the call, and by each run).
+            OptionError: ``prefetch`` is not an int >= 1, or ``outputs`` cannot be served.
+
+        Example:
+            >>> import numpy as np, amdinfer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> engine = amdinfer.load(tiny_cnn(), backend="reference")
+            >>> batches = (np.zeros((n, 3, 32, 32), np.float32) for n in (1, 2))
+            >>> [out["logits"].shape for out in engine.run_many(batches)]
+            [(1, 10), (2, 10)]
+        """
+        self._check_run_many(outputs, prefetch)
+        return (self.run(batch, outputs=outputs) for batch in batches)
+
+    def _check_run_many(self, outputs: OutputSelection, prefetch: Any) -> list[str] | None:
+        """The checks :meth:`run_many` makes at the call (state, ``prefetch``, ``outputs``)."""
+        if self._closed:
+            raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
+        if not isinstance(prefetch, (int, np.integer)) or isinstance(prefetch, bool) or prefetch < 1:
+            raise OptionError(f"prefetch: got {prefetch!r}, expected an int >= 1")
+        return self._select_outputs(outputs)
 
     def close(self) -> None:
         """Release the backend's resources. Safe to call twice."""

@@ -32,7 +32,6 @@ import onnx
 from ..errors import (
     AmdinferError,
     BackendUnavailableError,
-    EngineClosedError,
     InputError,
     ModelError,
     OptionError,
@@ -42,7 +41,7 @@ from ..model import ModelLike, ModelSource
 from ..types import normalize_precision
 from ._ort_device import device_feed, host_feeds, make_runner
 from ._ort_tuning import DataPathOptions, apply_tuning, drop_default_graphs, without_graphs
-from .base import Engine, EngineInfo
+from .base import Engine, EngineInfo, Feeds, OutputSelection
 
 __all__ = [
     "AMD_PROVIDERS",
@@ -712,7 +711,9 @@ class OrtEngine(Engine):
         """The underlying ``onnxruntime.InferenceSession`` (for what amdinfer does not wrap)."""
         return self._session
 
-    def run_many(self, batches: Iterable[Any], *, outputs: Any = None, prefetch: int = 2) -> Iterator[dict[str, Any]]:
+    def run_many(
+        self, batches: Iterable[Feeds], *, outputs: OutputSelection = None, prefetch: int = 2
+    ) -> Iterator[dict[str, Any]]:
         """Run a stream of batches, overlapping host-to-device copies and device-to-host copies with compute.
 
         Each batch is checked like :meth:`run`. On a GPU (IO bound) a loader thread copies batch k+1
@@ -735,13 +736,11 @@ class OrtEngine(Engine):
             >>> [out["logits"].shape for out in engine.run_many(batches)]
             [(4, 10), (4, 10), (4, 10)]
         """
-        if self._closed:
-            raise EngineClosedError(f"OrtEngine for model {self._source.name}: engine is closed")
-        names = self._select_outputs(outputs)
+        names = self._check_run_many(outputs, prefetch)
         plain = names is not None and (names == ["*"] or any(n not in self._output_names for n in names))
         if self._runner is None or self._buckets or plain:
             return (self.run(batch, outputs=outputs) for batch in batches)
-        return self._runner.run_many(batches, self._check_feeds, names, self._datapath.outputs_on, prefetch)
+        return self._runner.run_many(batches, self._check_feeds, names, self._datapath.outputs_on, int(prefetch))
 
     def _accepts_device_tensor(self, value: Any) -> bool:
         return True  # _device_feed decides: host DLPack -> NumPy view, device tensor -> bound (or an error)
