@@ -560,6 +560,30 @@ class TestMapRunMany:
             assert not _run_threads()
 
 
+class TestSpinWait:
+    """``OrtEngine(spin_wait=)``, which docs/pipeline.md recommends for map on a CPU engine."""
+
+    def test_reaches_the_session_and_info(self, tiny: onnx.ModelProto) -> None:
+        for value, entry in ((False, "0"), (True, "1")):
+            with amdinfer.load(tiny, spin_wait=value, **CPU) as engine:
+                options = engine.session.get_session_options()
+                assert options.get_session_config_entry("session.intra_op.allow_spinning") == entry
+                assert engine.info.settings["session"]["intra_op_allow_spinning"] is value
+        with amdinfer.load(tiny, **CPU) as engine:  # None: ONNX Runtime's own default, no entry set
+            assert engine.info.settings["session"]["intra_op_allow_spinning"] is None
+            with pytest.raises(RuntimeError, match="allow_spinning"):
+                engine.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        with pytest.raises(OptionError, match=r"spin_wait: got 'no', expected True, False or None"):
+            amdinfer.load(tiny, spin_wait="no", **CPU)
+
+    def test_map_results_unchanged(self, tiny: onnx.ModelProto) -> None:
+        images = _images(6, seed=8)
+        stages = [HwcToChw(), Cast("float32")]
+        with Pipeline(preprocess=stages, engine=tiny, spin_wait=False, **CPU) as pipe:
+            got = list(pipe.map(images, batch_size=2))
+        np.testing.assert_allclose(np.stack(got), np.stack(_plain(tiny, images)), rtol=1e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------- the notebook
 class TestQuickstartNotebook:
     def test_runs_top_to_bottom(self) -> None:

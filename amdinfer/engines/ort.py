@@ -283,6 +283,11 @@ class OrtEngine(Engine):
             and ``"int8"`` needs ``quantizer=``.
         threads: intra-op threads (``None``: ONNX Runtime's default, one per core).
         inter_op_threads: inter-op threads.
+        spin_wait: whether ONNX Runtime's intra-op threads busy-wait for work between parallel sections
+            (session config ``session.intra_op.allow_spinning``; ``None``: ONNX Runtime's default, on).
+            ``False`` frees the cores as soon as an operator is done: use it when other threads of the
+            process need the CPU, e.g. :meth:`Pipeline.map <amdinfer.Pipeline.map>`'s pre/postprocessing
+            on a CPU engine (``docs/pipeline.md``).
         graph_optimization: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"`` (default).
         optimized_model_path: where ONNX Runtime writes the optimized model (``optimized_model_filepath``).
         exhaustive_tune, tunable_ops, memory_limit, model_cache_dir, gpu_graphs, prefer_nhwc: provider
@@ -327,6 +332,7 @@ class OrtEngine(Engine):
         precision: str = "fp32",
         threads: int | None = None,
         inter_op_threads: int | None = None,
+        spin_wait: bool | None = None,
         graph_optimization: str = "all",
         optimized_model_path: str | os.PathLike | None = None,
         exhaustive_tune: bool | None = None,
@@ -361,6 +367,9 @@ class OrtEngine(Engine):
         for opt_name, value in (("threads", threads), ("inter_op_threads", inter_op_threads)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise OptionError(f"{opt_name}: got {value!r}, expected an int >= 0 (0: ONNX Runtime's default)")
+        if spin_wait is not None and not isinstance(spin_wait, bool):
+            raise OptionError(f"spin_wait: got {spin_wait!r}, expected True, False or None (ONNX Runtime's default)")
+        self._spin_wait = spin_wait
         self._knobs = dict(
             exhaustive_tune=exhaustive_tune,
             tunable_ops=tunable_ops,
@@ -386,6 +395,7 @@ class OrtEngine(Engine):
         info.settings["session"] = {
             "intra_op_num_threads": threads or 0,
             "inter_op_num_threads": inter_op_threads or 0,
+            "intra_op_allow_spinning": spin_wait,  # None: ONNX Runtime's default (on)
             "graph_optimization_level": GRAPH_OPTIMIZATION_LEVELS[graph_optimization],
             "optimized_model_filepath": str(optimized_model_path) if optimized_model_path else None,
             "disable_cpu_ep_fallback": not allow_cpu_nodes,
@@ -459,6 +469,8 @@ class OrtEngine(Engine):
         if opt_path is not None:
             so.optimized_model_filepath = str(opt_path)
         so.log_severity_level = 3  # errors only: fallbacks are reported through info, not stderr noise
+        if self._spin_wait is not None:
+            so.add_session_config_entry("session.intra_op.allow_spinning", _flag(self._spin_wait))
         return so
 
     def _apply_quantizer(self, quantizer: Any) -> None:
