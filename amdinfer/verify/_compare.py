@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import InputError, OptionError
 from ..types import normalize_precision
-from ._metrics import DEFAULT_TOLERANCES, Tolerance, as_float64, topk_agreement
+from ._metrics import DEFAULT_TOLERANCES, Tolerance, _cosine, _max_rel, _rms, as_float64, topk_agreement
 from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
 
 __all__ = ["compare", "compare_engines", "compare_layers"]
@@ -17,7 +17,6 @@ __all__ = ["compare", "compare_engines", "compare_layers"]
 #: A tolerance for every output, or one per output name (names not listed get the default).
 TolSpec = float | Mapping[str, float] | None
 
-_DBL_MIN = float(np.finfo(np.float64).tiny)
 # Precisions from tightest to loosest default tolerance.
 _LOOSENESS = {"fp64": 0, "fp32": 1, "bf16": 2, "fp16": 3, "int8": 4}
 
@@ -99,19 +98,10 @@ def _compare_one(
         absdiff = np.abs(diff)
         worst = int(np.argmax(absdiff))
         max_abs = float(absdiff[worst])
-        absb = np.abs(bf)
-        nz = bf != 0
-        max_rel = float(np.max(absdiff[nz] / absb[nz])) if nz.any() else 0.0
-        mag = max(float(np.max(np.abs(af))), float(np.max(absb)), _DBL_MIN)
-        rms = float(np.sqrt(np.dot(diff, diff)) / (np.sqrt(n) * mag))
-        norm_a, norm_b = float(np.linalg.norm(af)), float(np.linalg.norm(bf))
-        if norm_a == 0.0 and norm_b == 0.0:
-            cosine = 1.0
-        elif norm_a == 0.0 or norm_b == 0.0:
-            cosine = 0.0
-        else:
-            cosine = float(np.clip(np.dot(af, bf) / (norm_a * norm_b), -1.0, 1.0))
-        bad_elems = int(np.count_nonzero(absdiff > tol.atol + tol.rtol * absb))
+        max_rel = _max_rel(absdiff, bf)
+        rms = _rms(af, bf, diff)
+        cosine = _cosine(af, bf)
+        bad_elems = int(np.count_nonzero(absdiff > tol.atol + tol.rtol * np.abs(bf)))
         flat_pos = worst if all_finite else int(np.flatnonzero(finite.ravel())[worst])
         worst_index = tuple(int(i) for i in np.unravel_index(flat_pos, a.shape)) if a.ndim else ()
         worst_actual, worst_expected = float(af[worst]), float(bf[worst])

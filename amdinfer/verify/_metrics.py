@@ -143,10 +143,15 @@ def max_rel_error(actual: Any, expected: Any) -> float:
         0.10000000000000009
     """
     a, b = _finite(*_pair(actual, expected))
+    return _max_rel(np.abs(a - b), b)
+
+
+def _max_rel(absdiff: np.ndarray, b: np.ndarray) -> float:
+    """:func:`max_rel_error` from ``|a - b|`` and ``b`` (finite values)."""
     nz = b != 0
     if not nz.any():
         return 0.0
-    return float(np.max(np.abs(a[nz] - b[nz]) / np.abs(b[nz])))
+    return float(np.max(absdiff[nz] / np.abs(b[nz])))
 
 
 def rms_error(actual: Any, expected: Any) -> float:
@@ -164,7 +169,11 @@ def rms_error(actual: Any, expected: Any) -> float:
     a, b = _finite(*_pair(actual, expected))
     if a.size == 0:
         return 0.0
-    diff = a - b
+    return _rms(a, b, a - b)
+
+
+def _rms(a: np.ndarray, b: np.ndarray, diff: np.ndarray) -> float:
+    """:func:`rms_error` of finite, flat, non-empty ``a`` and ``b``, given ``diff = a - b``."""
     mag = max(float(np.max(np.abs(a))), float(np.max(np.abs(b))), _DBL_MIN)
     return float(math.sqrt(float(np.dot(diff, diff))) / (math.sqrt(a.size) * mag))
 
@@ -178,7 +187,11 @@ def cosine_similarity(actual: Any, expected: Any) -> float:
         >>> cosine_similarity([1.0, 0.0], [0.0, 2.0])
         0.0
     """
-    a, b = _finite(*_pair(actual, expected))
+    return _cosine(*_finite(*_pair(actual, expected)))
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """:func:`cosine_similarity` of finite, flat ``a`` and ``b``."""
     na = float(np.linalg.norm(a))
     nb = float(np.linalg.norm(b))
     if na == 0.0 and nb == 0.0:
