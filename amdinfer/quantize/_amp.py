@@ -362,21 +362,32 @@ class AutoMixedPrecision(Quantizer):
         log.info(
             "mixed precision: all quantized, %s = %.4g (tolerance %.4g)", self.metric_name, full_error, self.tolerance
         )
-        if full_error <= self.tolerance or not cands:
+
+        def done(
+            model: onnx.ModelProto,
+            kept: list[LayerSensitivity],
+            error: float,
+            passed: bool,
+            float_error: float,
+            sensitivities: list[LayerSensitivity],
+        ) -> MixedPrecisionResult:
             self.result = MixedPrecisionResult(
-                full_model,
-                [],
-                full_error,
+                model,
+                kept,
+                error,
                 self.tolerance,
-                full_error <= self.tolerance,
+                passed,
                 full_error,
-                full_error,
-                [],
+                float_error,
+                sensitivities,
                 self.metric_name,
                 self.mode,
                 evaluations,
             )
             return self.result
+
+        if full_error <= self.tolerance or not cands:
+            return done(full_model, [], full_error, full_error <= self.tolerance, full_error, [])
 
         sens: list[LayerSensitivity] = []
         with Progress("amdinfer: layer sensitivity", len(cands), enabled=self.progress) as bar:
@@ -393,20 +404,7 @@ class AutoMixedPrecision(Quantizer):
 
         float_error, best_model = err_of(keep=names)
         if float_error > self.tolerance:
-            self.result = MixedPrecisionResult(
-                best_model,
-                order,
-                float_error,
-                self.tolerance,
-                False,
-                full_error,
-                float_error,
-                order,
-                self.metric_name,
-                self.mode,
-                evaluations,
-            )
-            return self.result
+            return done(best_model, order, float_error, False, float_error, order)
         lo, hi = 0, len(names)
         best_err = float_error
         while hi - lo > 1:
@@ -426,20 +424,7 @@ class AutoMixedPrecision(Quantizer):
                 if e <= self.tolerance:
                     kept, best_err, best_model = trial, e, m
         by_name = {x.node: x for x in order}
-        self.result = MixedPrecisionResult(
-            best_model,
-            [by_name[k] for k in names if k in kept],
-            best_err,
-            self.tolerance,
-            True,
-            full_error,
-            float_error,
-            order,
-            self.metric_name,
-            self.mode,
-            evaluations,
-        )
-        return self.result
+        return done(best_model, [by_name[k] for k in names if k in kept], best_err, True, float_error, order)
 
     # ------------------------------------------------------------------ protocol
     def quantize(self, model: Any) -> onnx.ModelProto:

@@ -45,15 +45,20 @@ def default_fp16_op_block_list() -> tuple[str, ...]:
         >>> {"Softmax", "TopK"} <= set(default_fp16_op_block_list())
         True
     """
+    return tuple(dict.fromkeys(tuple(_float16_module().DEFAULT_OP_BLOCK_LIST) + NUMERICALLY_SENSITIVE_OPS))
+
+
+def _float16_module() -> Any:
+    """``onnxruntime.transformers.float16``, imported on first use."""
     try:
-        from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+        from onnxruntime.transformers import float16
     except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
         raise BackendUnavailableError(
             "Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); pip install 'amdinfer-onnx[cpu]'",
             backend="ort",
             cause=str(exc),
         ) from exc
-    return tuple(dict.fromkeys(tuple(DEFAULT_OP_BLOCK_LIST) + NUMERICALLY_SENSITIVE_OPS))
+    return float16
 
 
 def __getattr__(name: str) -> Any:
@@ -243,14 +248,7 @@ class Fp16Quantizer(Quantizer):
         return self._quantize_prepared(proto)
 
     def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
-        try:
-            from onnxruntime.transformers.float16 import convert_float_to_float16
-        except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
-            raise BackendUnavailableError(
-                "Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); pip install 'amdinfer-onnx[cpu]'",
-                backend="ort",
-                cause=str(exc),
-            ) from exc
+        convert_float_to_float16 = _float16_module().convert_float_to_float16
         _check_nodes("node_block_list", self.node_block_list, prepared)
         blocked = list(self.node_block_list) + tail_nodes(prepared, self.keep_last_n)
         if self._only is not None:
