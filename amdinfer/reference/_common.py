@@ -73,21 +73,16 @@ def pool_geometry(
     """
     nd = len(in_shape)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
-        out, begin, end = [], [], []
+        # The same pads as a Conv's; SAME_* windows number ceil(in / stride), VALID ones only the full windows.
+        begin, end = conv_pads(auto_pad, in_shape, kernel, strides, dilations, pads)
+        out = []
         for i in range(nd):
-            keff = (kernel[i] - 1) * dilations[i] + 1
             if auto_pad == "VALID":
-                o = -(-(in_shape[i] - keff + 1) // strides[i])
-                begin.append(0)
-                end.append(0)
+                keff = (kernel[i] - 1) * dilations[i] + 1
+                out.append(-(-(in_shape[i] - keff + 1) // strides[i]))
             else:
-                o = -(-in_shape[i] // strides[i])
-                needed = max(0, (o - 1) * strides[i] + keff - in_shape[i])
-                head = needed // 2 if auto_pad == "SAME_UPPER" else needed - needed // 2
-                begin.append(head)
-                end.append(needed - head)
-            out.append(o)
-        return tuple(out), tuple(begin), tuple(end)
+                out.append(-(-in_shape[i] // strides[i]))
+        return tuple(out), begin, end
     p = normalize(pads, 2 * nd, 0)
     begin, end = p[:nd], p[nd:]
     out = []

@@ -25,6 +25,14 @@ def _linear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return lo, np.minimum(lo + 1, n_in - 1), f
 
 
+def _new_size(size: tuple[int, int]) -> tuple[int, int]:
+    """``(new_w, new_h)`` as positive ints."""
+    new_w, new_h = int(size[0]), int(size[1])
+    if new_w <= 0 or new_h <= 0:
+        raise ValueError(f"size: got {size}, expected positive (new_w, new_h)")
+    return new_w, new_h
+
+
 def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Bilinear resize matching ``cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)``.
 
@@ -43,9 +51,7 @@ def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         >>> resize_bilinear(np.array([[0.0, 1.0]], np.float32), (4, 1))
         array([[0.  , 0.25, 0.75, 1.  ]], dtype=float32)
     """
-    new_w, new_h = int(size[0]), int(size[1])
-    if new_w <= 0 or new_h <= 0:
-        raise ValueError(f"size: got {size}, expected positive (new_w, new_h)")
+    new_w, new_h = _new_size(size)
     h, w = image.shape[:2]
     x0, x1, fx = _linear_taps(w, new_w)
     y0, y1, fy = _linear_taps(h, new_h)
@@ -88,9 +94,7 @@ def resize_nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         >>> resize_nearest(np.array([[1, 2]], np.uint8), (4, 1))
         array([[1, 1, 2, 2]], dtype=uint8)
     """
-    new_w, new_h = int(size[0]), int(size[1])
-    if new_w <= 0 or new_h <= 0:
-        raise ValueError(f"size: got {size}, expected positive (new_w, new_h)")
+    new_w, new_h = _new_size(size)
     h, w = image.shape[:2]
     xs = np.minimum(np.floor(np.arange(new_w) * (1.0 / (new_w / w))).astype(np.int64), w - 1)
     ys = np.minimum(np.floor(np.arange(new_h) * (1.0 / (new_h / h))).astype(np.int64), h - 1)
