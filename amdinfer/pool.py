@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ._concurrency import ordered_results
 from .engines.base import Engine, EngineInfo, Feeds, OutputSelection
 from .errors import EngineClosedError, OptionError
 
@@ -224,18 +225,9 @@ class EnginePool:
             4
         """
         executor = self._pool_executor()
-        pending: list[Future[dict[str, np.ndarray]]] = []
-        it = iter(batches)
-        try:
-            for feeds in it:
-                pending.append(executor.submit(self.run, feeds, outputs=outputs))
-                if len(pending) >= 2 * self._size:
-                    yield pending.pop(0).result()
-            while pending:
-                yield pending.pop(0).result()
-        finally:
-            for f in pending:
-                f.cancel()
+        yield from ordered_results(
+            lambda feeds: executor.submit(self.run, feeds, outputs=outputs), batches, depth=2 * self._size
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def close(self, timeout: float | None = None) -> None:

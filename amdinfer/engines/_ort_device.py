@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .._concurrency import ordered_results
 from ..errors import AmdinferError, InputError, OptionError
 
 __all__ = [
@@ -571,15 +572,19 @@ class IoBindingRunner:
             for name, value in feeds.items():
                 if type(value) is not DeviceFeed:
                     continue
-                if value.ortvalue is not None:
-                    slot.binding.bind_ortvalue_input(name, value.ortvalue)
-                else:
-                    slot.binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
+                self._bind_caller_memory(slot, name, value)
                 slot.direct.add(name)
                 del slot.inputs[name]  # the caller's memory replaces the slot's buffer
             self._direct_count[key] = self._direct_count.get(key, 0) + 1
             self._slots[dkey] = slot
         return slot
+
+    def _bind_caller_memory(self, slot: _Slot, name: str, value: DeviceFeed) -> None:
+        """Bind the caller's device tensor as input ``name`` of the slot (its OrtValue, else its pointer)."""
+        if value.ortvalue is not None:
+            slot.binding.bind_ortvalue_input(name, value.ortvalue)
+        else:
+            slot.binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
 
     def _slot_for(self, key: Any, shapes: Mapping[str, tuple[int, ...]]) -> _Slot:
         slot = self._slots.get(key)
@@ -630,10 +635,7 @@ class IoBindingRunner:
                 slot.inputs[name].update_inplace(src)
                 copied = True
                 continue
-            if value.ortvalue is not None:
-                slot.binding.bind_ortvalue_input(name, value.ortvalue)
-            else:
-                slot.binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
+            self._bind_caller_memory(slot, name, value)
             slot.foreign.add(name)
         if copied or any(type(v) is not np.ndarray for v in feeds.values()):
             # copies landed, and the producers' writes (ordered before the legacy stream by DLPack) too
@@ -811,7 +813,6 @@ class IoBindingRunner:
                 return self._host_run(feeds, names, on_device)
             return self.run(feeds, names, outputs_on)
 
-        pending: list[Any] = []
         it = iter(batches)
         first = next(it, None)
         if first is None:
@@ -826,16 +827,7 @@ class IoBindingRunner:
             return
         it = itertools.chain([feeds0], it)
         with ThreadPoolExecutor(max_workers=prefetch + 1, thread_name_prefix="amdinfer-run") as pool:
-            try:
-                for batch in it:
-                    pending.append(pool.submit(one, batch))
-                    if len(pending) > prefetch:
-                        yield pending.pop(0).result()
-                while pending:
-                    yield pending.pop(0).result()
-            finally:
-                for f in pending:
-                    f.cancel()
+            yield from ordered_results(lambda batch: pool.submit(one, batch), it, depth=prefetch + 1)
 
     # ------------------------------------------------------------------ lifecycle
     @property
