@@ -1,6 +1,9 @@
-"""Shared fixtures: engine kinds of the conformance suite, small builder models, the oracle."""
+"""Shared fixtures: engine kinds of the conformance suite, small builder models, the oracle, a quiet root logger."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -32,3 +35,13 @@ def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np
     ev = ReferenceEvaluator(model)
     names = [o.name for o in model.graph.output]
     return dict(zip(names, ev.run(None, feeds)))
+
+
+@pytest.fixture
+def quiet_root_logger() -> Iterator[None]:
+    """Root logger at ERROR for the test: onnxruntime.quantization logs advice there; keep test output readable."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    yield
+    root.setLevel(level)

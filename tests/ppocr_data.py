@@ -53,16 +53,21 @@ def _rgb(image: np.ndarray) -> np.ndarray:
     return np.stack([image] * 3, axis=-1) if image.ndim == 2 else image[..., :3]
 
 
-def det_input(image: np.ndarray, side: int = 320) -> np.ndarray:
-    """PP-OCR detector input: longer side ~``side``, both sides multiples of 32, BGR, ``(x/255 - 0.5) / 0.5``."""
+def _resized_bgr(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``img`` (RGB) resized with anti-aliasing, as BGR float32 scaled to ``(x/255 - 0.5) / 0.5`` (PaddleOCR's)."""
     from skimage.transform import resize
 
+    x = resize(img, (height, width), preserve_range=True, anti_aliasing=True).astype(np.float32)
+    return (x[..., ::-1] / 255.0 - 0.5) / 0.5
+
+
+def det_input(image: np.ndarray, side: int = 320) -> np.ndarray:
+    """PP-OCR detector input: longer side ~``side``, both sides multiples of 32, BGR, ``(x/255 - 0.5) / 0.5``."""
     img = _rgb(image)
     h, w = img.shape[:2]
     s = side / max(h, w)
     nh, nw = max(32, round(h * s / 32) * 32), max(32, round(w * s / 32) * 32)
-    x = resize(img, (nh, nw), preserve_range=True, anti_aliasing=True).astype(np.float32)
-    x = (x[..., ::-1] / 255.0 - 0.5) / 0.5
+    x = _resized_bgr(img, nh, nw)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
@@ -158,13 +163,10 @@ def text_mask_iou(quantized: list[dict[str, np.ndarray]], reference: list[dict[s
 
 def cls_input(line: np.ndarray) -> np.ndarray:
     """Direction-classifier input: a text-line image resized to height 48 (width <= 192, right-padded)."""
-    from skimage.transform import resize
-
     img = _rgb(line)
     h, w = img.shape[:2]
     nw = min(192, max(8, round(w * 48 / h)))
-    x = resize(img, (48, nw), preserve_range=True, anti_aliasing=True).astype(np.float32)
-    x = (x[..., ::-1] / 255.0 - 0.5) / 0.5
+    x = _resized_bgr(img, 48, nw)
     out = np.zeros((1, 3, 48, 192), np.float32)
     out[0, :, :, :nw] = x.transpose(2, 0, 1)
     return out

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
+from conftest import oracle
 
 import amdinfer
 from amdinfer.engines import _ort_device as dev
@@ -35,11 +35,6 @@ from amdinfer.verify import rms_error
 CUDA = "CUDAExecutionProvider"
 ROCM = "ROCMExecutionProvider"
 MIGX = "MIGraphXExecutionProvider"
-
-
-def reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    ev = ReferenceEvaluator(model)
-    return dict(zip([o.name for o in model.graph.output], ev.run(None, feeds)))
 
 
 def mapped(provider: str, **knobs: object) -> dict[str, str]:
@@ -229,7 +224,7 @@ class TestIoBindingOnCpu:
         for i, n in enumerate([2, 1, 2, 3, 1]):
             x = images(n, i)
             got = bound.run(x)["logits"]
-            want = reference(cnn, {"input": x})["logits"]
+            want = oracle(cnn, {"input": x})["logits"]
             assert got.shape == (n, 10)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         keys = bound._runner.shapes
@@ -239,7 +234,7 @@ class TestIoBindingOnCpu:
         xs = [images(2, 10 + i) for i in range(3)]
         outs = [bound.run(x)["logits"] for x in xs]
         for x, out in zip(xs, outs):
-            np.testing.assert_allclose(out, reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(out, oracle(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
 
     def test_device_outputs_are_dlpack_producers(self, cnn) -> None:
         with amdinfer.load(cnn, backend="ort", providers=["cpu"], io_binding=True, outputs_on="device") as engine:
@@ -248,7 +243,7 @@ class TestIoBindingOnCpu:
             for x, out in zip(xs, outs):
                 assert isinstance(out, dev.DeviceArray) and out.shape == (2, 10) and out.dtype == np.float32
                 np.testing.assert_allclose(
-                    np.from_dlpack(out), reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5
+                    np.from_dlpack(out), oracle(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5
                 )
                 np.testing.assert_array_equal(out.numpy(), np.from_dlpack(out))
             # a DeviceArray (an OrtValue underneath) feeds another engine
@@ -271,7 +266,7 @@ class TestIoBindingOnCpu:
     def test_intermediate_outputs_still_work(self, bound, cnn) -> None:
         x = images(1, 3)
         out = bound.run(x, outputs="all")
-        np.testing.assert_allclose(out["logits"], reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(out["logits"], oracle(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
 
 
 def _ortvalue(x: np.ndarray):
@@ -305,7 +300,7 @@ class TestDirectGraphSlots:
             for i, a in enumerate(bufs):
                 a[...] = images(2, 300 + 10 * step + i)  # new contents at the same address
                 got = runner.run({"input": feed(a)}, None, "host")["logits"]
-                np.testing.assert_allclose(got, reference(cnn, {"input": a})["logits"], rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(got, oracle(cnn, {"input": a})["logits"], rtol=1e-4, atol=1e-5)
         assert runner._direct_count == {((2, 3, 32, 32),): 2}  # max_direct; the third buffer is copied
         assert len(runner.shapes) == 3
 
@@ -322,7 +317,7 @@ class TestRunMany:
             bound._runner.overlap_bytes = 64 << 20
         assert len(outs) == len(xs)
         for x, out in zip(xs, outs):
-            np.testing.assert_allclose(out["logits"], reference(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(out["logits"], oracle(cnn, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
 
     def test_a_bad_batch_raises_in_the_callers_thread(self, bound) -> None:
         batches = [images(2, 0), images(2, 1).astype(np.float64), images(2, 2)]
@@ -365,7 +360,7 @@ class TestFp16Io:
             x = images(2, 5)
             got = engine.run(x.astype(np.float16))["logits"]
             assert got.dtype == np.float16
-            assert rms_error(got.astype(np.float32), reference(cnn, {"input": x})["logits"]) < 8e-2
+            assert rms_error(got.astype(np.float32), oracle(cnn, {"input": x})["logits"]) < 8e-2
         with amdinfer.load(cnn, backend="ort", providers=["cpu"], precision="fp16") as engine:
             assert engine.inputs[0].dtype == np.float32  # default: fp32 IO kept
 
@@ -434,7 +429,7 @@ class TestCuda:
             for i, batch in enumerate([1, 2, 1, 2, 2, 1]):  # new shapes, then graph capture, then replays
                 feeds = _feeds(model, batch, seed=i)
                 got = engine.run(feeds)
-                want = reference(model, feeds)
+                want = oracle(model, feeds)
                 for k in want:
                     assert got[k].shape == want[k].shape
                     worst = max(worst, rms_error(got[k], want[k]))
@@ -451,7 +446,7 @@ class TestCuda:
             for i, batch in enumerate([2, 2, 2]):
                 feeds = _feeds(model, batch, seed=10 + i)
                 got = engine.run(feeds)
-                want = reference(model, feeds)
+                want = oracle(model, feeds)
                 worst = max(worst, max(rms_error(got[k], want[k]) for k in want))
             _log(test="fp16", model=name, rms=worst, tol=8e-2)
             assert worst < 8e-2
@@ -482,7 +477,7 @@ class TestCuda:
                 assert isinstance(out, dev.DeviceArray) and out.device.startswith("cuda")
                 t = torch.from_dlpack(out)
                 assert t.is_cuda and tuple(t.shape) == (2, 100)
-                want = reference(model, feeds)["logits"]
+                want = oracle(model, feeds)["logits"]
                 assert rms_error(t.cpu().numpy(), want) < 1e-2
                 host = engine.run({"input": x}, outputs=None)
                 assert isinstance(host["logits"], dev.DeviceArray)
@@ -490,7 +485,7 @@ class TestCuda:
             feeds = _feeds(model, 2, seed=40)
             out = engine.run({"input": torch.from_numpy(feeds["input"]).cuda()})["logits"]
             assert isinstance(out, np.ndarray)
-            assert rms_error(out, reference(model, feeds)["logits"]) < 1e-2
+            assert rms_error(out, oracle(model, feeds)["logits"]) < 1e-2
 
     def test_fp16_io_with_half_tensors(self, small_models) -> None:
         torch = pytest.importorskip("torch")
@@ -503,14 +498,14 @@ class TestCuda:
             out = engine.run({"input": torch.from_numpy(feeds["input"]).half().cuda()})["logits"]
             t = torch.from_dlpack(out)
             assert t.dtype == torch.float16
-            assert rms_error(t.float().cpu().numpy(), reference(model, feeds)["logits"]) < 8e-2
+            assert rms_error(t.float().cpu().numpy(), oracle(model, feeds)["logits"]) < 8e-2
 
     def test_cupy_and_ortvalue_inputs(self, small_models) -> None:
         import onnxruntime as ort
 
         model = small_models["resnet50"]
         feeds = _feeds(model, 2, seed=60)
-        want = reference(model, feeds)["logits"]
+        want = oracle(model, feeds)["logits"]
         with amdinfer.load(model, backend="ort", providers=["cuda"], outputs_on="host") as engine:
             ov = ort.OrtValue.ortvalue_from_numpy(feeds["input"], "cuda", 0)
             assert rms_error(engine.run({"input": ov})["logits"], want) < 1e-2
@@ -527,7 +522,7 @@ class TestCuda:
         with amdinfer.load(model, backend="ort", providers=["cuda"]) as engine:
             outs = list(engine.run_many(batches, prefetch=2))
             for x, out in zip(batches, outs):
-                want = reference(model, {"images": x})["output0"]
+                want = oracle(model, {"images": x})["output0"]
                 assert rms_error(out["output0"], want) < 1e-2
 
     def test_tuning_off_and_graphs_off_agree(self, small_models) -> None:
@@ -538,5 +533,5 @@ class TestCuda:
             ra = a.run(feeds)["logits"]
         with amdinfer.load(model, backend="ort", providers=["cuda"], gpu_graphs=False, tf32=False) as b:
             rb = b.run(feeds)["logits"]
-        want = reference(model, feeds)["logits"]
+        want = oracle(model, feeds)["logits"]
         assert rms_error(ra, want) < 1e-3 and rms_error(rb, want) < 1e-3

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pytest
+from stage_contract import StageContract
 
 from amdinfer.errors import InputError, OptionError, StageError
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode, detect_layout
 from amdinfer.preprocess import CenterCrop, Letterbox, Resize
 from amdinfer.results import Classification, Detections
-from amdinfer.stages import Postprocessor, Sample
+from amdinfer.stages import Sample
 
 try:
     import cv2
@@ -29,20 +28,6 @@ def _random_boxes(n: int, seed: int, size: float = 200.0) -> tuple[np.ndarray, n
     scores = rng.uniform(0.01, 1.0, n).astype(np.float32)
     classes = rng.integers(0, 3, n)
     return boxes, scores, classes
-
-
-class StageContract:
-    """Checks every stage class gets: pickling, equality, repr."""
-
-    def stage(self) -> Postprocessor:
-        raise NotImplementedError
-
-    def test_pickle_and_repr(self) -> None:
-        stage = self.stage()
-        copy = pickle.loads(pickle.dumps(stage))
-        assert copy == stage
-        assert repr(copy) == repr(stage)
-        assert repr(stage).startswith(type(stage).__name__ + "(")
 
 
 # ---------------------------------------------------------------------------------------------- classification

@@ -38,17 +38,7 @@ from amdinfer.quantize import (
 from amdinfer.testing.models import random_inputs, tiny_cnn, transformer_encoder
 from amdinfer.verify import rms_error
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def _quiet_ort_quantizer():
-    # onnxruntime.quantization logs advice on the root logger; keep test output readable.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    yield
-    root.setLevel(level)
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("quiet_root_logger")]
 
 
 @pytest.fixture(scope="module")

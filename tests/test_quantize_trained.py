@@ -23,8 +23,6 @@ Tolerances and why:
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import onnx
 import ppocr_data as P
@@ -39,21 +37,13 @@ pytestmark = [
         bool(MISSING), reason=f"needs {MISSING}: pip install rapidocr-onnxruntime scikit-image (test extra)"
     ),
     pytest.mark.slow,
+    pytest.mark.usefixtures("quiet_root_logger"),
 ]
 
 FP16_AGREEMENT = 0.995  # within 0.5 point
 INT8_AGREEMENT = 0.97  # within 3 points
 #: Mixed precision's bound on the classifier's output RMS error (MIGraphX metric); plain int8 measures ~0.19.
 AMP_RMS = 0.05
-
-
-@pytest.fixture(autouse=True)
-def _quiet_ort_quantizer():
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    yield
-    root.setLevel(level)
 
 
 @pytest.fixture(scope="module")
