@@ -48,6 +48,12 @@ def _to_numpy(x: Any, what: str) -> np.ndarray:
         ) from None
 
 
+def _kind(arr: np.ndarray) -> str:
+    """``"f"`` for floats (bfloat16 and other ml_dtypes included), ``"i"`` for integers, else the dtype's kind."""
+    kind = arr.dtype.kind
+    return "f" if kind in "fV" else ("i" if kind in "iu" else kind)
+
+
 def _compare_one(
     name: str,
     actual: Any,
@@ -64,8 +70,7 @@ def _compare_one(
     b_raw = _to_numpy(expected, f"expected {name!r}")
     if a_raw.shape != b_raw.shape:
         raise InputError(f"output {name!r}: actual has shape {a_raw.shape}, expected shape {b_raw.shape}")
-    ka = "f" if a_raw.dtype.kind in "fV" else ("i" if a_raw.dtype.kind in "iu" else a_raw.dtype.kind)
-    kb = "f" if b_raw.dtype.kind in "fV" else ("i" if b_raw.dtype.kind in "iu" else b_raw.dtype.kind)
+    ka, kb = _kind(a_raw), _kind(b_raw)
     if ka != kb:
         raise InputError(
             f"output {name!r}: actual has dtype {a_raw.dtype}, expected {b_raw.dtype}; "
@@ -305,6 +310,15 @@ def _prepare_feeds(inputs: Any) -> Any:
     return inputs  # one array for a one-input model; Engine.run checks it
 
 
+def _run_both(a: Any, b: Any, inputs: Any, outputs: Any, precision: str | None) -> tuple[Any, Any, str | None]:
+    """Both engines' outputs on the same feeds, and the precision whose tolerances apply."""
+    feeds = _prepare_feeds(inputs)
+    ra = a.run(feeds, outputs=outputs)
+    rb = b.run(feeds, outputs=outputs)
+    prec = _norm_precision(precision) if precision is not None else _engine_precision(a, b)
+    return ra, rb, prec
+
+
 def compare_engines(
     a: Any,
     b: Any,
@@ -363,10 +377,7 @@ def compare_engines(
         missing = [n for n in names if n not in have]
         if missing:
             raise InputError(f"outputs: engine {label} ({engine!r}) has no output(s) {missing}; it has {sorted(have)}")
-    feeds = _prepare_feeds(inputs)
-    ra = a.run(feeds, outputs=names)
-    rb = b.run(feeds, outputs=names)
-    prec = _norm_precision(precision) if precision is not None else _engine_precision(a, b)
+    ra, rb, prec = _run_both(a, b, inputs, names, precision)
     report = compare(
         ra, rb, atol, rtol, rms_tol=rms_tol, precision=prec, elementwise=elementwise, topk=topk, outputs=names
     )
@@ -450,10 +461,7 @@ def compare_layers(
                 "per-layer comparison needs backend='reference' or 'ort'"
             )
     _check_same_inputs(engine, reference)
-    feeds = _prepare_feeds(inputs)
-    ra = engine.run(feeds, outputs="all")
-    rb = reference.run(feeds, outputs="all")
-    prec = _norm_precision(precision) if precision is not None else _engine_precision(engine, reference)
+    ra, rb, prec = _run_both(engine, reference, inputs, "all", precision)
     kw: dict[str, Any] = dict(precision=prec, atol=atol, rtol=rtol, rms_tol=rms_tol, elementwise=elementwise, topk=None)
     layers: list[LayerEntry] = []
     skipped: dict[str, str] = {}
