@@ -300,9 +300,10 @@ def resnet50(
         ValueError: An option is out of range.
 
     Example:
-        >>> model = resnet50(num_classes=10, image_size=64, batchnorm=False)
-        >>> sum(n.op_type == "Conv" for n in model.graph.node)
-        53
+        >>> model = resnet50(num_classes=10, image_size=64)
+        >>> ops = [n.op_type for n in model.graph.node]
+        >>> ops.count("Conv"), ops.count("BatchNormalization"), ops.count("Add")
+        (53, 53, 16)
     """
     _check_int("num_classes", num_classes)
     _check_int("image_size", image_size, minimum=32)
