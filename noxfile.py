@@ -30,6 +30,8 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "amdinfer", "doctor")
     session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
     session.run("pytest", "-m", "not amd_wheel", *session.posargs, env=env)
+    # Every public docstring carries an example; they must run.
+    session.run("pytest", "-q", "--doctest-modules", "amdinfer", "-p", "no:cacheprovider")
 
 
 @nox.session(tags=["tests"])
