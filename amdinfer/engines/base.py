@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Union, final
+from typing import Any, final
 
 import numpy as np
 
@@ -33,9 +33,9 @@ __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
 
 log = logging.getLogger("amdinfer.engine")
 
-Feeds = Union[Mapping[str, Any], np.ndarray, Any]
+Feeds = Mapping[str, Any] | np.ndarray | Any
 #: ``None`` (the model's outputs), ``"all"`` (every named tensor, where the backend can) or a list of names.
-OutputSelection = Union[None, str, Sequence[str]]
+OutputSelection = str | Sequence[str] | None
 
 
 @dataclass
@@ -340,7 +340,7 @@ class Engine(abc.ABC):
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         """Run checked feeds; return the requested outputs (``None``: the model's outputs) by name."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional hook, not abstract: most backends hold nothing
         """Free backend resources (default: nothing)."""
 
     def _run_all(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -407,7 +407,9 @@ class Engine(abc.ABC):
                 raise InputError(f"input {name!r}: got shape {tuple(shape)} (rank {len(shape)}), expected {_fmt(spec)}")
             for i, d in fixed:
                 if shape[i] != d:
-                    raise InputError(f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})")
+                    raise InputError(
+                        f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})"
+                    )
             if 0 in shape:
                 raise InputError(
                     f"input {name!r}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
@@ -419,7 +421,8 @@ class Engine(abc.ABC):
                 seen = symbols.setdefault(sym, (shape[i], name))
                 if seen[0] != shape[i]:
                     raise InputError(
-                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, but input {seen[1]!r} has {sym!r} = {seen[0]}"
+                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, "
+                        f"but input {seen[1]!r} has {sym!r} = {seen[0]}"
                     )
             if bounds is not None and not self._buckets:
                 if not bounds.contains(shape):
@@ -440,7 +443,11 @@ class Engine(abc.ABC):
             return self._device_feed(name, value)
         if isinstance(value, (list, tuple, int, float, np.generic)):
             arr = np.asarray(value)
-            if arr.dtype != dtype and np.can_cast(arr.dtype, dtype, casting="same_kind") and arr.dtype.kind == dtype.kind:
+            if (
+                arr.dtype != dtype
+                and np.can_cast(arr.dtype, dtype, casting="same_kind")
+                and arr.dtype.kind == dtype.kind
+            ):
                 arr = arr.astype(dtype)
             elif arr.dtype.kind in "iu" and dtype.kind == "f":
                 arr = arr.astype(dtype)  # integer literals are exact in float

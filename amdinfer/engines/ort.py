@@ -22,9 +22,9 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import onnx
@@ -106,7 +106,7 @@ GRAPH_OPTIMIZATION_LEVELS = {
     "all": "ORT_ENABLE_ALL",
 }
 
-ProviderSpec = Union[str, tuple[str, Mapping[str, Any]]]
+ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
 
 def _import_ort() -> Any:
@@ -150,7 +150,7 @@ def resolve_provider_name(name: str) -> str:
     return _SHORT_NAMES.get(name.lower(), name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def probe_provider(provider: str) -> str | None:
     """Try to load a provider's shared library the way ONNX Runtime does; return the loader's error or None.
 
@@ -417,7 +417,8 @@ class OrtEngine(Engine):
                     dists = installed_ort_distributions()
                     raise BackendUnavailableError(
                         f"provider {name!r} is not in this onnxruntime build (onnxruntime {ort.__version__}, "
-                        f"installed: {dists or 'none'}; it offers {available}). Fix: {_FIX.get(name, 'check the name')}",
+                        f"installed: {dists or 'none'}; it offers {available}). "
+                        f"Fix: {_FIX.get(name, 'check the name')}",
                         backend=name,
                     )
 
@@ -519,7 +520,9 @@ class OrtEngine(Engine):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="amdinfer-ort-")
         return Path(self._tmpdir.name)
 
-    def _provider_list(self, candidates: list[tuple[str, dict[str, str]]], info: EngineInfo) -> tuple[list[str], list[dict[str, str]]]:
+    def _provider_list(
+        self, candidates: list[tuple[str, dict[str, str]]], info: EngineInfo
+    ) -> tuple[list[str], list[dict[str, str]]]:
         names, opts = [], []
         for name, raw in candidates:
             knobs, extra = apply_tuning(name, self._knobs, self._datapath, info.settings)
@@ -538,7 +541,9 @@ class OrtEngine(Engine):
         info.settings["provider_options"] = {n: o for n, o in zip(names, opts)}
         return names, opts
 
-    def _create(self, source: ModelSource, candidates: list[tuple[str, dict[str, str]]], explicit: bool, info: EngineInfo) -> Any:
+    def _create(
+        self, source: ModelSource, candidates: list[tuple[str, dict[str, str]]], explicit: bool, info: EngineInfo
+    ) -> Any:
         if explicit:
             info.requested_providers = [n for n, _ in candidates]
             for name, _ in candidates:
@@ -565,7 +570,7 @@ class OrtEngine(Engine):
             return session
         # auto: walk down the provider order; each GPU provider must really load.
         gpu = [c for c in candidates if c[0] != CPU_EP]
-        for i, cand in enumerate(gpu):
+        for cand in gpu:
             name = cand[0]
             cause = probe_provider(name)
             if cause is not None:
@@ -601,13 +606,17 @@ class OrtEngine(Engine):
             try:
                 if self._cache is not None:
                     return self._cached_session(source, model_arg, session_options, names, opts, info)
-                return self._ort.InferenceSession(model_arg, sess_options=session_options, providers=names, provider_options=opts)
+                return self._ort.InferenceSession(
+                    model_arg, sess_options=session_options, providers=names, provider_options=opts
+                )
             except Exception as exc:  # ORT raises its own pybind exception types
                 text = str(exc)
                 m = _IR_RE.search(text)
                 if m and attempt == 0:
                     lowered = source.with_ir_version(int(m.group(2)))
-                    info.notes.append(f"model IR version {m.group(1)} lowered to {m.group(2)} for onnxruntime {self._ort.__version__}")
+                    info.notes.append(
+                        f"model IR version {m.group(1)} lowered to {m.group(2)} for onnxruntime {self._ort.__version__}"
+                    )
                     source = lowered
                     self._source = lowered
                     model_arg = lowered.to_bytes()
@@ -618,10 +627,13 @@ class OrtEngine(Engine):
                 if "fallback to CPU EP has been explicitly disabled" in text:
                     raise UnsupportedOperatorError(
                         f"{names[0]} cannot take every node of model {source.name} and allow_cpu_nodes=False: "
-                        f"{text.strip()}. `amdinfer profile` (with CPU nodes allowed) lists the nodes that leave the GPU"
+                        f"{text.strip()}. `amdinfer profile` (with CPU nodes allowed) lists the nodes "
+                        "that leave the GPU"
                     ) from None
                 if any(n != CPU_EP for n in names) and ("EP" in text or "Provider" in text or "provider" in text):
-                    raise BackendUnavailableError(f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text) from None
+                    raise BackendUnavailableError(
+                        f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text
+                    ) from None
                 raise ModelError(f"model {source.name}: onnxruntime cannot load it: {text.strip()}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -808,7 +820,9 @@ class OrtEngine(Engine):
         so.log_severity_level = 3
         providers = self._session.get_providers()
         opts = [without_graphs(self._info.settings["provider_options"].get(p, {})) for p in providers]
-        return self._ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
+        return self._ort.InferenceSession(
+            proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts
+        ), names
 
     def _close(self) -> None:
         if self._tmpdir is not None:
