@@ -25,6 +25,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import amdinfer
+from amdinfer import verify
 from amdinfer.engines import _migraphx_support as glue
 from amdinfer.engines.migraphx import MigraphxEngine, probe
 from amdinfer.model import ModelSource
@@ -49,6 +50,30 @@ def one_node_model(op_type: str, domain: str = "", opset: int = 17) -> onnx.Mode
     node = helper.make_node(op_type, ["x"], ["y"], domain=domain)
     opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     return helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets)
+
+
+def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """onnx's ReferenceEvaluator: the independent truth for the real-MIGraphX tests."""
+    from onnx.reference import ReferenceEvaluator
+
+    return dict(zip([o.name for o in model.graph.output], ReferenceEvaluator(model).run(None, feeds)))
+
+
+def mixed_outputs_model() -> onnx.ModelProto:
+    """Three outputs of three dtypes, declared in an order that is not the order the nodes compute them."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])
+    outputs = [
+        helper.make_tensor_value_info("am", TensorProto.INT64, ["N"]),
+        helper.make_tensor_value_info("cnt", TensorProto.INT32, ["N", 5]),
+        helper.make_tensor_value_info("sm", TensorProto.FLOAT, ["N", 5]),
+    ]
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["sm"], axis=1),
+        helper.make_node("ArgMax", ["sm"], ["am"], axis=1, keepdims=0),
+        helper.make_node("Cast", ["x"], ["cnt"], to=TensorProto.INT32),
+    ]
+    graph = helper.make_graph(nodes, "mixed", [x], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 # ---------------------------------------------------------------------------------------------- importing
@@ -363,23 +388,24 @@ class TestCalibrationAndOptions:
 # ---------------------------------------------------------------------------------------------- real migraphx
 @needs_migraphx
 class TestWithRealMigraphx:
-    """Run where AMD's migraphx imports (target 'ref' needs no GPU); skipped elsewhere with the reason."""
+    """Run where AMD's migraphx imports (target 'ref' needs no GPU); skipped elsewhere with the reason.
+
+    First run against a CPU-only build of ROCm/AMDMIGraphX f729a52 (2.16.0.dev, GPU target off; see
+    docs/migraphx.md). MIGraphX's ref convolution is a naive loop (~1 us per multiply-add), so these tests use
+    16x16 images; truths are onnx's ReferenceEvaluator on the same model.
+    """
 
     def test_outputs_match_onnx_reference(self, tmp_path: Path) -> None:
-        from onnx.reference import ReferenceEvaluator
-
-        from amdinfer import verify
-
-        model = models.tiny_cnn()
+        model = models.tiny_cnn(image_size=16)
         feeds = models.random_inputs(model, batch=2, seed=1)
-        want = dict(zip([o.name for o in model.graph.output], ReferenceEvaluator(model).run(None, feeds)))
+        want = reference_outputs(model, feeds)
         with amdinfer.load(model, backend="migraphx", target="ref", cache_dir=tmp_path) as engine:
             got = engine.run(feeds)
             assert list(got) == ["logits"] and engine.info.target == "ref"
         assert verify.compare(got, want, rms_tol=1e-3).passed
 
     def test_second_start_hits_the_cache(self, tmp_path: Path) -> None:
-        model = models.tiny_cnn()
+        model = models.tiny_cnn(image_size=16)
         x = models.random_inputs(model, batch=1)["input"]
         with amdinfer.load(model, backend="migraphx", target="ref", cache_dir=tmp_path) as first:
             a = first.run(x)["logits"]
@@ -390,7 +416,7 @@ class TestWithRealMigraphx:
         np.testing.assert_array_equal(a, b)
 
     def test_corrupt_program_is_rebuilt(self, tmp_path: Path) -> None:
-        model = models.tiny_cnn()
+        model = models.tiny_cnn(image_size=16)
         x = models.random_inputs(model, batch=1)["input"]
         with amdinfer.load(model, backend="migraphx", target="ref", cache_dir=tmp_path) as first:
             a = first.run(x)["logits"]
@@ -400,27 +426,110 @@ class TestWithRealMigraphx:
             assert again.info.cache_hit is False
             np.testing.assert_array_equal(again.run(x)["logits"], a)
 
-    def test_buckets_compile_once_per_bucket(self, tmp_path: Path) -> None:
-        model = models.tiny_cnn()
+    def test_buckets_compile_once_per_bucket(self) -> None:
+        model = models.tiny_cnn(image_size=16)
         x = models.random_inputs(model, batch=8, seed=2)["input"]
-        with amdinfer.load(model, backend="migraphx", target="ref", use_cache=False) as plain:
-            want = plain.run(x)["logits"]
+        want = reference_outputs(model, {"input": x})["logits"]
         with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], use_cache=False) as eng:
             for n in (1, 2, 3, 5, 8):
                 np.testing.assert_allclose(eng.run(x[:n])["logits"], want[:n], rtol=1e-4, atol=1e-5)
             assert eng.programs == 3
 
     def test_dynamic_program(self) -> None:
-        model = models.tiny_cnn()
+        model = models.tiny_cnn(image_size=16)
         x = models.random_inputs(model, batch=3, seed=4)["input"]
-        with amdinfer.load(model, backend="migraphx", target="ref", use_cache=False) as plain:
-            want = plain.run(x)["logits"]
-        shapes = {"input": [(1, 3, 32, 32), (4, 3, 32, 32), (2, 3, 32, 32)]}
+        want = reference_outputs(model, {"input": x})["logits"]
+        shapes = {"input": [(1, 3, 16, 16), (4, 3, 16, 16), (2, 3, 16, 16)]}
         with amdinfer.load(
             model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", use_cache=False
         ) as eng:
-            np.testing.assert_allclose(eng.run(x)["logits"], want, rtol=1e-4, atol=1e-5)
+            for n in (1, 3):
+                np.testing.assert_allclose(eng.run(x[:n])["logits"], want[:n], rtol=1e-4, atol=1e-5)
             assert eng.programs == 1
+
+    @pytest.mark.parametrize("mode", ["per_shape", "program"])
+    def test_outputs_keep_graph_order_and_dtypes(self, mode: str) -> None:
+        model = mixed_outputs_model()
+        x = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32) * 4
+        want = reference_outputs(model, {"x": x})
+        shapes = {"x": [(1, 5), (4, 5)]} if mode == "program" else None
+        with amdinfer.load(
+            model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes=mode, use_cache=False
+        ) as engine:
+            got = engine.run(x)
+            assert list(got) == ["am", "cnt", "sm"]
+            assert engine.run(x, outputs=["sm"]).keys() == {"sm"}
+        for name, value in want.items():
+            assert got[name].dtype == value.dtype, name
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6)
+
+    @pytest.mark.parametrize(
+        ("precision", "call"),
+        [("fp16", "quantize_fp16(ins_names=['all'])"), ("bf16", "quantize_bf16(ins_names=['all'])")],
+    )
+    def test_reduced_precision(self, precision: str, call: str) -> None:
+        model = models.tiny_cnn(image_size=16)
+        feeds = models.random_inputs(model, batch=2, seed=1)
+        want = reference_outputs(model, feeds)
+        with amdinfer.load(model, backend="migraphx", target="ref", precision=precision, use_cache=False) as engine:
+            got = engine.run(feeds)
+            assert engine.info.precision == precision and engine.info.settings["quantization"] == "migraphx." + call
+        assert got["logits"].dtype == np.float32  # MIGraphX converts back at the outputs
+        report = verify.compare(got, want, precision=precision)
+        assert report.passed, report
+        assert not verify.compare(got, want, rms_tol=1e-7, atol=1e-7, rtol=0.0).passed  # it did change the math
+
+    def test_int8_with_calibration(self) -> None:
+        from amdinfer.quantize import Int8Quantizer
+
+        model = models.tiny_cnn(image_size=16)
+        cal = [models.random_inputs(model, batch=1, seed=i)["input"] for i in range(3)]
+        feeds = models.random_inputs(model, batch=2, seed=7)
+        want = reference_outputs(model, feeds)
+        q = Int8Quantizer(calibration=cal, progress=False, cache=False)
+        with amdinfer.load(model, backend="migraphx", target="ref", quantizer=q, use_cache=False) as engine:
+            got = engine.run(feeds)
+            assert engine.info.precision == "int8"
+            assert "3 calibration batches" in engine.info.settings["quantization"]
+        report = verify.compare(got, want, precision="int8")
+        assert report.passed, report
+        assert not verify.compare(got, want, precision="fp32").passed  # it did quantize
+
+    def test_int8_dynamic_program_names_the_fix(self) -> None:
+        from amdinfer.quantize import Int8Quantizer
+
+        model = models.tiny_cnn(image_size=16)
+        cal = [models.random_inputs(model, batch=1, seed=i)["input"] for i in range(2)]
+        q = Int8Quantizer(calibration=cal, progress=False, cache=False)
+        shapes = {"input": [(1, 3, 16, 16), (2, 3, 16, 16)]}
+        try:
+            engine = amdinfer.load(
+                model, backend="migraphx", target="ref", quantizer=q, shapes=shapes, dynamic_shapes="program"
+            )
+        except amdinfer.OptionError as exc:  # MIGraphX 2.16: quantize_8bits calls lens() on a dynamic shape
+            assert "migraphx.quantize_int8 refused" in str(exc) and "dynamic_shapes='per_shape'" in str(exc)
+        else:  # a MIGraphX that quantizes dynamic programs must still give int8-accurate answers
+            feeds = models.random_inputs(model, batch=2, seed=7)
+            with engine:
+                assert verify.compare(engine.run(feeds), reference_outputs(model, feeds), precision="int8").passed
+
+    def test_dynamic_parse_failure_names_the_fix(self) -> None:
+        model = models.yolov8(image_size=32, num_classes=2)
+        shapes = {"images": [(1, 3, 32, 32), (2, 3, 32, 32)]}
+        try:
+            engine = amdinfer.load(
+                model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", use_cache=False
+            )
+        except amdinfer.ModelError as exc:  # MIGraphX 2.16: CONCAT: all input dimensions should match in axis 0
+            assert "MIGraphX cannot parse it" in str(exc) and "dynamic_shapes='per_shape'" in str(exc)
+        else:
+            feeds = models.random_inputs(model, batch=1, seed=3)
+            with engine:
+                assert verify.compare(engine.run(feeds), reference_outputs(model, feeds), rms_tol=1e-3).passed
+
+    def test_missing_cpu_target(self) -> None:
+        with pytest.raises(amdinfer.BackendUnavailableError, match="cpu target exists only in MIGraphX builds"):
+            amdinfer.load(models.tiny_cnn(image_size=16), backend="migraphx", target="cpu")
 
     def test_unsupported_operator(self) -> None:
         with pytest.raises(amdinfer.UnsupportedOperatorError, match="Det"):

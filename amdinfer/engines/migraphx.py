@@ -466,7 +466,16 @@ class MigraphxEngine(Engine):
                 raise UnsupportedOperatorError(
                     f"model {self._source.name}: MIGraphX has no ONNX parser for {op!r} ({text})", operators=[op]
                 ) from None
-            raise ModelError(f"model {self._source.name}: MIGraphX cannot parse it: {text}") from None
+            hint = ""
+            if kwargs.get("map_dyn_input_dims"):
+                # e.g. MIGraphX 2.16's dynamic shapes stop at a YOLOv8 head (Reshape [0, C, -1] + Concat), which
+                # it parses fine for static shapes.
+                hint = (
+                    " (while parsing with dynamic input dimensions; MIGraphX's dynamic-shape support does not cover "
+                    "every model: dynamic_shapes='per_shape' parses a static program per input shape instead, "
+                    "bounded by batch_buckets=)"
+                )
+            raise ModelError(f"model {self._source.name}: MIGraphX cannot parse it: {text}{hint}") from None
 
     def _quantize(self, prog: Any, shapes: Mapping[str, tuple[int, ...]] | None) -> None:
         mgx = self._mgx
@@ -494,8 +503,16 @@ class MigraphxEngine(Engine):
         except AmdinferError:
             raise
         except Exception as exc:
+            hint = ""
+            if shapes is None and self._dynamic_mode == "program":
+                # MIGraphX 2.16 (f729a52, ref target): quantize_int8 on a dynamic program fails in its
+                # quantize_8bits pass with "lens() called on a dynamic shape"; static programs quantize.
+                hint = (
+                    "; the program has dynamic input dimensions (dynamic_shapes='program'), which this MIGraphX "
+                    "could not quantize: use dynamic_shapes='per_shape' (static programs, bounded by batch_buckets=)"
+                )
             raise OptionError(
-                f"precision={kind!r}: migraphx.quantize_{kind} refused the program: {str(exc).strip()}"
+                f"precision={kind!r}: migraphx.quantize_{kind} refused the program: {str(exc).strip()}{hint}"
             ) from None
 
     def _compile(self, prog: Any) -> None:
