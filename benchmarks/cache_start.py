@@ -78,8 +78,12 @@ def measure(model: Path, base: dict, repeats: int, workdir: Path) -> dict[str, o
     return out
 
 
-def migraphx_options() -> dict | None:
-    """Options for the native MIGraphX engine when ``migraphx`` imports here, else None."""
+def migraphx_options(image_size: int) -> dict | None:
+    """Options for the native MIGraphX engine when ``migraphx`` imports here, else None.
+
+    The batch axis is symbolic, so a static shape is given: without one the engine compiles on the
+    first run, not at load, and there would be no compile to cache or time.
+    """
     from amdinfer.engines._migraphx_support import HipRuntime
     from amdinfer.engines.migraphx import probe
 
@@ -87,7 +91,7 @@ def migraphx_options() -> dict | None:
         return None
     hip = HipRuntime.find()
     target = "gpu" if hip is not None and hip.device_count() > 0 else "ref"
-    return {"backend": "migraphx", "target": target}
+    return {"backend": "migraphx", "target": target, "shapes": {"input": [1, 3, image_size, image_size]}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         model = workdir / "resnet50.onnx"
         model.write_bytes(resnet50(image_size=args.image_size).SerializeToString())
         configs = [("ort (CPU EP)", {"backend": "ort", "providers": ["CPUExecutionProvider"]})]
-        mgx = migraphx_options()
+        mgx = migraphx_options(args.image_size)
         if mgx is not None:
             configs.append((f"migraphx ({mgx['target']})", mgx))
         for label, options in configs:
