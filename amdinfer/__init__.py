@@ -59,6 +59,9 @@ __all__ = [
 _LAZY = {
     "EnginePool": ("amdinfer.pool", "EnginePool"),
     "Pipeline": ("amdinfer.pipeline", "Pipeline"),
+    "FusedPipeline": ("amdinfer.fuse", "FusedPipeline"),
+    "yolo": ("amdinfer.recipes", "yolo"),
+    "class_names": ("amdinfer.recipes", "class_names"),
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
@@ -70,6 +73,6 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
-    if name in ("reference", "verify", "testing", "preprocess", "postprocess", "quantize", "cache", "profile", "bench"):
+    if name in ("reference", "verify", "testing", "preprocess", "postprocess", "quantize", "cache", "profile", "bench", "fuse", "recipes"):
         return importlib.import_module(f"amdinfer.{name}")
     raise AttributeError(f"module 'amdinfer' has no attribute {name!r}")

@@ -340,6 +340,68 @@ class Pipeline:
             return list(value)
         return [{k: v[i] for k, v in result.items()} for i in range(n)]
 
+    # ------------------------------------------------------------------ fusing
+    def fuse(self, *, image_size: int | tuple[int, int] | None = None, **load_options: Any) -> Any:
+        """Compile the stages into the model: one ONNX graph from uint8 ``(N, H, W, C)`` images to answers.
+
+        See :mod:`amdinfer.fuse` for what fuses (``Letterbox``/``Resize``/``CenterCrop``, ``BgrToRgb``,
+        ``Normalize``, ``HwcToChw``, ``Cast`` before the model; ``YoloDecode`` + ``Nms`` [+ ``ScaleBoxes``] or
+        [``Softmax`` +] ``TopK`` after it) and how images of different sizes enter.
+
+        Args:
+            image_size: ``(height, width)`` (or one int) of every image: geometry runs in the graph,
+                bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
+                the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
+            **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
+                providers and precision of this pipeline's engine (fp16 converts the model's own nodes only:
+                the pre/post-processing stays float32).
+
+        Returns:
+            A :class:`~amdinfer.fuse.FusedPipeline` with ``__call__``, ``run_batch``, ``map`` and ``close``;
+            it owns its engine.
+
+        Raises:
+            OptionError: a stage has no fused form, or the stages do not fit the model.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
+            >>> from amdinfer.postprocess import Softmax, TopK
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> pipe = amdinfer.Pipeline(preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
+            ...                          engine=tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"],
+            ...                          postprocess=[Softmax(), TopK(3)])
+            >>> fused = pipe.fuse(image_size=(48, 64))
+            >>> image = np.full((48, 64, 3), 7, np.uint8)
+            >>> fused(image).indices.tolist() == pipe(image).indices.tolist()
+            True
+            >>> fused.close(); pipe.close()
+        """
+        from ._load import load
+        from .fuse import FusedPipeline, _labels, fuse_model, fp16_block_quantizer, split_host_stages
+
+        size = None
+        if image_size is not None:
+            from .preprocess import _hw
+
+            size = _hw("image_size", image_size)
+        host, _ = split_host_stages(self._preprocess, size)
+        model = fuse_model(self._engine.model.proto, self._preprocess, self._postprocess, image_size=size)
+        if not load_options:
+            info = self._engine.info
+            load_options = {"backend": info.backend}
+            if info.backend == "ort":
+                load_options["providers"] = list(info.requested_providers or info.providers)
+            if info.precision not in ("fp32", "fp64") and self._engine.model.proto is not None:
+                load_options["quantizer"] = fp16_block_quantizer(model) if info.precision == "fp16" else None
+                if load_options["quantizer"] is None:
+                    del load_options["quantizer"]
+                    load_options["precision"] = info.precision
+            elif info.precision == "fp64":
+                load_options["precision"] = "fp64"
+        engine = load(model, **load_options)
+        return FusedPipeline(model, engine, host, image_size=size, labels=_labels(self._postprocess))
+
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:
         """Close the engine if this pipeline loaded it (an Engine you passed in stays open)."""
