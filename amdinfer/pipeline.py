@@ -378,7 +378,7 @@ class Pipeline:
             >>> fused.close(); pipe.close()
         """
         from ._load import load
-        from .fuse import FusedPipeline, _labels, fuse_model, fp16_block_quantizer, split_host_stages
+        from .fuse import FusedPipeline, _labels, fuse_model, split_host_stages
 
         size = None
         if image_size is not None:
@@ -386,19 +386,27 @@ class Pipeline:
 
             size = _hw("image_size", image_size)
         host, _ = split_host_stages(self._preprocess, size)
-        model = fuse_model(self._engine.model.proto, self._preprocess, self._postprocess, image_size=size)
+        proto = self._engine.model.proto
         if not load_options:
             info = self._engine.info
             load_options = {"backend": info.backend}
             if info.backend == "ort":
                 load_options["providers"] = list(info.requested_providers or info.providers)
-            if info.precision not in ("fp32", "fp64") and self._engine.model.proto is not None:
-                load_options["quantizer"] = fp16_block_quantizer(model) if info.precision == "fp16" else None
-                if load_options["quantizer"] is None:
-                    del load_options["quantizer"]
-                    load_options["precision"] = info.precision
-            elif info.precision == "fp64":
-                load_options["precision"] = "fp64"
+            migraphx_ep = any("MIGraphX" in p for p in info.providers)
+            if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and self._quantizer is None:
+                # Convert the model's own nodes (fp32 IO kept) before fusing, so the pre/post-processing
+                # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
+                import onnx
+
+                from .engines.ort import _convert_fp16
+
+                if not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+                    copy = onnx.ModelProto()
+                    copy.CopyFrom(proto)  # the converter edits its argument in place
+                    proto = _convert_fp16(copy, keep_io_types=True)
+            elif info.precision != "fp32":
+                load_options["precision"] = info.precision
+        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size)
         engine = load(model, **load_options)
         return FusedPipeline(model, engine, host, image_size=size, labels=_labels(self._postprocess))
 
