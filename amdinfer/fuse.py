@@ -73,6 +73,7 @@ __all__ = ["FusedPipeline", "fuse_model"]
 _PREFIX = "fuse/"
 _MIN_OPSET = 13
 _GEOMETRY = (Letterbox, Resize, CenterCrop)
+_MAX_WH = 7680.0  # Ultralytics' class offset for class-aware NMS in one pass
 
 
 # ---------------------------------------------------------------------------------------------- graph builder
@@ -295,17 +296,23 @@ def _detect_post(
         in_set = g.reduce("ReduceMax", g.op("Cast", g.op("Equal", g.op("Unsqueeze", allowed, g.const([3], np.int64)), wanted), to=TensorProto.INT32), [3], keepdims=0)
         onehot = g.op("And", onehot, g.op("Cast", in_set, to=TensorProto.BOOL))
     zero = g.const(0.0, np.float32)
-    scores = g.op("Where", onehot, cls_t, zero)  # (N, nc, A): each anchor scores only its best class
-    if nms.agnostic:
-        scores = g.reduce("ReduceMax", scores, [1], keepdims=1)  # (N, 1, A)
+    # Class-aware NMS as Ultralytics does it: one NonMaxSuppression over boxes shifted by class * max_wh, so
+    # boxes of different classes never overlap; each anchor enters once, with its best class. (One NMS class
+    # instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn.)
+    score_best = g.reduce("ReduceMax", g.op("Where", onehot, cls_t, zero), [1], keepdims=1)  # (N, 1, A)
+    scores = score_best
+    nms_boxes = boxes
+    if not nms.agnostic:
+        offset = g.op("Mul", g.op("Cast", best, to=TensorProto.FLOAT), g.const(_MAX_WH, np.float32))  # (N, A, 1)
+        nms_boxes = g.op("Add", boxes, offset)
     selected = g.op(
         "NonMaxSuppression",
-        boxes,
+        nms_boxes,
         scores,
         g.const([nms.max_det], np.int64),
         g.const([nms.iou_threshold], np.float32),
         g.const([decode.conf_threshold], np.float32),
-    )  # (K, 3): batch, class, anchor
+    )  # (K, 3): batch, 0, anchor
     b = g.op("Reshape", g.slice(selected, 0, 1, 1), g.const([-1], np.int64))
     anchor = g.op("Reshape", g.slice(selected, 2, 3, 1), g.const([-1], np.int64))
     score = g.op("GatherND", scores, selected)
