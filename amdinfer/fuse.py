@@ -154,15 +154,17 @@ class _Pre:
         self.dtype = np.dtype(np.uint8)
         self.affine = (1.0, 1.0, 0.0, 0.0)
         self.orig_hw = hw
+        self.pixels = True  # the values are still whole uint8 pixel values (in uint8, int32 or float32)
 
     def _int32(self) -> None:
         if self.dtype != np.int32:
-            if self.dtype != np.uint8:
+            if not self.pixels:
                 raise OptionError("fuse: geometric stages must come before Normalize/Cast to be fused")
             self.x = self.g.op("Cast", self.x, to=TensorProto.INT32)
             self.dtype = np.dtype(np.int32)
 
     def _float(self) -> None:
+        self.pixels = False
         if self.dtype.kind != "f":
             self.x = self.g.op("Cast", self.x, to=TensorProto.FLOAT)
             self.dtype = np.dtype(np.float32)
@@ -185,7 +187,11 @@ class _Pre:
                     raise OptionError(f"fuse: Letterbox(color={stage.color}) must use one value for every channel")
                 top, bottom, left, right = geo.pads
                 pads = g.const([0, top, left, 0, 0, bottom, right, 0], np.int64)
-                self.x = g.op("Pad", self.x, pads, g.const(int(round(stage.color[0])), np.int32), mode="constant")
+                # Pad in float32 (whole numbers, exact): ORT's CUDA EP has no int32 Pad and would run it on the CPU.
+                self.x = g.op("Cast", self.x, to=TensorProto.FLOAT)
+                self.dtype = np.dtype(np.float32)
+                fill = g.const(float(int(round(stage.color[0]))), np.float32)
+                self.x = g.op("Pad", self.x, pads, fill, mode="constant")
             sx, sy, tx, ty = geo.affine
             self.hw = geo.shape
         elif isinstance(stage, Resize):
@@ -236,6 +242,7 @@ class _Pre:
                     v = v.reshape(shape)
                 self.x = g.op(op, self.x, g.const(v))
         elif isinstance(stage, Cast):
+            self.pixels = False
             to = helper.np_dtype_to_tensor_dtype(stage.dtype)
             self.x = g.op("Cast", self.x, to=to)
             self.dtype = stage.dtype
@@ -246,7 +253,7 @@ class _Pre:
             )
 
     def finish(self) -> None:
-        if self.dtype == np.int32:  # geometry only: the model takes what the host path gives, uint8
+        if self.pixels and self.dtype != np.uint8:  # geometry only: the model takes what the host path gives
             self.x = self.g.op("Cast", self.x, to=TensorProto.UINT8)
             self.dtype = np.dtype(np.uint8)
 
