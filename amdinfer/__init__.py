@@ -73,6 +73,18 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
-    if name in ("reference", "verify", "testing", "preprocess", "postprocess", "quantize", "cache", "profile", "bench", "fuse", "recipes"):
+    if name in (
+        "reference",
+        "verify",
+        "testing",
+        "preprocess",
+        "postprocess",
+        "quantize",
+        "cache",
+        "profile",
+        "bench",
+        "fuse",
+        "recipes",
+    ):
         return importlib.import_module(f"amdinfer.{name}")
     raise AttributeError(f"module 'amdinfer' has no attribute {name!r}")

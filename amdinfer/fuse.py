@@ -59,7 +59,6 @@ from .preprocess import (
     CenterCrop,
     HwcToChw,
     Letterbox,
-    LoadImage,
     Normalize,
     Resize,
     letterbox_geometry,
@@ -97,9 +96,7 @@ class _Graph:
 
     def op(self, op_type: str, *inputs: str, outputs: int = 1, out: str | None = None, **attrs: Any) -> Any:
         names = [out] if out is not None else [self._name(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), names, name=self._name(op_type + "_node"), **attrs)
-        )
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=self._name(op_type + "_node"), **attrs))
         return names[0] if outputs == 1 else names
 
     def reduce(self, op_type: str, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
@@ -190,7 +187,7 @@ class _Pre:
                 # Pad in float32 (whole numbers, exact): ORT's CUDA EP has no int32 Pad and would run it on the CPU.
                 self.x = g.op("Cast", self.x, to=TensorProto.FLOAT)
                 self.dtype = np.dtype(np.float32)
-                fill = g.const(float(int(round(stage.color[0]))), np.float32)
+                fill = g.const(float(round(stage.color[0])), np.float32)
                 self.x = g.op("Pad", self.x, pads, fill, mode="constant")
             sx, sy, tx, ty = geo.affine
             self.hw = geo.shape
@@ -206,7 +203,9 @@ class _Pre:
                 raise OptionError(f"fuse: CenterCrop{stage.size} is larger than the image {self.hw}")
             top, left = round((h - th) / 2.0), round((w - tw) / 2.0)
             c = g.const
-            self.x = g.op("Slice", self.x, c([top, left], np.int64), c([top + th, left + tw], np.int64), c([1, 2], np.int64))
+            self.x = g.op(
+                "Slice", self.x, c([top, left], np.int64), c([top + th, left + tw], np.int64), c([1, 2], np.int64)
+            )
             sx, sy, tx, ty = 1.0, 1.0, -float(left), -float(top)
             self.hw = (th, tw)
         ax, ay, bx, by = self.affine
@@ -296,11 +295,14 @@ def _detect_post(
     cls_t = g.op("Transpose", cls, perm=[0, 2, 1])  # (N, nc, A)
     nc = g.op("Squeeze", g.op("Shape", cls_t, start=1, end=2), g.const([0], np.int64))
     nc_range = g.op("Range", g.const(0, np.int64), nc, g.const(1, np.int64))
-    onehot = g.op("Equal", g.op("Unsqueeze", nc_range, g.const([0, 2], np.int64)), g.op("Transpose", best, perm=[0, 2, 1]))
+    onehot = g.op(
+        "Equal", g.op("Unsqueeze", nc_range, g.const([0, 2], np.int64)), g.op("Transpose", best, perm=[0, 2, 1])
+    )
     if nms.classes is not None:
-        allowed = g.op("Unsqueeze", nc_range, g.const([0, 2], np.int64))
-        wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, -1, 1, 1))
-        in_set = g.reduce("ReduceMax", g.op("Cast", g.op("Equal", g.op("Unsqueeze", allowed, g.const([3], np.int64)), wanted), to=TensorProto.INT32), [3], keepdims=0)
+        allowed = g.op("Unsqueeze", nc_range, g.const([0, 2, 3], np.int64))  # (1, nc, 1, 1)
+        wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, 1, -1))
+        hit = g.op("Cast", g.op("Equal", allowed, wanted), to=TensorProto.INT32)  # (1, nc, 1, k)
+        in_set = g.reduce("ReduceMax", hit, [3], keepdims=0)  # (1, nc, 1)
         onehot = g.op("And", onehot, g.op("Cast", in_set, to=TensorProto.BOOL))
     zero = g.const(0.0, np.float32)
     # Class-aware NMS as Ultralytics does it: one NonMaxSuppression over boxes shifted by class * max_wh, so
@@ -321,7 +323,6 @@ def _detect_post(
         g.const([decode.conf_threshold], np.float32),
     )  # (K, 3): batch, 0, anchor
     b = g.op("Reshape", g.slice(selected, 0, 1, 1), g.const([-1], np.int64))
-    anchor = g.op("Reshape", g.slice(selected, 2, 3, 1), g.const([-1], np.int64))
     score = g.op("GatherND", scores, selected)
     ba = g.op("Concat", g.slice(selected, 0, 1, 1), g.slice(selected, 2, 3, 1), axis=1)
     box = g.op("GatherND", boxes, ba)  # (K, 4)
@@ -333,7 +334,9 @@ def _detect_post(
     # max_det per image: rank within the image = position - first position of the image.
     n = g.op("Shape", pred, start=0, end=1)
     images = g.op("Range", g.const(0, np.int64), g.op("Squeeze", n, g.const([0], np.int64)), g.const(1, np.int64))
-    before = g.op("Less", g.op("Unsqueeze", b, g.const([1], np.int64)), g.op("Unsqueeze", images, g.const([0], np.int64)))
+    before = g.op(
+        "Less", g.op("Unsqueeze", b, g.const([1], np.int64)), g.op("Unsqueeze", images, g.const([0], np.int64))
+    )
     starts = g.reduce("ReduceSum", g.op("Cast", before, to=TensorProto.INT64), [0], keepdims=0)  # (N,)
     k = g.op("Shape", b)
     position = g.op("Range", g.const(0, np.int64), g.op("Squeeze", k, g.const([0], np.int64)), g.const(1, np.int64))
@@ -425,7 +428,10 @@ def fuse_model(
         >>> [(o.name, _dims(o)) for o in m.graph.output]
         [('scores', ['N', 3]), ('indices', ['N', 3])]
     """
-    if len(model.graph.input) - len({i.name for i in model.graph.initializer} & {i.name for i in model.graph.input}) != 1:
+    if (
+        len(model.graph.input) - len({i.name for i in model.graph.initializer} & {i.name for i in model.graph.input})
+        != 1
+    ):
         raise OptionError("fuse: the model must have exactly one input")
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < _MIN_OPSET:
@@ -479,8 +485,16 @@ def fuse_model(
             if image_size is not None:
                 affine = g.const(np.asarray([pre.affine], np.float32), hint="affine")
                 orig = g.const(np.asarray([image_size], np.float32), hint="orig_shape")
-                affine = g.op("Expand", affine, g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0))
-                orig = g.op("Expand", orig, g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0))
+                affine = g.op(
+                    "Expand",
+                    affine,
+                    g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0),
+                )
+                orig = g.op(
+                    "Expand",
+                    orig,
+                    g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0),
+                )
             else:
                 inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))
                 inputs.append(helper.make_tensor_value_info("orig_shape", TensorProto.FLOAT, ["N", 2]))
@@ -492,7 +506,9 @@ def fuse_model(
         chosen = topk.output or (softmax.output if softmax is not None else None)
         vi = next((o for o in outputs if o.name == chosen), None) if chosen else outputs[0]
         if vi is None or (chosen is None and len(outputs) != 1):
-            raise OptionError(f"fuse: pick the class-score output with TopK(output=...); got {[o.name for o in outputs]}")
+            raise OptionError(
+                f"fuse: pick the class-score output with TopK(output=...); got {[o.name for o in outputs]}"
+            )
         out_names = _classify_post(g, vi.name, softmax, topk)
     else:
         raise OptionError(
@@ -641,7 +657,11 @@ class FusedPipeline:
         self._inputs = [i.name for i in engine.inputs]
         self._outputs = [o.name for o in engine.outputs]
         self._kind = (
-            "detect" if "batch_index" in self._outputs else "classify" if self._outputs == ["scores", "indices"] else "raw"
+            "detect"
+            if "batch_index" in self._outputs
+            else "classify"
+            if self._outputs == ["scores", "indices"]
+            else "raw"
         )
 
     @property
@@ -666,7 +686,9 @@ class FusedPipeline:
             try:
                 sample = stage(sample)
             except Exception as exc:
-                raise StageError(f"item {index}: preprocess {type(stage).__name__}: {type(exc).__name__}: {exc}") from exc
+                raise StageError(
+                    f"item {index}: preprocess {type(stage).__name__}: {type(exc).__name__}: {exc}"
+                ) from exc
         data = sample.data
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 3:
             shown = f"{data.dtype}{data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
@@ -725,7 +747,10 @@ class FusedPipeline:
                 for i in range(n)
             ]
         if self._kind == "raw":
-            return [{k: v[i] for k, v in outputs.items()} if len(outputs) > 1 else next(iter(outputs.values()))[i] for i in range(n)]
+            return [
+                {k: v[i] for k, v in outputs.items()} if len(outputs) > 1 else next(iter(outputs.values()))[i]
+                for i in range(n)
+            ]
         batch = outputs["batch_index"]
         order = np.argsort(batch, kind="stable")
         bounds = np.searchsorted(batch[order], np.arange(n + 1))
@@ -807,4 +832,3 @@ class FusedPipeline:
             f"FusedPipeline(image_size={self._image_size}, host=[{host}], "
             f"{len(self._model.graph.node)} nodes, engine={self._engine!r})"
         )
-

@@ -20,6 +20,7 @@ call. Results: stdout, and ``pipeline_gpu.md``/``.jsonl`` under ``--out`` (or ``
     AMDINFER_BENCH_QUICK=1 python benchmarks/pipeline_gpu.py --provider cpu   # smoke run anywhere
 """
 
+# ruff: noqa: B023  (the timed lambdas run before the loop moves on)
 from __future__ import annotations
 
 import argparse
