@@ -78,17 +78,21 @@ class TestDetectionPipeline:
         images = [rng.integers(0, 256, (120, 200, 3), dtype=np.uint8), rng.integers(0, 256, (90, 70, 3), np.uint8)]
         engine = amdinfer.load(model, **CPU)
         pipe = Pipeline(
-            preprocess=[Letterbox(160), Normalize(scale=1 / 255), HwcToChw()],
+            preprocess=[Letterbox(160, backend="numpy"), Normalize(scale=1 / 255), HwcToChw()],
             engine=engine,
             postprocess=[YoloDecode(conf_threshold=0.05), Nms(iou_threshold=0.5), ScaleBoxes()],
         )
         got = pipe.run_batch(images)
         for image, det in zip(images, got):
             lb, ratio, pad = ref.letterbox(image, (160, 160))
-            x = (lb.astype(np.float32) * np.float32(1 / 255)).transpose(2, 0, 1)[None]
+            x = (lb.astype(np.float32) / np.float32(255)).transpose(2, 0, 1)[None]  # Normalize divides
             pred = engine.run({"images": np.ascontiguousarray(x)})["output0"]
             (want,) = ref.non_max_suppression(pred, conf_threshold=0.05, iou_threshold=0.5)
-            boxes = ref.scale_boxes(want[:, :4], ratio, pad, image.shape[:2])
+            # Ultralytics >= 8.4 scale_boxes: per-axis gains round(w * r) / w, round(h * r) / h
+            h, w = image.shape[:2]
+            gain = np.array([round(w * ratio[0]) / w, round(h * ratio[1]) / h] * 2)
+            offset = np.array([round(pad[0] - 0.1), round(pad[1] - 0.1)] * 2, np.float64)
+            boxes = ref.clip_boxes((want[:, :4] - offset) / gain, (h, w))
             assert isinstance(det, Detections)
             assert det.image_shape == image.shape[:2]
             assert len(det) == len(want) > 0
@@ -106,7 +110,7 @@ class TestClassificationPipeline:
         model = models.resnet50(image_size=64, batchnorm=False)
         labels = [f"class{i}" for i in range(1000)]
         pipe = Pipeline(
-            preprocess=[Resize(72), CenterCrop(64), Normalize(MEAN, STD, scale=1 / 255), HwcToChw()],
+            preprocess=[Resize(72, backend="numpy"), CenterCrop(64), Normalize(MEAN, STD, scale=1 / 255), HwcToChw()],
             engine=model,
             postprocess=[Softmax(), TopK(5, labels=labels)],
             **CPU,
