@@ -268,6 +268,7 @@ def _detect_post(
     input_hw: tuple[int, int] | None,
     affine: str | None,
     orig: str | None,
+    class_offset: bool,
 ) -> list[str]:
     """YOLO decode + class-aware NonMaxSuppression + max_det + rescale; returns the output names."""
     rows, cols = pred_shape[-2], pred_shape[-1]
@@ -305,13 +306,17 @@ def _detect_post(
         in_set = g.reduce("ReduceMax", hit, [3], keepdims=0)  # (1, nc, 1)
         onehot = g.op("And", onehot, g.op("Cast", in_set, to=TensorProto.BOOL))
     zero = g.const(0.0, np.float32)
-    # Class-aware NMS as Ultralytics does it: one NonMaxSuppression over boxes shifted by class * max_wh, so
-    # boxes of different classes never overlap; each anchor enters once, with its best class. (One NMS class
-    # instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn.)
-    score_best = g.reduce("ReduceMax", g.op("Where", onehot, cls_t, zero), [1], keepdims=1)  # (N, 1, A)
-    scores = score_best
+    # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
+    # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
+    # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but
+    # shifted float32 coordinates lose bits, so pairs right at the IoU threshold can go either way).
+    per_class = g.op("Where", onehot, cls_t, zero)  # (N, nc, A): each anchor scores only its best class
+    if class_offset or nms.agnostic:
+        scores = g.reduce("ReduceMax", per_class, [1], keepdims=1)  # (N, 1, A)
+    else:
+        scores = per_class  # exact IoUs, one NMS class per class (what Nms computes)
     nms_boxes = boxes
-    if not nms.agnostic:
+    if class_offset and not nms.agnostic:
         offset = g.op("Mul", g.op("Cast", best, to=TensorProto.FLOAT), g.const(_MAX_WH, np.float32))  # (N, A, 1)
         nms_boxes = g.op("Add", boxes, offset)
     selected = g.op(
@@ -400,6 +405,7 @@ def fuse_model(
     *,
     image_size: tuple[int, int] | None = None,
     channels: int = 3,
+    nms_mode: str = "per-class",
 ) -> onnx.ModelProto:
     """Build the fused ONNX graph: uint8 ``(N, H, W, C)`` images -> preprocessing -> ``model`` -> answers.
 
@@ -412,6 +418,11 @@ def fuse_model(
             graph starts at the host-made canvas and takes ``affine``/``orig_shape`` inputs when boxes are
             scaled back.
         channels: channels of the input images.
+        nms_mode: ``"per-class"``: one ``NonMaxSuppression`` class per object class, exact IoUs (the same
+            answers as :class:`~amdinfer.postprocess.Nms`; fast on the CPU, slow on ORT's CUDA EP, which runs
+            every (image, class) pair in turn); ``"offset"``: Ultralytics' trick, one NMS over boxes shifted
+            by ``class * 7680`` (one pass; the shifted float32 coordinates lose bits, so a pair at the IoU
+            threshold can flip).
 
     Returns:
         The fused model, checked by ``onnx.checker``; opset raised to 13 when lower.
@@ -428,6 +439,8 @@ def fuse_model(
         >>> [(o.name, _dims(o)) for o in m.graph.output]
         [('scores', ['N', 3]), ('indices', ['N', 3])]
     """
+    if nms_mode not in ("per-class", "offset"):
+        raise OptionError(f"nms_mode: got {nms_mode!r}, expected 'per-class' or 'offset'")
     if (
         len(model.graph.input) - len({i.name for i in model.graph.initializer} & {i.name for i in model.graph.input})
         != 1
@@ -499,7 +512,9 @@ def fuse_model(
                 inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))
                 inputs.append(helper.make_tensor_value_info("orig_shape", TensorProto.FLOAT, ["N", 2]))
                 affine, orig = "affine", "orig_shape"
-        out_names = _detect_post(g, pred_vi.name, _dims(pred_vi), decode, nms, scale, pre.hw, affine, orig)
+        out_names = _detect_post(
+            g, pred_vi.name, _dims(pred_vi), decode, nms, scale, pre.hw, affine, orig, nms_mode == "offset"
+        )
     elif kinds in ([TopK], [Softmax, TopK]):
         topk = post[-1]
         softmax = post[0] if len(post) == 2 else None

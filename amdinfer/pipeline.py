@@ -341,7 +341,9 @@ class Pipeline:
         return [{k: v[i] for k, v in result.items()} for i in range(n)]
 
     # ------------------------------------------------------------------ fusing
-    def fuse(self, *, image_size: int | tuple[int, int] | None = None, **load_options: Any) -> Any:
+    def fuse(
+        self, *, image_size: int | tuple[int, int] | None = None, nms_mode: str = "auto", **load_options: Any
+    ) -> Any:
         """Compile the stages into the model: one ONNX graph from uint8 ``(N, H, W, C)`` images to answers.
 
         See :mod:`amdinfer.fuse` for what fuses (``Letterbox``/``Resize``/``CenterCrop``, ``BgrToRgb``,
@@ -352,6 +354,10 @@ class Pipeline:
             image_size: ``(height, width)`` (or one int) of every image: geometry runs in the graph,
                 bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
                 the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
+            nms_mode: ``"per-class"`` (exact, the stage-by-stage answers), ``"offset"`` (Ultralytics'
+                one-pass class offsets, much faster on ORT's CUDA EP), or ``"auto"``: per-class when the fused
+                engine runs on the CPU or the reference engine, offset otherwise (see
+                :func:`amdinfer.fuse.fuse_model`).
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
                 providers and precision of this pipeline's engine (fp16 converts the model's own nodes only:
                 the pre/post-processing stays float32).
@@ -406,7 +412,13 @@ class Pipeline:
                     proto = _convert_fp16(copy, keep_io_types=True)
             elif info.precision != "fp32":
                 load_options["precision"] = info.precision
-        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size)
+        if nms_mode == "auto":
+            providers = [str(p) for p in load_options.get("providers") or ()]
+            cpu = load_options.get("backend") == "reference" or (
+                bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
+            )
+            nms_mode = "per-class" if cpu else "offset"
+        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
         engine = load(model, **load_options)
         return FusedPipeline(model, engine, host, image_size=size, labels=_labels(self._postprocess))
 

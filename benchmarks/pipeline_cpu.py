@@ -55,6 +55,8 @@ def default_model(path: Path, size: int) -> Path:
     from amdinfer.testing.models import yolov8
 
     m = yolov8(image_size=size)
+    for vi in (m.graph.input[0], m.graph.output[0]):  # batch 1, as Ultralytics exports with dynamic=False
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
     meta = {"names": str({i: f"class{i}" for i in range(80)}), "stride": "32", "task": "detect"}
     meta.update({"imgsz": f"[{size}, {size}]", "batch": "1"})
     for k, v in meta.items():
@@ -69,13 +71,28 @@ def side(name: str, model: str, conf: float, iters: int) -> dict[str, Any]:
     times: list[float] = []
     dets: list[list[list[float]]] = []
     if name == "ultralytics":
+        try:
+            import torchvision  # noqa: F401
+        except Exception:  # PyPI's torchvision wheels are CUDA builds; only a CPU torch wheel is offline here
+            import types
+
+            from ultralytics.utils.nms import TorchNMS
+
+            stub = types.ModuleType("torchvision")
+            stub.ops = types.SimpleNamespace(nms=TorchNMS.nms)  # type: ignore[attr-defined]
+            sys.modules["torchvision"] = stub  # Ultralytics' own greedy NMS in place of torchvision.ops.nms
+        import onnx
         from ultralytics import YOLO
 
+        dims = [
+            d.dim_value for d in onnx.load(model, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+        ]
+        imgsz = (dims[2], dims[3]) if all(dims[2:4]) else 640
         net = YOLO(model, task="detect")
         bgr = [np.ascontiguousarray(im[..., ::-1]) for im in images]  # Ultralytics takes arrays as BGR
 
         def call(i: int) -> Any:
-            return net(bgr[i], conf=conf, iou=0.7, verbose=False)[0]
+            return net(bgr[i], conf=conf, iou=0.7, imgsz=imgsz, verbose=False)[0]
 
         def rows(r: Any) -> list[list[float]]:
             b = r.boxes

@@ -146,6 +146,18 @@ class TestDetector:
         _same_detections(got, pipe.run_batch(images))
         pipe.close()
 
+    def test_class_offset_nms(self) -> None:
+        pipe = self._pipe()
+        images = _images([(48, 80)] * 2, seed=7)
+        with pipe.fuse(image_size=(48, 80), nms_mode="offset") as fused:
+            nms = [n for n in fused.model.graph.node if n.op_type == "NonMaxSuppression"]
+            assert len(nms) == 1
+            got = fused.run_batch(images)
+        _same_detections(got, pipe.run_batch(images))
+        with pytest.raises(OptionError, match="nms_mode"):
+            fuse_model(_yolo_head(64), pipe.preprocess, pipe.postprocess, nms_mode="fast")
+        pipe.close()
+
     def test_reference_engine_runs_the_fused_graph(self) -> None:
         pipe = self._pipe(max_det=7)
         images = _images([(48, 80), (48, 80)], seed=5)
