@@ -45,7 +45,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -148,7 +148,7 @@ class _Pre:
         self.x = x
         self.hw = hw  # (H, W) while geometry is still in the graph; None once it is not known
         self.channel_axis = 3
-        self.dtype = np.dtype(np.uint8)
+        self.dtype: np.dtype[Any] = np.dtype(np.uint8)
         self.affine = (1.0, 1.0, 0.0, 0.0)
         self.orig_hw = hw
         self.pixels = True  # the values are still whole uint8 pixel values (in uint8, int32 or float32)
@@ -489,8 +489,8 @@ def fuse_model(
     if not post:
         out_names = [o.name for o in outputs]
     elif kinds in ([YoloDecode, Nms], [YoloDecode, Nms, ScaleBoxes]):
-        decode, nms = post[0], post[1]
-        scale = post[2] if len(post) == 3 else None
+        decode, nms = cast(YoloDecode, post[0]), cast(Nms, post[1])
+        scale = cast(ScaleBoxes, post[2]) if len(post) == 3 else None
         pred_vi = next((o for o in outputs if o.name == decode.output), outputs[0]) if decode.output else outputs[0]
         if decode.output is None and len(outputs) != 1:
             raise OptionError(f"fuse: the model has outputs {[o.name for o in outputs]}; give YoloDecode(output=...)")
@@ -516,8 +516,8 @@ def fuse_model(
             g, pred_vi.name, _dims(pred_vi), decode, nms, scale, pre.hw, affine, orig, nms_mode == "offset"
         )
     elif kinds in ([TopK], [Softmax, TopK]):
-        topk = post[-1]
-        softmax = post[0] if len(post) == 2 else None
+        topk = cast(TopK, post[-1])
+        softmax = cast(Softmax, post[0]) if len(post) == 2 else None
         chosen = topk.output or (softmax.output if softmax is not None else None)
         vi = next((o for o in outputs if o.name == chosen), None) if chosen else outputs[0]
         if vi is None or (chosen is None and len(outputs) != 1):
@@ -584,7 +584,7 @@ def _count_pre(g: _Graph, pre_out: str) -> int:
 
 def _output_infos(names: list[str], body: onnx.GraphProto, k: int | None) -> list[onnx.ValueInfoProto]:
     known = {o.name: o for o in body.output}
-    specs = {
+    specs: dict[str, tuple[int, list[Any] | None]] = {
         "boxes": (TensorProto.FLOAT, ["K", 4]),
         "scores": (TensorProto.FLOAT, None),
         "classes": (TensorProto.INT64, ["K"]),

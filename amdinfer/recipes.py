@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, cast
 
 import onnx
 
@@ -126,7 +126,11 @@ def yolo(
         (spec,) = engine.inputs
         dims = list(spec.shape)
         fixed = len(dims) == 4 and isinstance(dims[2], int) and isinstance(dims[3], int)
-        letterbox = Letterbox((dims[2], dims[3])) if fixed else Letterbox(size, auto=True, stride=_stride(proto))
+        letterbox = (
+            Letterbox((cast(int, dims[2]), cast(int, dims[3])))
+            if fixed
+            else Letterbox(size, auto=True, stride=_stride(proto))
+        )
         preprocess: list[Any] = [LoadImage(channels, backend="auto"), letterbox]
         if channels == "BGR":
             preprocess.append(BgrToRgb())
