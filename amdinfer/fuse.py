@@ -317,7 +317,8 @@ def _detect_post(
         scores = per_class  # exact IoUs, one NMS class per class (what Nms computes)
     nms_boxes = boxes
     if class_offset and not nms.agnostic:
-        offset = g.op("Mul", g.op("Cast", best, to=TensorProto.FLOAT), g.const(_MAX_WH, np.float32))  # (N, A, 1)
+        shift = nms.class_offset if nms.class_offset is not None else _MAX_WH
+        offset = g.op("Mul", g.op("Cast", best, to=TensorProto.FLOAT), g.const(shift, np.float32))  # (N, A, 1)
         nms_boxes = g.op("Add", boxes, offset)
     selected = g.op(
         "NonMaxSuppression",

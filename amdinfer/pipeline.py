@@ -354,9 +354,10 @@ class Pipeline:
             image_size: ``(height, width)`` (or one int) of every image: geometry runs in the graph,
                 bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
                 the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
-            nms_mode: ``"per-class"`` (exact, the stage-by-stage answers), ``"offset"`` (Ultralytics'
-                one-pass class offsets, much faster on ORT's CUDA EP), or ``"auto"``: per-class when the fused
-                engine runs on the CPU or the reference engine, offset otherwise (see
+            nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets, much
+                faster on ORT's CUDA EP), or ``"auto"``: offset when the pipeline's ``Nms`` has a
+                ``class_offset`` (the same arithmetic), else per-class when the fused engine runs on the CPU
+                or the reference engine, offset otherwise (see
                 :func:`amdinfer.fuse.fuse_model`).
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
                 providers and precision of this pipeline's engine (fp16 converts the model's own nodes only:
@@ -412,6 +413,11 @@ class Pipeline:
                     proto = _convert_fp16(copy, keep_io_types=True)
             elif info.precision != "fp32":
                 load_options["precision"] = info.precision
+        from .postprocess import Nms
+
+        offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
+        if nms_mode == "auto" and offset_nms:
+            nms_mode = "offset"  # the stages shift by class too: the same arithmetic
         if nms_mode == "auto":
             providers = [str(p) for p in load_options.get("providers") or ()]
             cpu = load_options.get("backend") == "reference" or (

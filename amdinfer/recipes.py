@@ -78,8 +78,8 @@ def yolo(
     """A YOLO detector (v8/v5/v11 layouts) in one call, with Ultralytics' ``predict`` defaults and geometry.
 
     Builds ``LoadImage -> Letterbox -> [BgrToRgb] -> Normalize(1/255) -> HwcToChw -> YoloDecode -> Nms ->
-    ScaleBoxes``. The letterbox follows Ultralytics' rectangular inference: a model with a fixed input size
-    gets exactly that size; a dynamic model gets ``Letterbox(imgsz, auto=True)`` (the smallest stride
+    ScaleBoxes``, with Ultralytics' class-offset NMS (``Nms(class_offset=7680)``). The letterbox follows
+    Ultralytics' rectangular inference: a model with a fixed input size gets exactly that size; a dynamic model gets ``Letterbox(imgsz, auto=True)`` (the smallest stride
     multiple around the image, stride from the ``stride`` metadata, else 32). Class names come from the
     model's ``names`` metadata.
 
@@ -141,7 +141,7 @@ def yolo(
             preprocess.append(Cast("float16"))
         postprocess = [
             YoloDecode(conf_threshold=conf, labels=class_names(proto)),
-            Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes),
+            Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
             ScaleBoxes(),
         ]
         pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess)

@@ -123,7 +123,10 @@ class TestDetector:
             **CPU,
         )
 
-    @pytest.mark.parametrize("nms", [{"max_det": 300}, {"max_det": 5}, {"agnostic": True}, {"classes": [1, 3]}])
+    @pytest.mark.parametrize(
+        "nms",
+        [{"max_det": 300}, {"max_det": 5}, {"agnostic": True}, {"classes": [1, 3]}, {"class_offset": 7680}],
+    )
     def test_host_geometry_matches_stages(self, nms) -> None:
         pipe = self._pipe(**nms)
         images = _images([(48, 80), (90, 40), (64, 64)])
@@ -255,3 +258,21 @@ class TestHostStages:
         det.close()
         with pytest.raises(OptionError, match="channels"):
             amdinfer.yolo(model, channels="rgb", **CPU)
+
+
+def test_nms_class_offset_is_ultralytics_arithmetic() -> None:
+    # Independent truth: reference.non_max_suppression, a transcription of Ultralytics' function (offset trick).
+    from amdinfer import reference as ref
+    from amdinfer.stages import Sample
+
+    rng = np.random.default_rng(11)
+    a, nc = 400, 6
+    pred = np.zeros((1, 4 + nc, a), np.float32)
+    pred[0, :2] = rng.uniform(0, 320, (2, a))
+    pred[0, 2:4] = rng.uniform(20, 120, (2, a))
+    pred[0, 4:] = rng.uniform(0, 1, (nc, a)) ** 3
+    (want,) = ref.non_max_suppression(pred, conf_threshold=0.25, iou_threshold=0.45, max_det=300)
+    sample = YoloDecode("v8", 0.25)(Sample(pred[0], {}))
+    got = Nms(iou_threshold=0.45, class_offset=7680)(sample).data
+    np.testing.assert_array_equal(got.boxes, want[:, :4])
+    np.testing.assert_array_equal(got.classes, want[:, 5].astype(np.int64))
