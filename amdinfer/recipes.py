@@ -79,8 +79,9 @@ def yolo(
 
     Builds ``LoadImage -> Letterbox -> [BgrToRgb] -> Normalize(1/255) -> HwcToChw -> YoloDecode -> Nms ->
     ScaleBoxes``, with Ultralytics' class-offset NMS (``Nms(class_offset=7680)``). The letterbox follows
-    Ultralytics' rectangular inference: a model with a fixed input size gets exactly that size; a dynamic model gets ``Letterbox(imgsz, auto=True)`` (the smallest stride
-    multiple around the image, stride from the ``stride`` metadata, else 32). Class names come from the
+    Ultralytics' rectangular inference: a model with a fixed input size gets exactly that size; a dynamic
+    model gets ``Letterbox(imgsz, auto=True)`` (the smallest stride multiple around the image, stride from
+    the ``stride`` metadata, else 32). Class names come from the
     model's ``names`` metadata.
 
     Args:
