@@ -354,11 +354,11 @@ class Pipeline:
             image_size: ``(height, width)`` (or one int) of every image: geometry runs in the graph,
                 bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
                 the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
-            nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets, much
-                faster on ORT's CUDA EP), or ``"auto"``: offset when the pipeline's ``Nms`` has a
-                ``class_offset`` (the same arithmetic), else per-class when the fused engine runs on the CPU
-                or the reference engine, offset otherwise (see
-                :func:`amdinfer.fuse.fuse_model`).
+            nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets),
+                ``"host"`` (the graph ends at the decoded candidates; the pipeline's ``Nms``/``ScaleBoxes``
+                stages finish on the host), or ``"auto"``: on the CPU or the reference engine, offset when the
+                pipeline's ``Nms`` has a ``class_offset`` (the same arithmetic) else per-class; on a GPU, host
+                (ORT's CUDA ``NonMaxSuppression`` costs ~0.5 ms per image). See :func:`amdinfer.fuse.fuse_model`.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
                 providers and precision of this pipeline's engine (fp16 converts the model's own nodes only:
                 the pre/post-processing stays float32).
@@ -413,20 +413,21 @@ class Pipeline:
                     proto = _convert_fp16(copy, keep_io_types=True)
             elif info.precision != "fp32":
                 load_options["precision"] = info.precision
-        from .postprocess import Nms
-
-        offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
-        if nms_mode == "auto" and offset_nms:
-            nms_mode = "offset"  # the stages shift by class too: the same arithmetic
         if nms_mode == "auto":
+            from .postprocess import Nms
+
             providers = [str(p) for p in load_options.get("providers") or ()]
             cpu = load_options.get("backend") == "reference" or (
                 bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
             )
-            nms_mode = "per-class" if cpu else "offset"
+            offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
+            nms_mode = ("offset" if offset_nms else "per-class") if cpu else "host"
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
         engine = load(model, **load_options)
-        return FusedPipeline(model, engine, host, image_size=size, labels=_labels(self._postprocess))
+        host_post = self._postprocess[1:] if nms_mode == "host" else ()
+        return FusedPipeline(
+            model, engine, host, image_size=size, labels=_labels(self._postprocess), host_post=host_post
+        )
 
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:

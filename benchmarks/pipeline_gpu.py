@@ -11,6 +11,10 @@ For the YOLOv8n-style detector (640, fp16) and ResNet-50 (224, fp16), batch 64, 
 * ``fused-map``: ``FusedPipeline.map`` over a stream of single images (stacking into pinned buffers,
   ``run_many`` overlapping copies and compute).
 * ``fused-dev``: the fused graph with the uint8 batch already on the device (its compute alone).
+* ``fused-pre-dev``: only the preprocessing fused (raw outputs left on the device).
+* ``fused-dev-nms``/``fused-pinned-nms`` (detector): NMS inside the graph (``nms_mode="offset"``, ORT's CUDA
+  ``NonMaxSuppression``) instead of the default on a GPU (``"host"``: the graph returns the decoded
+  candidates, the ``Nms``/``ScaleBoxes`` stages finish on the host).
 
 and at batch 1: ``engine.run`` with device IO against the hand-tuned session (IO bound once, CUDA graph),
 and with NumPy IO against a plain ``InferenceSession.run``. Throughput is images/s from the median time per
@@ -169,6 +173,18 @@ def main(argv: list[str] | None = None) -> int:
             if torch is not None:
                 bd = torch.from_numpy(batch).to("cuda")
                 timed(row, "fused-dev", lambda: fe.run({"images": bd}), b)
+                if name == "yolov8":  # NMS inside the graph (ORT's CUDA NonMaxSuppression), one class-offset pass
+                    try:
+                        off = pipe.fuse(image_size=(h, w), nms_mode="offset")
+                        timed(row, "fused-dev-nms", lambda: off.engine.run({"images": bd}), b)
+                        timed(
+                            row, "fused-pinned-nms", lambda: off.results(off.engine.run({"images": pinned}), samples), b
+                        )
+                        off.close()
+                    except Exception as exc:
+                        row["fused-nms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                tuning = fe.info.settings.get("tuning") if hasattr(fe.info, "settings") else None
+                row["fused-tuning"] = str(tuning)[:300]
                 # where the time goes: the preprocessing alone fused (raw model outputs, left on the device)
                 try:
                     pre_only = amdinfer.Pipeline(preprocess=pipe.preprocess, engine=engine).fuse(image_size=(h, w))
@@ -248,6 +264,8 @@ def table(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
         "fused-map",
         "fused-dev",
         "fused-pre-dev",
+        "fused-dev-nms",
+        "fused-pinned-nms",
         "fused-pinned/engine-dev",
         "fused-map/engine-dev",
         "raw-best",

@@ -161,6 +161,20 @@ class TestDetector:
             fuse_model(_yolo_head(64), pipe.preprocess, pipe.postprocess, nms_mode="fast")
         pipe.close()
 
+    @pytest.mark.parametrize("image_size", [None, (48, 80)])
+    def test_host_nms_is_the_stages_exactly(self, image_size) -> None:
+        pipe = self._pipe(max_det=9, class_offset=7680)
+        images = _images([(48, 80)] * 3, seed=9)
+        with pipe.fuse(image_size=image_size, nms_mode="host") as fused:
+            assert not any(n.op_type == "NonMaxSuppression" for n in fused.model.graph.node)
+            got = fused.run_batch(images)
+        want = pipe.run_batch(images)
+        for a, b in zip(got, want):
+            assert a.classes.tolist() == b.classes.tolist() and a.image_shape == b.image_shape
+            tol = 1e-3 if image_size is None else 0.5  # float rounding; in-graph resize: OpenCV rounding vs NumPy
+            np.testing.assert_allclose(a.boxes, b.boxes, atol=tol)
+        pipe.close()
+
     def test_reference_engine_runs_the_fused_graph(self) -> None:
         pipe = self._pipe(max_det=7)
         images = _images([(48, 80), (48, 80)], seed=5)
