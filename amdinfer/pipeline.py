@@ -357,8 +357,9 @@ class Pipeline:
             nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets),
                 ``"host"`` (the graph ends at the decoded candidates; the pipeline's ``Nms``/``ScaleBoxes``
                 stages finish on the host), or ``"auto"``: on the CPU or the reference engine, offset when the
-                pipeline's ``Nms`` has a ``class_offset`` (the same arithmetic) else per-class; on a GPU, host
-                (ORT's CUDA ``NonMaxSuppression`` costs ~0.5 ms per image). See :func:`amdinfer.fuse.fuse_model`.
+                pipeline's ``Nms`` has a ``class_offset`` (the same arithmetic) else per-class; on a GPU, offset
+                (one ``NonMaxSuppression`` class: ORT's CUDA kernel costs ~0.5 ms per image and class; "host"
+                pays off when there are few candidates per image). See :func:`amdinfer.fuse.fuse_model`.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
                 providers and precision of this pipeline's engine (fp16 converts the model's own nodes only:
                 the pre/post-processing stays float32).
@@ -421,7 +422,7 @@ class Pipeline:
                 bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
             )
             offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
-            nms_mode = ("offset" if offset_nms else "per-class") if cpu else "host"
+            nms_mode = ("offset" if offset_nms else "per-class") if cpu else "offset"
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
