@@ -238,6 +238,10 @@ class LetterboxGeometry:
         pad: the kernel's half paddings ``(dw, dh)`` (``(0, 0)`` without ``center``).
         affine: ``(sx, sy, tx, ty)`` with per-axis gains ``sx = round(w * r) / w``, ``sy = round(h * r) / h``
             (Ultralytics >= 8.4 ``scale_boxes``) and the integer padding offsets.
+
+    Example:
+        >>> letterbox_geometry((427, 640), Letterbox(320)).resized
+        (214, 320)
     """
 
     resized: tuple[int, int]

@@ -290,3 +290,16 @@ def test_nms_class_offset_is_ultralytics_arithmetic() -> None:
     got = Nms(iou_threshold=0.45, class_offset=7680)(sample).data
     np.testing.assert_array_equal(got.boxes, want[:, :4])
     np.testing.assert_array_equal(got.classes, want[:, 5].astype(np.int64))
+
+
+def test_yolo_helper_rectangular_for_dynamic_models() -> None:
+    model = _yolo_head(64)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "H", "W"  # a dynamic export
+    model.metadata_props.add(key="stride", value="32")
+    det = amdinfer.yolo(model, imgsz=96, **CPU)
+    letterbox = det.preprocess[1]
+    assert (letterbox.new_shape, letterbox.auto, letterbox.stride) == ((96, 96), True, 32)
+    (image,) = _images([(60, 120)])
+    assert det.preprocess[1](image).data.shape == (64, 96, 3)  # Ultralytics: 96x48 content, padded to 64 rows
+    det.close()
