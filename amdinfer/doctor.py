@@ -138,7 +138,7 @@ def diagnose() -> DoctorReport:
             "then install exactly one (e.g. pip install 'amdinfer-onnx[migraphx]')"
         )
     try:
-        ort = ort_engine._import_ort()
+        ort = ort_engine.import_ort()
     except ImportError as exc:
         report.problems.append(str(exc))
         ort = None
@@ -152,7 +152,7 @@ def diagnose() -> DoctorReport:
             cause = ort_engine.probe_provider(prov)
             report.providers[prov] = "loads" if cause is None else f"in the build but cannot load: {cause}"
             if cause is not None:
-                report.problems.append(f"{prov}: {cause}. Fix: {ort_engine._FIX.get(prov, '')}")
+                report.problems.append(f"{prov}: {cause}. Fix: {ort_engine.fix_for(prov)}")
         if not any(p in available for p in ort_engine.AMD_PROVIDERS):
             report.problems.append(
                 "this onnxruntime build has no AMD provider: pip uninstall onnxruntime, then "

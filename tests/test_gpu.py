@@ -18,16 +18,17 @@ import pytest
 from conftest import oracle
 
 import amdinfer
-from amdinfer.engines import _ort_device as dev
-from amdinfer.engines._ort_tuning import (
+import amdinfer.engines as dev
+from amdinfer.engines.ort import (
     TUNABLE_KNOBS,
     DataPathOptions,
+    IoBindingRunner,
     apply_tuning,
     drop_default_graphs,
     plan_tuning,
+    provider_options,
     without_graphs,
 )
-from amdinfer.engines.ort import provider_options
 from amdinfer.errors import InputError, OptionError
 from amdinfer.testing import models
 from amdinfer.verify import rms_error
@@ -288,9 +289,7 @@ class TestDirectGraphSlots:
         lowered.ir_version = min(lowered.ir_version, 10)  # onnxruntime 1.31 reads IR <= 13
         sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
         spec = TensorSpec("input", np.dtype("float32"), ("N", 3, 32, 32))
-        runner = dev.IoBindingRunner(
-            ort, sess, "CPUExecutionProvider", 0, [spec], ["logits"], graphs=True, max_direct=2
-        )
+        runner = IoBindingRunner(ort, sess, "CPUExecutionProvider", 0, [spec], ["logits"], graphs=True, max_direct=2)
         bufs = [images(2, 200), images(2, 201), images(2, 202)]
 
         def feed(a: np.ndarray) -> dev.DeviceFeed:
