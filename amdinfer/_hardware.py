@@ -58,7 +58,7 @@ def amd_gpu_archs(sysfs: PathLike = "/sys/class/kfd/kfd/topology/nodes") -> list
         []
     """
     root = Path(sysfs)
-    out = []
+    out = []  # type: ignore[var-annotated]
     if not root.is_dir():
         return out
     nodes = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))

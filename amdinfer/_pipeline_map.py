@@ -225,7 +225,7 @@ class _MapState:
             close = getattr(results, "close", None)
             if close is not None:
                 close()  # an overriding run_many may hold threads or device buffers for batches read ahead
-            feeds.close()
+            feeds.close()  # type: ignore[attr-defined]
 
     def _batches(self, inflight: collections.deque[_Call], failure: list[tuple[int, Future[Any]]]) -> Iterator[Any]:
         """The engine feeds, in order: preprocessed items stacked ``batch_size`` at a time (in chunks of a
@@ -313,7 +313,7 @@ class PipelineMap(Iterator[Any]):
     def _sequential(steps: MapSteps, iterator: Iterator[Any], batch_size: int) -> Iterator[Any]:
         index = 0
         while True:
-            samples = []
+            samples = []  # type: ignore[var-annotated]
             first = index
             error: StageError | None = None
             while len(samples) < batch_size:

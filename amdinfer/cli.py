@@ -100,7 +100,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 stats = f" min {np.nanmin(f):.6g} max {np.nanmax(f):.6g} mean {np.nanmean(f):.6g} nan {nan}"
             print(f"{name}: {a.dtype} {a.shape}{stats}")
         if args.save:
-            np.savez(args.save, **{k: np.asarray(v) for k, v in out.items()})
+            np.savez(args.save, **{k: np.asarray(v) for k, v in out.items()})  # type: ignore[arg-type]
             print(f"saved outputs to {args.save}")
     return 0
 

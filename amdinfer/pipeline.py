@@ -106,8 +106,8 @@ class Pipeline:
         backend: str = "auto",
         **load_options: Any,
     ) -> None:
-        self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)
-        self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)
+        self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)  # type: ignore[type-abstract]
+        self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)  # type: ignore[type-abstract]
         if isinstance(engine, Engine):
             given = sorted(load_options) + (["quantizer"] if quantizer is not None else [])
             given += ["backend"] if backend != "auto" else []
@@ -263,8 +263,8 @@ class Pipeline:
             except Exception as exc:
                 raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
         if not isinstance(sample.data, np.ndarray):
-            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")
-            raise _stage_error(index, "preprocess (result)", exc)
+            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")  # type: ignore[misc]
+            raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]
         return sample
 
     def _postprocess_one(self, index: int, sample: Sample) -> Any:

@@ -355,7 +355,7 @@ class Engine(abc.ABC):
         if kwargs.get("quantizer") is not None:
             raise TypeError(f"{type(self).__name__} with a quantizer cannot be pickled; pickle the quantized model")
         original = args[0] if args else kwargs.get("model")
-        return ModelSource.from_any(original, check=False).to_bytes()
+        return ModelSource.from_any(original, check=False).to_bytes()  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ backend hooks
     @abc.abstractmethod
@@ -527,7 +527,7 @@ class Engine(abc.ABC):
                     )
             res = self._run(part, names)
             self._n_runs += 1
-            cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}
+            cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}  # type: ignore[arg-type]
             chunks.append({k: (v[:size] if k in cut else v) for k, v in res.items()})
         if len(chunks) == 1:
             return chunks[0]

@@ -124,7 +124,7 @@ class BackendEntry:
     def resolve(self) -> Callable[..., Any]:
         """Import and return the factory."""
         self.factory = _resolve(self.factory)
-        return self.factory
+        return self.factory  # type: ignore[return-value]
 
     def run_diagnose(self) -> Diagnosis:
         """The backend's diagnosis; a hook that raises is reported, never propagated.

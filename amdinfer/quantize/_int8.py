@@ -257,7 +257,7 @@ class Int8Quantizer(QuantizerBase):
         quantization = _import_quantization()
         progress = self.progress
 
-        class _Reader(quantization.CalibrationDataReader):
+        class _Reader(quantization.CalibrationDataReader):  # type: ignore[name-defined]
             def __init__(self) -> None:
                 self._it = iter(feeds)
                 self._bar = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress).__enter__()

@@ -63,7 +63,7 @@ register_device_value(
         name="onnxruntime.OrtValue",
         matches=is_ortvalue,
         shape=lambda v: tuple(v.shape()),
-        dtype=lambda v: ORT_TYPES.get(v.data_type()),
+        dtype=lambda v: ORT_TYPES.get(v.data_type()),  # type: ignore[arg-type,return-value]
         device=lambda v: (v.device_name().lower(), ortvalue_device_id(v)),
         data_ptr=lambda v: int(v.data_ptr()),
         to_numpy=lambda v: v.numpy(),

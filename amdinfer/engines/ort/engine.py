@@ -223,7 +223,7 @@ class OrtEngine(Engine):
                 )
 
     def _auto_candidates(self, available: list[str], info: EngineInfo) -> Candidates:
-        out = []
+        out = []  # type: ignore[var-annotated]
         for name in PROVIDER_ORDER:
             if name in available:
                 out.append((name, {}))
