@@ -174,10 +174,10 @@ def register_backend(
         OptionError: ``name`` is already registered.
 
     Example:
-        >>> register_backend("ort", "amdinfer.engines.ort:OrtEngine")
+        >>> register_backend("ort", "amdinfer.engines.ort:OrtEngine")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        amdinfer.errors.OptionError: backend 'ort' is already registered (amdinfer.engines.ort:OrtEngine)
+        amdinfer.errors.OptionError: backend 'ort' is already registered (amdinfer.engines.ort...:OrtEngine)
     """
     if name in _REGISTRY:
         prev = _REGISTRY[name].factory

@@ -314,7 +314,12 @@ def ort_device_type(provider: str) -> str:
 
 
 def import_ort() -> Any:
-    """``import onnxruntime``, or :class:`~amdinfer.BackendUnavailableError` with the install hint."""
+    """``import onnxruntime``, or :class:`~amdinfer.BackendUnavailableError` with the install hint.
+
+    Example:
+        >>> import_ort().__name__
+        'onnxruntime'
+    """
     try:
         import onnxruntime
     except ImportError as exc:
