@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,12 +195,14 @@ class OrtEngine(Engine):
             ort, self._options, precision=self._precision, device=self._device, bounds=self._bounds
         )
         available = list(ort.get_available_providers())
+        t0 = time.perf_counter()
         if self._options.providers is None:
             self._session = self._create_auto(source, self._auto_candidates(available, info), info)
         else:
             candidates = list(self._options.providers)
             self._check_available(candidates, available)
             self._session = self._create_explicit(source, candidates, info)
+        info.compile_seconds = time.perf_counter() - t0
         used = list(self._session.get_providers())
         info.providers = used
         first = PROVIDERS.get(used[0] if used else CPU_EP, PROVIDERS[CPU_EP])
