@@ -736,7 +736,7 @@ class CompiledModelCache:
             raise CacheError(f"cache folder '{self.root}': cannot be listed ({exc.strerror or exc})") from None
         if children and not self._has_tag():
             raise CacheError(
-                f"cache folder '{self.root}': holds {len(children)} entries but no amdinfer CACHEDIR.TAG; "
+                f"cache folder '{self.root}': holds {len(children)} files or folders but no amdinfer CACHEDIR.TAG; "
                 "expected a folder amdinfer created for its cache (nothing was read or removed)"
             )
         return True

@@ -251,6 +251,16 @@ class ModelSource:
         self._sha: str | None = None
         self.inputs: list[TensorSpec] = self._graph_inputs(proto)
         self.outputs: list[TensorSpec] = [_spec(v) for v in proto.graph.output]
+        for kind, names in (
+            ("input", [v.name for v in proto.graph.input]),
+            ("output", [v.name for v in proto.graph.output]),
+        ):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ModelError(
+                    f"model {name}: graph {kind} {dup[0]!r} is listed {names.count(dup[0])} times; "
+                    f"expected unique {kind} names"
+                )
 
     @staticmethod
     def _graph_inputs(proto: onnx.ModelProto) -> list[TensorSpec]:
