@@ -336,6 +336,15 @@ class CompiledModelCache:
             >>> cache.get(cache.key(x=1)) is None
             True
         """
+        try:
+            return self._get(key, validate, parts)
+        except OSError as exc:  # e.g. a folder this user cannot read: never fatal, the caller builds
+            log.warning(
+                "amdinfer cache %s: entry %s cannot be read (%s); running uncached", self.root, key, exc.strerror or exc
+            )
+            return None
+
+    def _get(self, key: str, validate: Callable[[Path], bool] | None, parts: Mapping[str, Any] | None) -> Path | None:
         entry = self._entry_dir(key)
         manifest, problem = self._read_manifest(key)
         if manifest is None:
@@ -529,7 +538,10 @@ class CompiledModelCache:
             False
         """
         entry = self._entry_dir(key)
-        if not entry.exists():
+        try:
+            if not os.path.lexists(entry):
+                return False
+        except OSError:  # pragma: no cover - lexists does not raise on Linux
             return False
         # Rename first so readers never see a half-deleted entry.
         trash = self.root / f".trash-{key}-{uuid.uuid4().hex[:8]}"
