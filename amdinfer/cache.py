@@ -336,8 +336,11 @@ class CompiledModelCache:
             >>> cache.get(cache.key(x=1)) is None
             True
         """
+        self._entry_dir(key)  # a malformed key is the caller's error (CacheError), not a damaged entry
         try:
             return self._get(key, validate, parts)
+        except CacheError:
+            raise
         except OSError as exc:  # e.g. a folder this user cannot read: never fatal, the caller builds
             log.warning(
                 "amdinfer cache %s: entry %s cannot be read (%s); running uncached", self.root, key, exc.strerror or exc
