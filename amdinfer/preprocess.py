@@ -171,8 +171,8 @@ class LoadImage(Preprocessor):
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc
             except Image.DecompressionBombError as exc:
                 raise InputError(
-                    f"LoadImage: {what}: refused as a decompression bomb ({exc}); expected at most "
-                    f"{Image.MAX_IMAGE_PIXELS} pixels (raise PIL.Image.MAX_IMAGE_PIXELS for trusted images)"
+                    f"LoadImage: {what}: refused as a decompression bomb ({exc}); raise "
+                    "PIL.Image.MAX_IMAGE_PIXELS for images you trust"
                 ) from exc
             return image[..., ::-1].copy() if self.mode == "BGR" else image
         import cv2
