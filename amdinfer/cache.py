@@ -87,10 +87,10 @@ def default_cache_dir() -> Path:
 
     Example:
         >>> import os
-        >>> os.environ["AMDINFER_CACHE_DIR"] = "/tmp/amdinfer-doc-cache"
-        >>> str(default_cache_dir())
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"AMDINFER_CACHE_DIR": "/tmp/amdinfer-doc-cache"}):
+        ...     str(default_cache_dir())
         '/tmp/amdinfer-doc-cache'
-        >>> del os.environ["AMDINFER_CACHE_DIR"]
     """
     env = os.environ.get(CACHE_ENV)
     if env:
