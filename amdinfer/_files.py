@@ -211,10 +211,11 @@ def read_npz(path: Any, what: str, *, error: type[AmdinferError] = InputError) -
                     if dtype.hasobject:
                         raise error(f"{where}: array {name!r} holds Python objects (pickled); expected numeric arrays")
                     nbytes = check_allocation(shape, dtype, f"{where}: array {name!r}", error=error)
-                    if nbytes > info.file_size:
+                    stored = info.file_size - member.tell()  # the zip's declared size, less the header
+                    if nbytes > stored:
                         raise error(
                             f"{where}: array {name!r} declares shape {shape} ({nbytes} bytes) "
-                            f"but stores {info.file_size} bytes; the file is truncated or corrupt"
+                            f"but stores {stored} bytes; the file is truncated or corrupt"
                         )
                     data = member.read(nbytes)
                     if len(data) != nbytes:

@@ -458,6 +458,8 @@ class CompiledModelCache:
                     shutil.copyfile(src, tmp)
             if not tmp.is_file():
                 raise CacheError(f"cache entry {key}: the producer wrote no file at {tmp}")
+            # Only this user may change an entry in place (readers refuse files owned by someone else).
+            os.chmod(tmp, 0o644)
             size = tmp.stat().st_size
             digest = _sha256_file(tmp)
             final = entry / f"{digest[:16]}{suffix}"
@@ -492,6 +494,7 @@ class CompiledModelCache:
                 json.dump(data, f, indent=1, sort_keys=True, default=_jsonable)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(OSError):

@@ -137,7 +137,7 @@ def test_run_contract(kind: str, model: str) -> None:
     engine = _engine(kind, model)
     names = [s.name for s in engine.inputs]
 
-    @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(feeds=_feeds(model))
     def check(feeds: object) -> None:
         try:
