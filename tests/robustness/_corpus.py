@@ -387,7 +387,7 @@ def cache_dir_with_nul(d: Path) -> object:
     return amdinfer.load(tiny_cnn(), cache_dir=str(d / "c\0"), **CPU)
 
 
-@case("options", OptionError, r"cache_dir: got 'q\\x00', a path with a NUL byte")
+@case("options", OptionError, r"cache: got 'q\\x00', a path with a NUL byte")
 def int8_quantizer_cache_with_nul(d: Path) -> object:
     from amdinfer.quantize import Int8Quantizer
 
@@ -671,6 +671,13 @@ cli_case(
 cli_case(
     "cli_cache_list_a_file",
     ["cache", "list", "--cache-dir", "m.onnx"],
+    1,
+    "CacheError",
+    r"cache folder 'm.onnx': is a regular file",
+)
+cli_case(
+    "cli_cache_clear_a_file",
+    ["cache", "clear", "--cache-dir", "m.onnx"],
     1,
     "CacheError",
     r"cache folder 'm.onnx': is a regular file",
