@@ -464,7 +464,10 @@ class Engine(abc.ABC):
                     converted = arr.astype(dtype)
                     back = converted.astype(arr.dtype)
                 if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
-                    bad = np.flatnonzero(back.ravel() != arr.ravel())
+                    same = back == arr
+                    if arr.dtype.kind == "f":
+                        same |= np.isnan(back) & np.isnan(arr)
+                    bad = np.flatnonzero(~same.ravel())
                     example = arr.ravel()[bad[0]].item() if bad.size else "a value"
                     raise InputError(
                         f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
