@@ -9,8 +9,10 @@ Example:
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..._validate import check_bool, check_int, check_optional_bool
@@ -131,6 +133,8 @@ class OrtOptions:
             candidates = tuple(_normalize_spec(p) for p in providers)
             if not candidates:
                 raise OptionError("providers: got an empty list, expected at least one provider")
+        if optimized_model_path is not None:
+            optimized_model_path = _check_optimized_model_path(optimized_model_path)
         datapath = DataPathOptions.create(
             precision=precision, io_binding=io_binding, outputs_on=outputs_on, tuning=tuning, tf32=tf32, fp16_io=fp16_io
         )
@@ -158,3 +162,26 @@ class OrtOptions:
             "optimized_model_filepath": str(self.optimized_model_path) if self.optimized_model_path else None,
             "disable_cpu_ep_fallback": not self.allow_cpu_nodes,
         }
+
+
+def _check_optimized_model_path(value: Any) -> Path:
+    """``optimized_model_path`` checked before ONNX Runtime writes to it (its own errors are bare errnos)."""
+    from ..._files import check_path, file_kind
+
+    path = check_path(value, "optimized_model_path").expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OptionError(f"optimized_model_path: '{path}' cannot be used ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OptionError(
+            f"optimized_model_path: '{path}' is {file_kind(st.st_mode)}; expected a file path (it is overwritten)"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise OptionError(f"optimized_model_path: folder '{folder}' of '{path}' does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise OptionError(f"optimized_model_path: folder '{folder}' is not writable")
+    return path

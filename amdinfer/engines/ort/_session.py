@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,10 @@ class SessionBuilder:
             # Any node the GPU provider does not take becomes a session-creation error instead of a
             # silent CPU kernel with copies around it.
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        model_arg: Any = str(source.path) if source.path is not None and source._bytes is None else source.to_bytes()
+        # ModelSource read and checked the external data; hand ONNX Runtime those bytes, not the path (so it
+        # never re-reads files that may have changed), unless the model is too large for one protobuf.
+        by_path = source.path is not None and source._bytes is None and source.proto.ByteSize() >= 2**31 - 1
+        model_arg: Any = str(source.path) if by_path else source.to_bytes()
         self.last_error = None
         for attempt in range(3):
             try:
@@ -126,6 +130,15 @@ class SessionBuilder:
                 if attempt < 2 and drop_default_graphs(text, names, opts, info.settings):
                     continue  # amdinfer's default graphs refused for this model: reason in info.settings["tuning"]
                 self.last_error = text
+                opt_path = self._options.optimized_model_path
+                errno_match = re.search(r"SystemError\s*:\s*(\d+)", text)
+                if opt_path is not None and errno_match:
+                    # ORT reports a failed write of the optimized model as a bare errno.
+                    code = int(errno_match.group(1))
+                    raise OptionError(
+                        f"optimized_model_path: onnxruntime could not write '{opt_path}' "
+                        f"({os.strerror(code)}, errno {code}); expected a writable file path"
+                    ) from None
                 raise _creation_error(text, names, source) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
