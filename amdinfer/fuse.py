@@ -667,7 +667,7 @@ class FusedPipeline:
         host_post: the ``Nms`` (and ``ScaleBoxes``) stages a model fused with ``nms_mode="host"`` leaves to the
             host; they run per image on the decoded candidates.
         staging: stack host batches into pinned (page-locked) buffers when the engine runs on a GPU and
-            PyTorch is installed (:class:`~amdinfer.engines._ort_device.PinnedStaging`): the copy to the device
+            PyTorch is installed (:class:`~amdinfer.engines._staging.PinnedStaging`): the copy to the device
             is then one DMA at bus speed, at no extra host cost (the batch is stacked there anyway).
 
     Example:
@@ -707,7 +707,7 @@ class FusedPipeline:
             )
         self._staging = None
         if staging and getattr(getattr(engine, "info", None), "device", "cpu") != "cpu":
-            from .engines._ort_device import PinnedStaging
+            from .engines._staging import PinnedStaging
 
             self._staging = PinnedStaging(depth=4)
         self._engine = engine

@@ -42,7 +42,7 @@ import numpy as np
 import onnxruntime as ort
 
 import amdinfer
-from amdinfer.engines._ort_device import PinnedStaging
+from amdinfer.engines._staging import PinnedStaging
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
 from amdinfer.preprocess import CenterCrop, HwcToChw, Letterbox, Normalize, Resize
 from amdinfer.testing import models
@@ -212,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             x1 = x[:1].copy()
             proto = engine.model.proto
             if precision == "fp16" and not any(t.data_type == 10 for t in proto.graph.initializer):
-                from amdinfer.engines.ort import _convert_fp16
+                from amdinfer.engines.ort._quant import default_quantizer
 
-                proto = _convert_fp16(proto, keep_io_types=True)
+                proto = default_quantizer("fp16").quantize(proto)
             so = ort.SessionOptions()
             so.log_severity_level = 3
             opts = {"device_id": "0"}

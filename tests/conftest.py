@@ -9,10 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
 
 from amdinfer.testing import conformance
 
@@ -61,13 +58,6 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
     if why is not None:
         pytest.skip(why)
     return request.param
-
-
-def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """onnx's own ReferenceEvaluator: the independent truth for engine outputs."""
-    ev = ReferenceEvaluator(model)
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, ev.run(None, feeds)))
 
 
 @pytest.fixture
