@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 from collections.abc import Sequence
@@ -82,6 +83,7 @@ def load(
         entry = get_backend(backend)
         return _construct(entry.name, entry.resolve(), model, common)
 
+    _check_auto_options(common)
     source = ModelSource.from_any(model)
     skipped: dict[str, str] = {}
     for entry in auto_order():
@@ -112,11 +114,53 @@ def load(
     raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")
 
 
+def _options_of(names: set[str]) -> list[str]:
+    return sorted(names - {"self", "model"})
+
+
+def _did_you_mean(unknown: list[str], valid: set[str]) -> str:
+    """`` (did you mean 'threads'?)`` for each misspelt option with a close valid name."""
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, sorted(valid), n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{k!r} -> {close[0]!r}")
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
+def _check_auto_options(options: dict[str, Any]) -> None:
+    """Under ``backend="auto"``: an option that no registered backend takes is a typo, reported before loading.
+
+    Backends whose module cannot be imported are left out of the check (their options are unknown), so a
+    backend that cannot load never turns a valid option into an error.
+    """
+    accepted: dict[str, set[str]] = {}
+    for entry in auto_order():
+        try:
+            names, var_kw = _accepted(entry.resolve())
+        except ImportError:
+            continue
+        if var_kw:
+            return
+        accepted[entry.name] = names
+    if not accepted:
+        return
+    valid = set().union(*accepted.values())
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        takes = "; ".join(f"{name} takes {_options_of(names)}" for name, names in accepted.items())
+        raise OptionError(
+            f"options: got unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them. "
+            f"Backends: {takes}"
+        )
+
+
 def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any]) -> Engine:
     names, var_kw = _accepted(factory)
     unknown = [k for k in options if k not in names] if not var_kw else []
     if unknown:
         raise OptionError(
-            f"backend {name!r}: unknown option(s) {unknown}; it takes {sorted(names - {'self', 'model'})}"
+            f"backend {name!r}: unknown option(s) {unknown}{_did_you_mean(unknown, names)}; "
+            f"it takes {_options_of(names)}"
         )
     return factory(model, **options)

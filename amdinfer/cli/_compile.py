@@ -1,0 +1,8 @@
+NAME = "compile"
+HELP = "x"
+
+def add_arguments(p):
+    pass
+
+def run(args):
+    return 0
