@@ -124,8 +124,12 @@ def _did_you_mean(unknown: list[str], valid: set[str]) -> str:
     for k in unknown:
         close = difflib.get_close_matches(k, sorted(valid), n=1, cutoff=0.6)
         if close:
-            hints.append(f"{k!r} -> {close[0]!r}")
-    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+            hints.append((k, close[0]))
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f" (did you mean {hints[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{good!r} for {bad!r}" for bad, good in hints) + "?)"
 
 
 def _check_auto_options(options: dict[str, Any]) -> None:
@@ -150,8 +154,8 @@ def _check_auto_options(options: dict[str, Any]) -> None:
     if unknown:
         takes = "; ".join(f"{name} takes {_options_of(names)}" for name, names in accepted.items())
         raise OptionError(
-            f"options: got unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them. "
-            f"Backends: {takes}"
+            f"options: unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them "
+            f"({takes})"
         )
 
 

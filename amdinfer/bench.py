@@ -255,7 +255,9 @@ def benchmark(
     latencies: list[float] = []
     started = 0
     total = None if duration is not None else iterations
-    with progress_bar(f"batch {batch}", total=duration if duration is not None else iterations, enabled=progress) as bar:
+    with progress_bar(
+        f"batch {batch}", total=duration if duration is not None else iterations, enabled=progress
+    ) as bar:
         start = time.perf_counter()
         deadline = start + duration if duration is not None else None
 
@@ -298,9 +300,7 @@ def benchmark(
     )
 
 
-def sweep(
-    engine: Any, feeds_for: Callable[[int], Any], batches: Sequence[int], **options: Any
-) -> list[BenchResult]:
+def sweep(engine: Any, feeds_for: Callable[[int], Any], batches: Sequence[int], **options: Any) -> list[BenchResult]:
     """:func:`benchmark` at each batch size; ``feeds_for(batch)`` builds the feeds.
 
     Example:

@@ -122,7 +122,8 @@ class ProfileReport:
         """Text report: the ``top`` slowest nodes (time, share, provider), time per operator type, CPU nodes.
 
         Example:
-            >>> r = ProfileReport([NodeTiming("a", "Relu", "CPUExecutionProvider", 5.0, 1)], ["CPUExecutionProvider"], 1)
+            >>> node = NodeTiming("a", "Relu", "CPUExecutionProvider", 5.0, 1)
+            >>> r = ProfileReport([node], ["CPUExecutionProvider"], 1)
             >>> print(r.format())  # doctest: +NORMALIZE_WHITESPACE
             ProfileReport(1 nodes, 0.005 ms/run, providers ['CPUExecutionProvider'])
               slowest nodes:
@@ -138,10 +139,17 @@ class ProfileReport:
         ]
         shown = self.nodes[: max(0, top)]
         if shown:
-            lines.append(f"  slowest nodes{f' ({len(shown)} of {len(self.nodes)})' if len(shown) < len(self.nodes) else ''}:")
+            lines.append(
+                f"  slowest nodes{f' ({len(shown)} of {len(self.nodes)})' if len(shown) < len(self.nodes) else ''}:"
+            )
             rows = [
-                [n.name, n.op_type, n.provider.replace("ExecutionProvider", ""), f"{n.mean_us:.1f}",
-                 f"{100 * n.mean_us / total:.1f}%"]
+                [
+                    n.name,
+                    n.op_type,
+                    n.provider.replace("ExecutionProvider", ""),
+                    f"{n.mean_us:.1f}",
+                    f"{100 * n.mean_us / total:.1f}%",
+                ]
                 for n in shown
             ]
             lines += _table(["node", "op", "provider", "mean_us", "share"], rows, right={3, 4})

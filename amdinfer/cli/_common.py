@@ -379,9 +379,7 @@ def load_samples(path: str, specs: Sequence[Any], shapes: Mapping[str, tuple[int
         spec = specs[0]
         shape = shapes[spec.name]
         if len(shape) != 4 or shape[1] not in (1, 3):
-            raise InputError(
-                f"{what}: images need an NCHW input with 1 or 3 channels; input {spec.name!r} is {shape}"
-            )
+            raise InputError(f"{what}: images need an NCHW input with 1 or 3 channels; input {spec.name!r} is {shape}")
         from ..preprocess import HwcToChw, LoadImage, Normalize, Resize
 
         mode = "RGB" if shape[1] == 3 else "L"
@@ -461,4 +459,5 @@ def feeds_for(args: argparse.Namespace, engine: Any, shapes: Mapping[str, tuple[
     """``--inputs`` when given, else seeded random inputs of ``shapes``."""
     if getattr(args, "inputs", None):
         return load_npz(args.inputs)
-    return make_feeds(engine.inputs, shapes, args.seed)
+    specs = engine.inputs if hasattr(engine, "inputs") else engine.engines[0].inputs  # an EnginePool has none
+    return make_feeds(specs, shapes, args.seed)

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
-from ._common import add_model_args, add_output_args, check_writable, emit, engine_header, info_lines, load_engine, plan_feeds
+from ._common import (
+    add_model_args,
+    add_output_args,
+    check_writable,
+    emit,
+    engine_header,
+    info_lines,
+    load_engine,
+    plan_feeds,
+)
 
 NAME = "compile"
 HELP = "compile a model for a backend/precision/shapes into the cache (MIGraphX .mxr, ORT optimized model)"
@@ -52,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
     with engine:
         info = engine.info
     key, path = _artefact(cache_dir, info)
-    kind = (info.settings.get("cache") or {}).get("kind") or ("MIGraphX program (.mxr)" if info.backend == "migraphx" else "")
+    kind = (info.settings.get("cache") or {}).get("kind") or (
+        "MIGraphX program (.mxr)" if info.backend == "migraphx" else ""
+    )
     if out is not None:
         if path is None:
-            raise OptionError(f"--out: backend {info.backend} left no artefact in {cache_dir} ({kind or 'nothing cached'})")
+            raise OptionError(
+                f"--out: backend {info.backend} left no artefact in {cache_dir} ({kind or 'nothing cached'})"
+            )
         shutil.copyfile(path, out)
     lines = info_lines(info)
     state = "loaded from the cache" if info.cache_hit else "compiled"

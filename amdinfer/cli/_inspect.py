@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
             lines.append(f"{kind[:-1]:<10} {s['name']}: {s['dtype']} {_shape(s['shape'])}")
     if stats["dynamic"]:
         dyn = "; ".join(
-            f"{name} " + ", ".join(f"axis {a} {d!r}" for a, d in v["axes"].items()) for name, v in stats["dynamic"].items()
+            f"{name} " + ", ".join(f"axis {a} {d!r}" for a, d in v["axes"].items())
+            for name, v in stats["dynamic"].items()
         )
         lines.append(f"dynamic    {dyn}")
     hist = stats["op_histogram"]

@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if held_out is None:
         held_out = [make_feeds(source.inputs, shapes, args.seed + i) for i in range(8)]
         data_note = "8 batches of seeded random inputs (give --eval for a meaningful report)"
-    note(args, f"quantizing {source.name} to {args.precision}" + (f" with {len(calib)} calibration samples" if calib else ""))
+    note(
+        args,
+        f"quantizing {source.name} to {args.precision}" + (f" with {len(calib)} calibration samples" if calib else ""),
+    )
     t0 = time.perf_counter()
     qmodel = quantizer.quantize(source.proto)
     seconds = time.perf_counter() - t0

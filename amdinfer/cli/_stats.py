@@ -4,7 +4,7 @@ Example:
     >>> from amdinfer.testing.models import tiny_cnn
     >>> from amdinfer.model import ModelSource
     >>> s = model_stats(ModelSource.from_any(tiny_cnn()), {"input": (1, 3, 32, 32)})
-    >>> s["nodes"] > 0 and s["macs"] > 0
+    >>> s["nodes"] > 0 and s["estimate"]["macs"] > 0
     True
 """
 
@@ -158,7 +158,10 @@ def model_stats(source: Any, shapes: Mapping[str, tuple[int, ...]] | None) -> di
         for s in specs:
             axes = {i: d for i, d in enumerate(s.shape) if not isinstance(d, int)}
             if axes:
-                dynamic[s.name] = {"kind": kind, "axes": {str(i): (d if d is not None else "?") for i, d in axes.items()}}
+                dynamic[s.name] = {
+                    "kind": kind,
+                    "axes": {str(i): (d if d is not None else "?") for i, d in axes.items()},
+                }
     out: dict[str, Any] = {
         "name": source.name,
         "file_bytes": size,
@@ -239,4 +242,3 @@ def ort_placement(source: Any) -> dict[str, Any]:
     if not gpu:
         result["note"] = f"no GPU provider in this onnxruntime build ({', '.join(available)}): nothing to place"
     return result
-

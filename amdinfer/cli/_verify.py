@@ -96,6 +96,7 @@ def _layer_table(report: Any, top: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     import amdinfer
+
     from .. import verify
 
     save = check_writable(args.save_golden, "--save-golden") if args.save_golden else None
@@ -132,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
                 if save is not None:
                     meta = {"engine": ref_desc, "model_sha256": engine.model.sha256, "amdinfer": amdinfer.__version__}
                     save_golden(save, feeds, ref.run(feeds), meta)
-    lines.insert(1, "inputs    " + ", ".join(f"{k} {np.asarray(v).dtype} {tuple(np.asarray(v).shape)}" for k, v in feeds.items()))
+    lines.insert(
+        1, "inputs    " + ", ".join(f"{k} {np.asarray(v).dtype} {tuple(np.asarray(v).shape)}" for k, v in feeds.items())
+    )
     if args.per_layer:
         lines += _layer_table(report, args.top)
     else:
