@@ -154,8 +154,7 @@ def _check_auto_options(options: dict[str, Any]) -> None:
     if unknown:
         takes = "; ".join(f"{name} takes {_options_of(names)}" for name, names in accepted.items())
         raise OptionError(
-            f"options: unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them "
-            f"({takes})"
+            f"options: unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them ({takes})"
         )
 
 

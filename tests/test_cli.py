@@ -171,7 +171,7 @@ def test_input_shapes_both_spellings() -> None:
 
 def test_dynamic_axis_from_input_shapes_matches_onnxruntime(encoder_path, tmp_path, capsys) -> None:
     assert main(["run", str(encoder_path), "--providers", "cpu", "-q"]) == 1
-    assert "--input-shapes input:1x1x64" in capsys.readouterr().err
+    assert "--input-shapes input:1xSx64 (a number for S)" in capsys.readouterr().err
     out = tmp_path / "out.npz"
     argv = ["run", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:1x7x64", "--batch", "2"]
     assert main([*argv, "--seed", "3", "--save", str(out), "-q"]) == 0

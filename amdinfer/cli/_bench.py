@@ -115,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
     results = []
     try:
         info = engine.info
-        note(args, f"loaded in {info.load_seconds:.2f} s (compile {info.compile_seconds:.2f} s)")
         for shapes in plans or [{}]:
             feeds = feeds_for(args, engine, shapes)
             results.append(

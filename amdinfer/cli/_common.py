@@ -28,6 +28,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "add_model_args",
     "add_output_args",
+    "dumps",
     "emit",
     "feed_shapes",
     "info_lines",
@@ -190,9 +191,27 @@ def emit(args: argparse.Namespace, payload: Mapping[str, Any], text: str | None)
         import amdinfer
 
         doc = {"command": args.command, "amdinfer": amdinfer.__version__, **payload}
-        print(json.dumps(doc, indent=2, default=_json_default))
+        print(dumps(doc))
     elif text is not None:
         print(text)
+
+
+_SCALAR_LIST = re.compile(r"\[\n\s+([^\[\]{}\n]*(?:\n\s+[^\[\]{}\n]*)*)\n\s*\]")
+
+
+def dumps(doc: Any) -> str:
+    """JSON with two-space indents, lists of scalars on one line.
+
+    Example:
+        >>> print(dumps({"shape": [1, 3], "name": "x [ y ]"}))
+        {
+          "shape": [1, 3],
+          "name": "x [ y ]"
+        }
+    """
+    text = json.dumps(doc, indent=2, default=_json_default)
+    # "[\n" never occurs inside a JSON string, so only structural lists are folded.
+    return _SCALAR_LIST.sub(lambda m: "[" + " ".join(part.strip() for part in m.group(1).split("\n")) + "]", text)
 
 
 def _json_default(x: Any) -> Any:
@@ -214,8 +233,8 @@ def note(args: argparse.Namespace, message: str) -> None:
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
-    """Progress bars: on unless ``--quiet`` (tqdm shows them only on a terminal)."""
-    return not getattr(args, "quiet", False)
+    """Progress bars: on a terminal's stderr, unless ``--quiet``."""
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
 def info_lines(info: Any) -> list[str]:
@@ -317,7 +336,8 @@ def feed_shapes(
                 else:
                     raise OptionError(
                         f"input {spec.name!r}: axis {i} is dynamic ({model_shape[i]!r}); give its size with "
-                        f"--input-shapes {spec.name}:{'x'.join(str(x or 1) for x in shape)} or inputs with --inputs"
+                        f"--input-shapes {spec.name}:{'x'.join(str(x or model_shape[j]) for j, x in enumerate(shape))} "
+                        f"(a number for {model_shape[i]}) or inputs with --inputs"
                     )
         out[spec.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
     return out

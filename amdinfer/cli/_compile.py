@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     lines = info_lines(info)
     state = "loaded from the cache" if info.cache_hit else "compiled"
     lines.append(f"compile   {state} in {info.compile_seconds:.3f} s (load {info.load_seconds:.3f} s)")
-    shapes = "; ".join(", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in plan.items()) for plan in plans)
+    shapes = ", ".join(
+        f"{k} " + " .. ".join(dict.fromkeys("x".join(map(str, plan[k])) for plan in plans)) for k in plans[0]
+    )
     lines.append(f"shapes    {shapes}")
     lines.append(f"artefact  {path if path else '(none: ' + (kind or 'the backend keeps it itself') + ')'}")
     if kind:

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     lines = [
         f"quantize  {source.name} -> {out} ({args.precision}, {seconds:.2f} s)",
         f"size      {size_in / 1e6:.2f} MB -> {size_out / 1e6:.2f} MB ({size_out / size_in:.0%})",
-        f"data      calibration {len(calib) if calib else 0} samples; report on {data_note}",
+        f"data      calibration: {f'{len(calib)} samples' if calib else 'none'}; report on {data_note}",
         repr(report),
     ]
     if plot is not None:
