@@ -255,9 +255,9 @@ def benchmark(
     latencies: list[float] = []
     started = 0
     total = None if duration is not None else iterations
-    with progress_bar(
-        f"batch {batch}", total=duration if duration is not None else iterations, enabled=progress
-    ) as bar:
+    bar_total = duration if duration is not None else iterations
+    unit = "s" if duration is not None else "call"
+    with progress_bar(f"amdinfer bench: batch {batch}", total=bar_total, unit=unit, enabled=progress) as bar:
         start = time.perf_counter()
         deadline = start + duration if duration is not None else None
 
@@ -275,7 +275,10 @@ def benchmark(
                 ms = (time.perf_counter() - c0) * 1000.0
                 with lock:
                     latencies.append(ms)
-                    bar.update(1 if total is not None else 0)
+                    if total is not None:
+                        bar.update(1)
+                    else:  # the bar counts seconds of the duration
+                        bar.update(min(time.perf_counter() - start, duration or 0.0) - bar.count)
 
         if concurrency == 1:
             worker()
@@ -286,8 +289,6 @@ def benchmark(
             for t in threads:
                 t.join()
         wall = time.perf_counter() - start
-        if duration is not None:
-            bar.update(min(wall, duration))
     info = getattr(engine, "info", None)
     return BenchResult(
         latencies,

@@ -12,7 +12,8 @@ the median over blocks of each side's throughput, and their ratio. Both use the 
 (``np.random.default_rng(0).random(shape, dtype=float32)``, what the CLI makes) and the same session
 options (amdinfer's CPU defaults are ONNX Runtime's: ``engine.info.settings["session"]``).
 
-Run: ``python benchmarks/bench_vs_raw.py`` (``AMDINFER_BENCH_QUICK=1`` for a smoke run).
+Run: ``python benchmarks/bench_vs_raw.py`` (``AMDINFER_BENCH_QUICK=1`` for a smoke run; ``THREADS=1`` sets
+ONNX Runtime's intra-op threads on both sides, ``BLOCKS=20`` the blocks per side).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ RAW = r"""
 import json, sys, time
 import numpy as np, onnxruntime as ort
 path, shape, n, warmup = sys.argv[1], tuple(json.loads(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
-sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+so = ort.SessionOptions()
+so.intra_op_num_threads = int(sys.argv[5])  # 0: ONNX Runtime's default, as amdinfer's
+sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 name = sess.get_inputs()[0].name
 feeds = {name: np.random.default_rng(0).random(shape, dtype=np.float32)}
 sess.run(None, feeds)  # the first call, as amdinfer bench makes it before its warm-up
@@ -54,20 +57,23 @@ print(json.dumps({"throughput_per_s": n * shape[0] / wall, "p50_ms": float(np.me
 """
 
 
-def run_amdinfer(path: Path, input_shapes: str, batch: int, n: int, warmup: int) -> dict:
+def run_amdinfer(path: Path, input_shapes: str, batch: int, n: int, warmup: int, threads: int) -> dict:
     cmd = [sys.executable, "-m", "amdinfer", "bench", str(path), "--providers", "cpu", "--input-shapes", input_shapes]
+    cmd += ["--threads", str(threads)] if threads else []
     cmd += ["--batch", str(batch), "--iterations", str(n), "--warmup", str(warmup), "--json", "-q"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     (r,) = json.loads(out)["results"]
     return {"throughput_per_s": r["throughput_per_s"], "p50_ms": r["p50_ms"], "mean_ms": r["mean_ms"]}
 
 
-def run_raw(path: Path, shape: tuple[int, ...], n: int, warmup: int) -> dict:
-    cmd = [sys.executable, "-c", RAW, str(path), json.dumps(list(shape)), str(n), str(warmup)]
+def run_raw(path: Path, shape: tuple[int, ...], n: int, warmup: int, threads: int) -> dict:
+    cmd = [sys.executable, "-c", RAW, str(path), json.dumps(list(shape)), str(n), str(warmup), str(threads)]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def compare(name: str, proto: onnx.ModelProto, shape: tuple[int, ...], blocks: int, n: int, warmup: int) -> dict:
+def compare(
+    name: str, proto: onnx.ModelProto, shape: tuple[int, ...], blocks: int, n: int, warmup: int, threads: int
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.onnx"
         onnx.save(proto, path)
@@ -78,9 +84,9 @@ def compare(name: str, proto: onnx.ModelProto, shape: tuple[int, ...], blocks: i
             order = ("A", "B") if i % 2 == 0 else ("B", "A")
             for side in order:
                 if side == "A":
-                    a.append(run_amdinfer(path, shapes, shape[0], n, warmup))
+                    a.append(run_amdinfer(path, shapes, shape[0], n, warmup, threads))
                 else:
-                    b.append(run_raw(path, shape, n, warmup))
+                    b.append(run_raw(path, shape, n, warmup, threads))
     ta = statistics.median(r["throughput_per_s"] for r in a)
     tb = statistics.median(r["throughput_per_s"] for r in b)
     spread = lambda rs: (  # noqa: E731 - min..max of the blocks' throughput, relative to their median
@@ -90,6 +96,7 @@ def compare(name: str, proto: onnx.ModelProto, shape: tuple[int, ...], blocks: i
     return {
         "model": name,
         "shape": shape,
+        "threads": threads or "default",
         "blocks": blocks,
         "calls": n,
         "amdinfer_items_per_s": ta,
@@ -103,25 +110,26 @@ def compare(name: str, proto: onnx.ModelProto, shape: tuple[int, ...], blocks: i
 
 
 def main() -> None:
-    blocks, n, warmup = (2, 5, 1) if QUICK else (8, 40, 5)
+    blocks, n, warmup = (2, 5, 1) if QUICK else (int(os.environ.get("BLOCKS", 12)), 30, 5)
+    threads = int(os.environ.get("THREADS", 0))  # ORT intra-op threads on both sides; 0: the runtime's default
     cases = [
         ("resnet50-112", models.resnet50(image_size=112), (1, 3, 112, 112)),
         ("encoder-s128", models.transformer_encoder(), (8, 128, 64)),
     ]
     t0 = time.perf_counter()
-    rows = [compare(name, proto, shape, blocks, n, warmup) for name, proto, shape in cases]
+    rows = [compare(name, proto, shape, blocks, n, warmup, threads) for name, proto, shape in cases]
     print(
         f"# {blocks} alternating blocks per side, {n} timed calls + {warmup} warm-up each, "
         f"{time.perf_counter() - t0:.0f} s"
     )
     print(
-        "| model | input | amdinfer bench (items/s) | plain ORT loop (items/s) | ratio | p50 amdinfer / raw (ms) "
+        "| model | input | intra-op threads | amdinfer bench (items/s) | plain ORT loop (items/s) | ratio | p50 amdinfer / raw (ms) "
         "| block spread amdinfer / raw |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['model']} | {'x'.join(map(str, r['shape']))} | {r['amdinfer_items_per_s']:.1f} | "
+            f"| {r['model']} | {'x'.join(map(str, r['shape']))} | {r['threads']} | {r['amdinfer_items_per_s']:.1f} | "
             f"{r['raw_items_per_s']:.1f} | {r['ratio']:.3f} | {r['amdinfer_p50_ms']:.2f} / {r['raw_p50_ms']:.2f} | "
             f"{r['amdinfer_block_spread']:.0%} / {r['raw_block_spread']:.0%} |"
         )

@@ -486,3 +486,14 @@ def test_run_prints_short_skip_reasons(model_path, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     assert all(len(line) <= 200 for line in out.splitlines())
     assert "full reasons: engine.info.skipped" in out
+
+
+def test_cli_startup_imports_no_runtime() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from amdinfer.cli import build_parser; build_parser(); "
+        "bad = [m for m in ('onnxruntime', 'matplotlib', 'tqdm') if m in sys.modules]; sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -15,7 +15,6 @@ from ._common import (
     feeds_for,
     info_lines,
     load_engine,
-    note,
     plan_feeds,
     positive_float,
     positive_int,

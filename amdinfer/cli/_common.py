@@ -152,6 +152,9 @@ def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: b
     g.add_argument("--device", type=non_negative_int, default=0, help="GPU index (default 0)")
     g.add_argument("--precision", default="fp32", choices=_PRECISIONS, help="fp32 (default), fp16, bf16, int8, fp64")
     g.add_argument(
+        "--threads", type=positive_int, help="ONNX Runtime intra-op threads (default: the runtime's, one per core)"
+    )
+    g.add_argument(
         "--calibration",
         metavar="PATH",
         help="int8 calibration data: a folder of images or an .npz with one array per input (axis 0 = samples)",
@@ -457,6 +460,8 @@ def load_engine(
         options["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
     if getattr(args, "target", None):
         options["target"] = args.target
+    if getattr(args, "threads", None):
+        options["threads"] = args.threads
     if per_batch:
         bounds = shape_bounds(source.inputs, per_batch)
         if bounds:

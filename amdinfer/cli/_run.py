@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         info = engine.info
         stats = {name: output_stats(a) for name, a in out.items()}
         if save is not None:
-            np.savez(save, **{k: np.asarray(v) for k, v in out.items()})
+            np.savez(save, **{k: np.asarray(v) for k, v in out.items()})  # type: ignore[arg-type]
     lines = info_lines(info)
     lines.append("inputs    " + ", ".join(f"{k} {v.dtype} {tuple(v.shape)}" for k, v in feeds.items()))
     for name, s in stats.items():

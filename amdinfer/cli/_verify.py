@@ -49,7 +49,7 @@ def save_golden(path: Path, feeds: dict[str, np.ndarray], outputs: dict[str, np.
     """``input/<name>`` and ``output/<name>`` arrays plus a JSON ``meta`` string, readable without pickle."""
     arrays = {f"input/{k}": np.asarray(v) for k, v in feeds.items()}
     arrays.update({f"output/{k}": np.asarray(v) for k, v in outputs.items()})
-    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
 
 
 def load_golden(path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
