@@ -106,6 +106,10 @@ def compare(
         "raw_p50_ms": statistics.median(r["p50_ms"] for r in b),
         "amdinfer_block_spread": spread(a),
         "raw_block_spread": spread(b),
+        # The best block of each side: the least disturbed by other work on the machine (timeit's min).
+        "best_ratio": max(r["throughput_per_s"] for r in a) / max(r["throughput_per_s"] for r in b),
+        "blocks_a": [round(r["throughput_per_s"], 2) for r in a],
+        "blocks_b": [round(r["throughput_per_s"], 2) for r in b],
     }
 
 
@@ -123,18 +127,26 @@ def main() -> None:
         f"{time.perf_counter() - t0:.0f} s"
     )
     print(
-        "| model | input | intra-op threads | amdinfer bench (items/s) | plain ORT loop (items/s) | ratio | p50 amdinfer / raw (ms) "
-        "| block spread amdinfer / raw |"
+        "| model | input | intra-op threads | amdinfer bench (items/s) | plain ORT loop (items/s) | ratio "
+        "| best-block ratio | p50 amdinfer / raw (ms) | block spread amdinfer / raw |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['model']} | {'x'.join(map(str, r['shape']))} | {r['threads']} | {r['amdinfer_items_per_s']:.1f} | "
-            f"{r['raw_items_per_s']:.1f} | {r['ratio']:.3f} | {r['amdinfer_p50_ms']:.2f} / {r['raw_p50_ms']:.2f} | "
+            f"{r['raw_items_per_s']:.1f} | {r['ratio']:.3f} | {r['best_ratio']:.3f} | "
+            f"{r['amdinfer_p50_ms']:.2f} / {r['raw_p50_ms']:.2f} | "
             f"{r['amdinfer_block_spread']:.0%} / {r['raw_block_spread']:.0%} |"
         )
+    for r in rows:
+        print(f"{r['model']} blocks (items/s) amdinfer {r['blocks_a']}")
+        print(f"{r['model']} blocks (items/s) raw      {r['blocks_b']}")
     worst = max(abs(r["ratio"] - 1) for r in rows)
-    print(f"\nlargest difference {worst:.1%}: " + ("within 3 %" if worst <= 0.03 else "NOT within 3 %"))
+    best = max(abs(r["best_ratio"] - 1) for r in rows)
+    print(
+        f"\nlargest difference of the medians {worst:.1%} ({'within' if worst <= 0.03 else 'NOT within'} 3 %), "
+        f"of the best blocks {best:.1%} ({'within' if best <= 0.03 else 'NOT within'} 3 %)"
+    )
 
 
 if __name__ == "__main__":

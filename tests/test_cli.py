@@ -16,6 +16,12 @@ from amdinfer.engines import ort as ort_engine
 from amdinfer.testing import models
 
 
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch) -> None:
+    """Int8 calibration and ORT optimized models go to the compiled-model cache: keep it in the test's folder."""
+    monkeypatch.setenv("AMDINFER_CACHE_DIR", str(tmp_path / "amdinfer-cache"))
+
+
 @pytest.fixture
 def model_path(tmp_path):
     path = tmp_path / "cnn.onnx"
@@ -148,6 +154,7 @@ def test_help_exits_0(capsys) -> None:
         (["run", "{model}", "--input-shapes", "input:1x4x32x32"], "axis 1 got 4, expected 3"),
         (["run", "{model}", "--precision", "int8"], "give calibration data with --calibration"),
         (["inspect", "{tmp}/nothing.onnx"], "ModelError"),
+        (["bench", "{model}", "--providers", "cpu", "--io", "device"], "device IO needs an ONNX Runtime GPU provider"),
     ],
 )
 def test_user_errors_are_one_line_exit_1(model_path, tmp_path, capsys, argv, message) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -69,15 +70,21 @@ def pattern(expected: str) -> re.Pattern[str]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The files the docs' examples name."""
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The files the docs' examples name, and a fresh compiled-model cache (so "cache miss" stays true)."""
     d = tmp_path_factory.mktemp("docs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AMDINFER_CACHE_DIR", str(tmp_path_factory.mktemp("docs-cache")))
+        _write_files(d)
+        yield d
+
+
+def _write_files(d: Path) -> None:
     onnx.save(models.tiny_cnn(), d / "cnn.onnx")
     onnx.save(models.transformer_encoder(), d / "encoder.onnx")
     rng = np.random.default_rng(0)
     np.savez(d / "calib.npz", input=rng.random((16, 3, 32, 32), dtype=np.float32))
     np.savez(d / "inputs.npz", input=rng.random((2, 3, 32, 32), dtype=np.float32))
-    return d
 
 
 EXAMPLES = examples()

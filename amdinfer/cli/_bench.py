@@ -36,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pool", type=positive_int, default=1, help="engine instances the threads share (for non-thread-safe ones)"
     )
+    g.add_argument(
+        "--io",
+        choices=["host", "device"],
+        default="host",
+        help="host: NumPy in and out, copies included (default); device: inputs and outputs stay in GPU memory "
+        "(ONNX Runtime GPU providers)",
+    )
     g.add_argument("--plot", metavar="OUT.png", help="latency and throughput against batch (matplotlib)")
     add_output_args(p)
 
@@ -55,6 +62,28 @@ def versions(info: Any) -> dict[str, str]:
         "python": platform.python_version(),
     }
     return out
+
+
+def to_device(info: Any, feeds: dict[str, Any]) -> dict[str, Any]:
+    """Copy the feeds into the GPU memory of the engine's first provider, once, before timing.
+
+    Raises:
+        OptionError: the engine is not ONNX Runtime on a GPU provider.
+    """
+    from ..errors import OptionError
+
+    provider = info.providers[0] if info.providers else ""
+    if info.backend != "ort" or provider in ("", "CPUExecutionProvider"):
+        raise OptionError(
+            f"--io device: the engine is {info.backend} on {info.device} ({provider or 'no provider'}); device "
+            "IO needs an ONNX Runtime GPU provider (--providers migraphx, rocm or cuda)"
+        )
+    import onnxruntime as ort
+
+    from ..engines._ort_device import DeviceArray, ort_device_type
+
+    dev, index = ort_device_type(provider), int(info.device.rpartition(":")[2] or 0)
+    return {k: DeviceArray(ort.OrtValue.ortvalue_from_numpy(v, dev, index)) for k, v in feeds.items()}
 
 
 def spread_warnings(results: list[Any]) -> list[str]:
@@ -105,17 +134,20 @@ def run(args: argparse.Namespace) -> int:
     plot = check_writable(args.plot, "--plot") if args.plot else None
     batches = args.batch or [None]
     plans = plan_feeds(args, batches) if not args.inputs else None
+    extra = {"outputs_on": "device"} if args.io == "device" else {}
     if args.pool > 1:
         import amdinfer
 
-        engine: Any = amdinfer.EnginePool(lambda: load_engine(args, plans), args.pool)
+        engine: Any = amdinfer.EnginePool(lambda: load_engine(args, plans, **extra), args.pool)
     else:
-        engine = load_engine(args, plans)
+        engine = load_engine(args, plans, **extra)
     results = []
     try:
         info = engine.info
         for shapes in plans or [{}]:
             feeds = feeds_for(args, engine, shapes)
+            if args.io == "device":
+                feeds = to_device(engine.info, feeds)
             results.append(
                 benchmark(
                     engine,
@@ -138,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     lines.append("versions  " + ", ".join(f"{k} {v}" for k, v in ver.items()))
     lines.append(
         f"load      {info.load_seconds:.3f} s (compile {info.compile_seconds:.3f} s, "
-        f"cache {'hit' if info.cache_hit else 'miss'}); host IO (numpy in/out)"
+        f"cache {'hit' if info.cache_hit else 'miss'}); "
+        + ("host IO (numpy in/out)" if args.io == "host" else "device IO (inputs and outputs in GPU memory)")
     )
     timing = f"{args.duration} s" if args.duration else f"{args.iterations} calls"
     lines.append(
@@ -159,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         "load_s": info.load_seconds,
         "compile_s": info.compile_seconds,
         "cache_hit": info.cache_hit,
-        "io": "host",
+        "io": args.io,
         "concurrency": args.concurrency,
         "pool": args.pool,
         "results": [r.to_dict() for r in results],
