@@ -154,11 +154,21 @@ def test_help_exits_0(capsys) -> None:
         (["run", "{model}", "--input-shapes", "input:1x4x32x32"], "axis 1 got 4, expected 3"),
         (["run", "{model}", "--precision", "int8"], "give calibration data with --calibration"),
         (["inspect", "{tmp}/nothing.onnx"], "ModelError"),
+        (["run", "{fixed}", "--batch", "8"], "--batch 8: the model's batch axis is fixed (x (1, 4))"),
         (["bench", "{model}", "--providers", "cpu", "--io", "device"], "device IO needs an ONNX Runtime GPU provider"),
     ],
 )
 def test_user_errors_are_one_line_exit_1(model_path, tmp_path, capsys, argv, message) -> None:
-    argv = [a.format(model=model_path, tmp=tmp_path) for a in argv]
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fixed.onnx")
+    argv = [a.format(model=model_path, tmp=tmp_path, fixed=tmp_path / "fixed.onnx") for a in argv]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"amdinfer {argv[0]}: ")

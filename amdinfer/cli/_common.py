@@ -339,11 +339,23 @@ def feed_shapes(
                 else:
                     raise OptionError(
                         f"input {spec.name!r}: axis {i} is dynamic ({model_shape[i]!r}); give its size with "
-                        f"--input-shapes {spec.name}:{'x'.join(str(x or model_shape[j]) for j, x in enumerate(shape))} "
+                        f"--input-shapes {spec.name}:{'x'.join(_dim(x, model_shape[j]) for j, x in enumerate(shape))} "
                         f"(a number for {model_shape[i]}) or inputs with --inputs"
                     )
         out[spec.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+    batched = [s for s in specs if s.shape and not isinstance(s.shape[0], int)]
+    if batch is not None and specs and not batched and any(s.shape and s.shape[0] != batch for s in specs):
+        fixed = ", ".join(f"{s.name} {_fmt(s.shape)}" for s in specs)
+        raise OptionError(f"--batch {batch}: the model's batch axis is fixed ({fixed})")
     return out
+
+
+def _dim(value: int | None, model_dim: Any) -> str:
+    return str(value) if value is not None else str(model_dim or "?")
+
+
+def _fmt(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
 def make_feeds(specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
