@@ -81,6 +81,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def _write_files(d: Path) -> None:
     onnx.save(models.tiny_cnn(), d / "cnn.onnx")
+    onnx.save(models.tiny_cnn(), d / "m.onnx")
+    np.savez(d / "obj.npz", input=np.array([{"not": "numbers"}], dtype=object))  # a pickled object array
     onnx.save(models.transformer_encoder(), d / "encoder.onnx")
     rng = np.random.default_rng(0)
     np.savez(d / "calib.npz", input=rng.random((16, 3, 32, 32), dtype=np.float32))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import check_allocation
 from ..errors import InputError, OptionError
 
 __all__ = [
@@ -47,28 +48,24 @@ _PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp64")
 
 
 # ---------------------------------------------------------------------------------------------- argument types
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 1")
-    if value > 1 << 20:
-        raise argparse.ArgumentTypeError(f"got {value}, expected at most {1 << 20}")
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an int >= {low}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an int >= {low}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (how much memory it implies is checked where it is used)."""
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 0") from None
-    if not 0 <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer in [0, 2**32)")
-    return value
+    return _int_at_least(text, 0)
 
 
 def positive_float(text: str) -> float:
@@ -267,36 +264,22 @@ def engine_header(info: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _regular_file(path: str, what: str) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{what}: {path!r} does not exist")
-    if not p.is_file():
-        raise InputError(f"{what}: {path!r} is not a regular file")
-    return p
-
-
 def load_npz(path: str, what: str = "--inputs") -> dict[str, np.ndarray]:
-    """Arrays of an ``.npz`` file (pickled objects refused)."""
-    p = _regular_file(path, what)
-    try:
-        with np.load(p, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise InputError(f"{what}: {path!r} holds one array, expected an .npz with one array per input")
-            return {k: data[k] for k in data.files}
-    except InputError:
-        raise
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{what}: cannot read {path!r} as .npz ({exc})") from None
+    """Arrays of an ``.npz`` file: a regular file, headers checked before allocating, no pickled objects."""
+    from .._files import read_npz
+
+    return read_npz(path, what)
 
 
 def check_writable(path: str, what: str) -> Path:
-    """A path whose folder exists, for an output file."""
-    p = Path(path)
+    """An output path whose folder exists, checked before any work is done."""
+    from .._files import check_path
+
+    p = check_path(path, what).expanduser()
     if p.is_dir():
-        raise InputError(f"{what}: {path!r} is a folder, expected a file path")
+        raise OptionError(f"{what}: got {path!r}, a folder; expected a file path")
     if not p.parent.is_dir():
-        raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
+        raise OptionError(f"{what}: got {path!r}, but folder '{p.parent}' does not exist; expected a file path")
     return p
 
 
@@ -343,6 +326,9 @@ def feed_shapes(
                         f"(a number for {model_shape[i]}) or inputs with --inputs"
                     )
         out[spec.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+        check_allocation(
+            out[spec.name], spec.dtype, f"input {spec.name!r} (random{f', --batch {batch}' if batch else ''})"
+        )
     batched = [s for s in specs if s.shape and not isinstance(s.shape[0], int)]
     if batch is not None and specs and not batched and any(s.shape and s.shape[0] != batch for s in specs):
         fixed = ", ".join(f"{s.name} {_fmt(s.shape)}" for s in specs)
@@ -364,9 +350,7 @@ def make_feeds(specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], seed
     feeds = {}
     for spec in specs:
         shape = shapes[spec.name]
-        n = int(np.prod(shape, dtype=np.float64))
-        if n * spec.dtype.itemsize > 8 << 30:
-            raise OptionError(f"input {spec.name!r}: shape {shape} needs more than 8 GiB; give a smaller --batch")
+        check_allocation(shape, spec.dtype, f"input {spec.name!r} (random)")
         if spec.dtype.kind == "f":
             feeds[spec.name] = rng.random(shape, dtype=np.float32).astype(spec.dtype)
         elif spec.dtype.kind in "iu":
@@ -406,7 +390,7 @@ def load_samples(path: str, specs: Sequence[Any], shapes: Mapping[str, tuple[int
     """
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+        files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
             raise InputError(f"{what}: folder {path!r} has no images ({', '.join(IMAGE_SUFFIXES)})")
         if len(specs) != 1:
@@ -467,6 +451,14 @@ def load_engine(
     import amdinfer
 
     source = model_specs(args.model)
+    if getattr(args, "inputs", None) and getattr(args, "given_inputs", None) is None:
+        # Read (and check) the inputs before anything is compiled: a bad file fails fast.
+        args.given_inputs = load_npz(args.inputs)
+        if not per_batch:
+            names = {s.name for s in source.inputs}
+            per_batch = [{k: tuple(v.shape) for k, v in args.given_inputs.items() if k in names}]
+            if set(per_batch[0]) != names:
+                per_batch = None
     options: dict[str, Any] = dict(extra)
     if getattr(args, "providers", None):
         options["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
@@ -495,6 +487,8 @@ def plan_feeds(args: argparse.Namespace, batches: Sequence[int | None]) -> list[
 def feeds_for(args: argparse.Namespace, engine: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """``--inputs`` when given, else seeded random inputs of ``shapes``."""
     if getattr(args, "inputs", None):
-        return load_npz(args.inputs)
+        if getattr(args, "given_inputs", None) is None:
+            args.given_inputs = load_npz(args.inputs)
+        return dict(args.given_inputs)
     specs = engine.inputs if hasattr(engine, "inputs") else engine.engines[0].inputs  # an EnginePool has none
     return make_feeds(specs, shapes, args.seed)

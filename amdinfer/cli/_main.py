@@ -30,7 +30,7 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageError(f"{self.prog}: usage error: {message} (see {self.prog} --help)")
+        raise _UsageError(f"{self.prog}: UsageError: {message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,11 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.fn(args))
-    except AmdinferError as exc:
-        print(f"amdinfer {args.command}: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
-        return 1
-    except (OSError, ImportError) as exc:
-        # Files that cannot be read or written, and optional packages that are missing, are user-side problems.
+    except (AmdinferError, OSError, MemoryError, ImportError) as exc:
+        # User errors, the file system's, and optional packages that are missing are one line, never a
+        # traceback; anything else is a bug in amdinfer and keeps its traceback.
         print(f"amdinfer {args.command}: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -95,4 +93,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(message: str) -> str:
-    return " | ".join(line.strip() for line in message.strip().splitlines() if line.strip())
+    return " ".join(message.split()) or "(no message)"
