@@ -521,3 +521,25 @@ def test_cli_startup_imports_no_runtime() -> None:
         "bad = [m for m in ('onnxruntime', 'matplotlib', 'tqdm') if m in sys.modules]; sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_compile_finds_migraphx_programs_per_shape(tmp_path) -> None:
+    # The MIGraphX engine caches one program per input-shape signature and records them in
+    # info.settings["programs"]; compile must list exactly those (no migraphx needed to check the matching).
+    from amdinfer.cache import CompiledModelCache
+    from amdinfer.cli._compile import artefacts
+
+    cache = CompiledModelCache(tmp_path)
+    written = {}
+    for batch in (1, 8, 32):
+        parts = {"backend": "migraphx", "inputs": {"input": [batch, 3, 32, 32]}}
+        key = cache.key(**parts)
+        written[batch] = cache.put(
+            key, lambda p: p.write_bytes(b"mxr"), {"model": "cnn.onnx"}, parts=parts, suffix=".mxr"
+        )
+    other = {"backend": "migraphx", "inputs": {"input": [1, 3, 32, 32]}, "x": 1}
+    cache.put(cache.key(**other), lambda p: p.write_bytes(b"mxr"), {"model": "other.onnx"}, parts=other, suffix=".mxr")
+    info = amdinfer.EngineInfo(backend="migraphx")
+    info.settings["programs"] = [{"inputs": {"input": (b, 3, 32, 32)}, "cache_hit": False} for b in (1, 32)]
+    found = sorted(path for _, path in artefacts(tmp_path, info, "cnn.onnx"))
+    assert found == sorted([written[1], written[32]])

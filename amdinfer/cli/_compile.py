@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ._common import (
     engine_header,
     info_lines,
     load_engine,
+    make_feeds,
     plan_feeds,
 )
 
@@ -30,23 +32,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_output_args(p)
 
 
-def _artefact(cache_dir: Path, info: Any) -> tuple[str | None, Path | None]:
-    """The cache key and artefact file of what the engine just built or loaded."""
+def _norm(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, default=list)
+
+
+def artefacts(cache_dir: Path, info: Any, model_name: str) -> list[tuple[str, Path]]:
+    """``(key, file)`` of every cache entry the engine built or loaded.
+
+    ONNX Runtime records its one entry's key in ``info.settings["cache"]``; MIGraphX records one program per
+    input-shape signature in ``info.settings["programs"]``, matched to entries by backend, model and inputs.
+    """
     from ..cache import CompiledModelCache
 
-    keys = []
-    settings = info.settings
-    if isinstance(settings.get("cache"), dict) and settings["cache"].get("key"):
-        keys.append(settings["cache"]["key"])
-    entries = {e.key: e for e in CompiledModelCache(cache_dir).entries()}
-    for key in keys:
-        if key in entries:
-            return key, entries[key].path
-    # MIGraphX records one program per shape signature; its entries are the newest ones for this model.
-    for e in sorted(entries.values(), key=lambda e: -e.created):
-        if e.backend == info.backend and e.path is not None:
-            return e.key, e.path
-    return None, None
+    entries = [e for e in CompiledModelCache(cache_dir).entries() if e.path is not None]
+    cache = info.settings.get("cache")
+    if isinstance(cache, dict) and cache.get("key"):
+        return [(e.key, e.path) for e in entries if e.key == cache["key"]]  # type: ignore[misc]
+    signatures = {_norm(p.get("inputs")) for p in info.settings.get("programs", []) if isinstance(p, dict)}
+    return [
+        (e.key, e.path)  # type: ignore[misc]
+        for e in sorted(entries, key=lambda e: e.created)
+        if e.backend == info.backend
+        and e.meta.get("model") == model_name
+        and _norm(e.parts.get("inputs")) in signatures
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,17 +68,20 @@ def run(args: argparse.Namespace) -> int:
     plans = plan_feeds(args, args.batch or [None])
     engine = load_engine(args, plans, use_cache=True, cache_dir=str(cache_dir))
     with engine:
+        # Backends that compile per input shape on first use (MIGraphX) build each planned shape now.
+        for plan in plans:
+            engine.run(make_feeds(engine.inputs, plan, args.seed))
         info = engine.info
-    key, path = _artefact(cache_dir, info)
+        model_name = engine.model.name
+    found = artefacts(cache_dir, info, model_name)
     kind = (info.settings.get("cache") or {}).get("kind") or (
-        "MIGraphX program (.mxr)" if info.backend == "migraphx" else ""
+        "MIGraphX program (.mxr), one per input shape" if info.backend == "migraphx" else ""
     )
     if out is not None:
-        if path is None:
-            raise OptionError(
-                f"--out: backend {info.backend} left no artefact in {cache_dir} ({kind or 'nothing cached'})"
-            )
-        shutil.copyfile(path, out)
+        if len(found) != 1:
+            what = f"{len(found)} artefacts (one per shape; give one --batch)" if found else "no artefact"
+            raise OptionError(f"--out: backend {info.backend} left {what} in {cache_dir} ({kind or 'nothing cached'})")
+        shutil.copyfile(found[0][1], out)
     lines = info_lines(info)
     state = "loaded from the cache" if info.cache_hit else "compiled"
     lines.append(f"compile   {state} in {info.compile_seconds:.3f} s (load {info.load_seconds:.3f} s)")
@@ -77,10 +89,13 @@ def run(args: argparse.Namespace) -> int:
         f"{k} " + " .. ".join(dict.fromkeys("x".join(map(str, plan[k])) for plan in plans)) for k in plans[0]
     )
     lines.append(f"shapes    {shapes}")
-    lines.append(f"artefact  {path if path else '(none: ' + (kind or 'the backend keeps it itself') + ')'}")
+    if found:
+        lines += [f"artefact  {p}" for _, p in found]
+    else:
+        lines.append(f"artefact  (none: {kind or 'the backend keeps it itself'})")
     if kind:
         lines.append(f"kind      {kind}")
-    lines.append(f"cache     {cache_dir}" + (f" key {key}" if key else ""))
+    lines.append(f"cache     {cache_dir}" + (f" key {found[0][0]}" if len(found) == 1 else ""))
     if out is not None:
         lines.append(f"copied to {out}")
     payload = {
@@ -89,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         "load_s": info.load_seconds,
         "cache_hit": info.cache_hit,
         "cache_dir": str(cache_dir),
-        "key": key,
-        "artefact": str(path) if path else None,
+        "key": found[0][0] if len(found) == 1 else None,
+        "artefact": str(found[0][1]) if len(found) == 1 else None,
+        "artefacts": [{"key": k, "path": str(p)} for k, p in found],
         "kind": kind or None,
         "input_shapes": [{k: list(v) for k, v in plan.items()} for plan in plans],
         "out": str(out) if out else None,
