@@ -543,3 +543,14 @@ def test_compile_finds_migraphx_programs_per_shape(tmp_path) -> None:
     info.settings["programs"] = [{"inputs": {"input": (b, 3, 32, 32)}, "cache_hit": False} for b in (1, 32)]
     found = sorted(path for _, path in artefacts(tmp_path, info, "cnn.onnx"))
     assert found == sorted([written[1], written[32]])
+
+
+def test_shipped_migraphx_operator_list_is_the_recorded_one() -> None:
+    from pathlib import Path
+
+    from amdinfer.cli._stats import shipped_migraphx_operators
+
+    recorded = Path(__file__).parent / "data" / "migraphx_onnx_operators.txt"
+    ops, where = shipped_migraphx_operators()
+    assert ops == [ln for ln in recorded.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert "f729a52fafa2" in where and "Conv" in ops and "Det" not in ops
