@@ -113,8 +113,9 @@ def load(
             engine.info.skipped.setdefault(name, why)
         return engine
     if skipped and all(why.startswith("does not take") for why in skipped.values()):
+        given = sorted(k for k in common if k not in ("device", "precision"))  # every backend takes these two
         raise OptionError(
-            f"options: no backend takes {sorted(common)}: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            f"options: no single backend takes all of {given}: " + "; ".join(f"{k} {v}" for k, v in skipped.items())
         )
     detail = "\n".join(f"  - {k}: {v}" for k, v in skipped.items())
     raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")

@@ -554,3 +554,11 @@ def test_shipped_migraphx_operator_list_is_the_recorded_one() -> None:
     ops, where = shipped_migraphx_operators()
     assert ops == [ln for ln in recorded.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert "f729a52fafa2" in where and "Conv" in ops and "Det" not in ops
+
+
+def test_options_no_single_backend_takes_are_named_per_backend(model_path) -> None:
+    with pytest.raises(amdinfer.OptionError) as exc:
+        amdinfer.load(model_path, threads=1, target="ref")  # ort takes threads, migraphx takes target
+    msg = str(exc.value)
+    assert "no single backend takes all of ['target', 'threads']" in msg
+    assert "migraphx does not take option(s) ['threads']" in msg and "ort does not take option(s) ['target']" in msg
