@@ -562,3 +562,9 @@ def test_options_no_single_backend_takes_are_named_per_backend(model_path) -> No
     msg = str(exc.value)
     assert "no single backend takes all of ['target', 'threads']" in msg
     assert "migraphx does not take option(s) ['threads']" in msg and "ort does not take option(s) ['target']" in msg
+
+
+def test_verify_fp16_engine_against_the_float_reference(model_path, capsys) -> None:
+    assert main(["verify", str(model_path), "--providers", "cpu", "--precision", "fp16", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["precision"] == "fp16" and doc["expected"] == "reference (cpu, fp64)" and doc["passed"] is True

@@ -20,6 +20,7 @@ from ._common import (
     info_lines,
     load_engine,
     load_npz,
+    model_specs,
     note,
     plan_feeds,
 )
@@ -123,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             )
             ref_desc = expected_name
         else:
-            ref = amdinfer.load(engine.model, backend="reference", precision=args.reference_precision)
+            # The reference runs the float model as given, also when the engine runs an fp16 or int8 rewrite of it.
+            ref = amdinfer.load(model_specs(args.model), backend="reference", precision=args.reference_precision)
             with ref:
                 ref_desc = _describe(ref.info)
                 lines.insert(0, f"verify    {_describe(info)} against {ref_desc}")
