@@ -26,9 +26,15 @@ def _size(n: int) -> str:
 
 
 def _when(created: float) -> str:
-    if not created:
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(created))
+    iso = _iso(created)
+    return iso[:16].replace("T", " ") if iso else "?"
+
+
+def _iso(created: float) -> str | None:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(created))) if created else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         text = "\n".join(lines)
     else:
         text = f"(cache is empty: {root})"
-    payload = {"cache_dir": str(root), "total_bytes": total, "entries": [e.to_dict() for e in entries]}
+    listed = [{**e.to_dict(), "created_utc": _iso(e.created)} for e in entries]
+    payload = {"cache_dir": str(root), "total_bytes": total, "entries": listed}
     emit(args, payload, text)
     return 0
