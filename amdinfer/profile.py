@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._progress import progress_bar
 from .engines.base import Engine
 from .errors import OptionError
 
@@ -193,6 +194,7 @@ def profile(
     runs: int = 10,
     warmup: int = 2,
     trace: str | os.PathLike[str] | None = None,
+    progress: bool = False,
 ) -> ProfileReport:
     """Profile an ONNX Runtime engine's model with its providers and provider options.
 
@@ -205,6 +207,7 @@ def profile(
         warmup: runs before profiling starts counting.
         trace: write ONNX Runtime's profile of the measured runs here: Chrome trace event format, for
             ``chrome://tracing`` or Perfetto.
+        progress: show a tqdm bar over the profiled runs on a terminal's stderr.
 
     Raises:
         OptionError: the engine is not an ONNX Runtime engine.
@@ -249,8 +252,10 @@ def profile(
         first = len(_node_events(warm.end_profiling()))
         prof = ort.InferenceSession(model, options(prefix), providers=providers, provider_options=opts)
         prof.run(None, checked)
-        for _ in range(runs):
-            prof.run(None, checked)
+        with progress_bar("amdinfer profile", total=runs, unit="run", enabled=progress) as bar:
+            for _ in range(runs):
+                prof.run(None, checked)
+                bar.update()
         prof_file = prof.end_profiling()
         events = _node_events(prof_file)
         if trace is not None:

@@ -15,6 +15,7 @@ from ._common import (
     load_engine,
     plan_feeds,
     positive_int,
+    progress_enabled,
 )
 from ._common import non_negative_int as _non_negative
 
@@ -39,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(args, shapes)
     with engine:
         feeds = feeds_for(args, engine, shapes[0] if shapes else {})
-        report = profile(engine, feeds, runs=args.runs, warmup=args.warmup, trace=trace)
+        report = profile(
+            engine, feeds, runs=args.runs, warmup=args.warmup, trace=trace, progress=progress_enabled(args)
+        )
         info = engine.info
     text = "\n".join([*info_lines(info), report.format(top=args.top)])
     emit(args, {**engine_header(info), **report.to_dict()}, text)
