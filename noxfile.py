@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests", "amd_wheels", "lint"]
+nox.options.sessions = ["tests", "amd_wheels", "lint", "mypy"]
 nox.options.error_on_missing_interpreters = False
 
 ROOT = Path(__file__).parent
@@ -98,3 +98,10 @@ def examples(session: nox.Session) -> None:
         # Scripts that write pictures take --out; they write into the session's temporary folder.
         extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
         session.run("python", str(script), *extra, env=env)
+
+
+@nox.session
+def mypy(session: nox.Session) -> None:
+    """mypy on the package (configuration in pyproject.toml); must stay clean."""
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]", "mypy")
+    session.run("mypy", "amdinfer")

@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from ._load import load
+from .engines._dlpack import DeviceArray
 from .engines.base import Engine, EngineInfo
 from .engines.registry import backend_names, register_backend
 from .errors import (
@@ -38,6 +39,7 @@ __all__ = [
     "AmdinferError",
     "BackendUnavailableError",
     "CacheError",
+    "DeviceArray",
     "Engine",
     "EngineClosedError",
     "EngineInfo",
@@ -62,7 +64,6 @@ _LAZY = {
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
-    "DeviceArray": ("amdinfer.engines._ort_device", "DeviceArray"),
 }
 
 

@@ -252,7 +252,7 @@ class YoloDecode(Postprocessor):
         layout = self.layout if self.layout != "auto" else detect_layout(x.shape, meta.get("input_shape"))
         if layout == "e2e" and x.shape[-1] != 6:
             raise InputError(f"YoloDecode(layout='e2e'): got shape {x.shape}, expected (k, 6)")
-        ((boxes, scores, classes),) = yolo_decode(x[None], layout, self.conf_threshold)
+        ((boxes, scores, classes),) = yolo_decode(x[None], layout, self.conf_threshold)  # type: ignore[arg-type]
         meta["yolo"] = {"prediction": x, "layout": layout, "conf_threshold": self.conf_threshold, "labels": self.labels}
         return Detections(boxes, scores, classes, _names_for(self, self.labels, classes), meta.get("input_shape"))
 
@@ -313,7 +313,7 @@ class Nms(Postprocessor):
         self.multi_label = bool(multi_label)
         if classes is not None:
             if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
-                classes = [classes]
+                classes = [classes]  # type: ignore[list-item]
             if (
                 isinstance(classes, (str, bytes))
                 or not isinstance(classes, Sequence)

@@ -13,6 +13,7 @@ import amdinfer
 from amdinfer import doctor
 from amdinfer.cli import main
 from amdinfer.engines import ort as ort_engine
+from amdinfer.engines.ort import _diagnose as ort_diagnose
 from amdinfer.testing import models
 
 
@@ -37,9 +38,9 @@ def test_doctor_json(capsys) -> None:
 
 
 def test_doctor_flags_two_ort_distributions(monkeypatch) -> None:
-    monkeypatch.setattr(
-        ort_engine, "installed_ort_distributions", lambda: {"onnxruntime": "1.32.0", "onnxruntime-migraphx": "1.27.1"}
-    )
+    two = {"onnxruntime": "1.32.0", "onnxruntime-migraphx": "1.27.1"}
+    monkeypatch.setattr(ort_engine, "installed_ort_distributions", lambda: two)
+    monkeypatch.setattr(ort_diagnose, "installed_ort_distributions", lambda: two)
     report = doctor.diagnose()
     assert any("2 ONNX Runtime distributions are installed together" in p for p in report.problems)
     assert "Uninstall all of them" in report.format()

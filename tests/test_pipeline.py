@@ -17,6 +17,7 @@ from amdinfer.errors import OptionError, StageError
 from amdinfer.pipeline import Pipeline
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
 from amdinfer.preprocess import Cast, CenterCrop, HwcToChw, Letterbox, Normalize, Resize
+from amdinfer.quantize import QuantizationSpec
 from amdinfer.results import Classification, Detections
 from amdinfer.stages import Preprocessor
 from amdinfer.testing import models
@@ -157,6 +158,15 @@ class TestConstruction:
             def quantize(self, model: onnx.ModelProto) -> onnx.ModelProto:
                 seen.append(model.graph.name)
                 return model
+
+            def describe(self) -> QuantizationSpec:  # the rest of the Quantizer protocol
+                return QuantizationSpec("fp16")
+
+            def calibration_feeds(self, model: onnx.ModelProto) -> list:
+                return []
+
+            def settings(self) -> dict:
+                return {"kind": "recorder"}
 
         q = Recorder()
         with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, quantizer=q, **CPU) as pipe:

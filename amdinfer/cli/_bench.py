@@ -80,7 +80,8 @@ def to_device(info: Any, feeds: dict[str, Any]) -> dict[str, Any]:
         )
     import onnxruntime as ort
 
-    from ..engines._ort_device import DeviceArray, ort_device_type
+    from ..engines._dlpack import DeviceArray
+    from ..engines.ort import ort_device_type
 
     dev, index = ort_device_type(provider), int(info.device.rpartition(":")[2] or 0)
     return {k: DeviceArray(ort.OrtValue.ortvalue_from_numpy(v, dev, index)) for k, v in feeds.items()}

@@ -219,7 +219,7 @@ def ort_placement(source: Any) -> dict[str, Any]:
     try:
         from ..engines import ort as ort_engine
 
-        ort = ort_engine._import_ort()
+        ort = ort_engine.import_ort()
     except ImportError as exc:
         return {"onnxruntime": None, "providers": {}, "note": str(exc).splitlines()[0]}
     available = ort.get_available_providers()
