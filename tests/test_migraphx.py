@@ -720,7 +720,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> _StandInMigraphx:
     if MIGRAPHX_PROBLEM is None:
         pytest.skip("the real migraphx imports here; the real-migraphx tests cover the engine")
     fake = _StandInMigraphx()
-    monkeypatch.setattr(glue.importlib, "import_module", lambda name: fake if name == "migraphx" else None)
+    monkeypatch.setattr(importlib, "import_module", lambda name: fake if name == "migraphx" else None)
     return fake
 
 
