@@ -69,35 +69,48 @@ class DoctorReport:
         """A JSON-friendly copy."""
         return asdict(self)
 
-    def format(self) -> str:
-        """Human-readable text, as the CLI prints it."""
-        lines = [f"Python        {self.python} ({self.platform})"]
+    def format(self, width: int = 100) -> str:
+        """Human-readable text, as the CLI prints it: long reasons wrapped to ``width`` columns, in full."""
+        lines = [f"Python                 {self.python} ({self.platform})"]
         for name, version in self.packages.items():
-            lines.append(f"{name:<13} {version}")
+            lines.append(f"{name:<22} {version}")
         lines.append("")
         lines.append("Backends:")
         for name, state in self.backends.items():
-            lines.append(f"  {name:<28} {state}")
+            if name == "migraphx" and state == self.migraphx and len(state) > width:
+                state = state.split("; ", 1)[0] + " (in full below)"
+            lines += _wrap(f"  {name:<28} ", state, width)
         lines.append(
             "ONNX Runtime distributions: "
             + (", ".join(f"{k} {v}" for k, v in self.ort_distributions.items()) or "none")
         )
         for prov, state in self.providers.items():
-            lines.append(f"  {prov:<28} {state}")
-        lines.append(f"MIGraphX (native python module): {self.migraphx}")
+            lines += _wrap(f"  {prov:<28} ", state, width)
+        lines.append("MIGraphX (native Python module):")
+        lines += _wrap("  ", self.migraphx, width)
         lines.append("ROCm:")
         for k, v in self.rocm.items():
-            lines.append(f"  {k:<22} {v}")
-        lines.append("Environment:")
+            lines += _wrap(f"  {k:<22} ", str(v), width)
+        lines.append("Environment:" + ("" if self.env else " (none of the relevant variables is set)"))
         for k, v in self.env.items():
             lines.append(f"  {k}={v}")
         lines.append("")
         if self.problems:
             lines.append("Why a GPU would not be used:")
-            lines.extend(f"  - {p}" for p in self.problems)
+            for p in self.problems:
+                lines += _wrap("  - ", p, width)
         else:
             lines.append("No problems found.")
         return "\n".join(lines)
+
+
+def _wrap(prefix: str, text: str, width: int) -> list[str]:
+    """``prefix`` + ``text`` wrapped to ``width``, continuation lines indented under the text."""
+    import textwrap
+
+    return textwrap.wrap(
+        text, width=width, initial_indent=prefix, subsequent_indent=" " * len(prefix), break_on_hyphens=False
+    ) or [prefix.rstrip()]
 
 
 def _version(dist: str) -> str | None:

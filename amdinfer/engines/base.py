@@ -82,6 +82,47 @@ class EngineInfo:
         """A JSON-friendly copy."""
         return asdict(self)
 
+    def short_skipped(self, width: int = 100) -> dict[str, str]:
+        """:attr:`skipped` with each reason cut to its first line or sentence (at most ``width`` characters).
+
+        The full reasons stay in :attr:`skipped` (and ``amdinfer doctor`` prints them); this is what the
+        command line and the demo show.
+
+        Example:
+            >>> info = EngineInfo(backend="ort", skipped={"migraphx": "cannot import migraphx. Install it: ..."})
+            >>> info.short_skipped()
+            {'migraphx': 'cannot import migraphx'}
+        """
+        return {name: _first_sentence(why, width) for name, why in self.skipped.items()}
+
+    def __repr__(self) -> str:
+        compile_part = f"compile {self.compile_seconds:.3f} s, cache {'hit' if self.cache_hit else 'miss'}"
+        rows = [
+            ("backend", self.backend + (f" (target {self.target})" if self.target else "")),
+            ("device", self.device),
+            ("providers", ", ".join(self.providers) or "-"),
+            ("precision", self.precision),
+            ("load", f"{self.load_seconds:.3f} s ({compile_part})"),
+            ("runtime", self.runtime_version or "-"),
+        ]
+        if self.requested_providers and self.requested_providers != self.providers:
+            rows.append(("requested", ", ".join(self.requested_providers)))
+        rows += [("skipped", f"{k}: {v}") for k, v in self.short_skipped().items()]
+        rows += [("note", _first_sentence(n, 100)) for n in self.notes]
+        if self.settings:
+            rows.append(("settings", ", ".join(sorted(self.settings)) + " (see .settings)"))
+        return "EngineInfo(\n" + "\n".join(f"  {k:<10} {v}" for k, v in rows) + "\n)"
+
+
+def _first_sentence(text: str, width: int) -> str:
+    """The first line of ``text`` up to its first sentence end, cut to ``width`` characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    for stop in (". ", "; "):
+        if stop in line:
+            line = line.split(stop, 1)[0]
+    line = line.rstrip(".:; ")
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
+
 
 def _pad_batch(arr: Any, n: int) -> np.ndarray:
     """Pad axis 0 to ``n`` rows by repeating the last row (keeps values in range, unlike zeros)."""
