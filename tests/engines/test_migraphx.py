@@ -32,7 +32,7 @@ from amdinfer.model import ModelSource
 from amdinfer.testing import models
 from amdinfer.types import ShapeBounds, TensorSpec
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 F32 = np.dtype("float32")
 
 MIGRAPHX_PROBLEM = probe()
