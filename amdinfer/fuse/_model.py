@@ -92,6 +92,49 @@ def fuse_model(
     """
     if nms_mode not in _NMS_MODES:
         raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
+    model, opset, model_input = _single_input_model(model)
+    g = _Graph(opset)
+    pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input)
+    body = onnx.GraphProto()
+    body.CopyFrom(model.graph)
+    pre_out = pre.x
+    for node in body.node:
+        for i, name in enumerate(node.input):
+            if name == model_input.name:
+                node.input[i] = pre_out
+    outputs = list(body.output)
+    post = list(postprocess)
+    kinds = [type(s) for s in post]
+    host_post: list[str] = []
+    if not post:
+        out_names = [o.name for o in outputs]
+    elif kinds in ([YoloDecode, Nms], [YoloDecode, Nms, ScaleBoxes]):
+        out_names, host_post = _fuse_detect(g, post, outputs, pre, inputs, image_size, nms_mode)
+    elif kinds in ([TopK], [Softmax, TopK]):
+        out_names = _fuse_classify(g, post, outputs)
+    else:
+        raise OptionError(
+            f"fuse: postprocessing {[k.__name__ for k in kinds]} has no fused form; fusable: YoloDecode, Nms"
+            "[, ScaleBoxes] or [Softmax,] TopK, or none"
+        )
+    nodes = _toposort(
+        list(g.nodes[: _count_pre(g, pre_out)]) + list(body.node) + list(g.nodes[_count_pre(g, pre_out) :]),
+        {i.name for i in inputs} | {t.name for t in body.initializer} | {t.name for t in g.inits},
+    )
+    outputs_vi = _output_infos(out_names, body, post[-1].k if post and isinstance(post[-1], TopK) else None)
+    graph = helper.make_graph(
+        nodes,
+        f"{model.graph.name or 'model'}_fused",
+        inputs,
+        outputs_vi,
+        initializer=list(body.initializer) + g.inits,
+    )
+    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
+    return _finish_model(model, graph, opset, info)
+
+
+def _single_input_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int, onnx.ValueInfoProto]:
+    """``model`` (converted to opset 13 when lower), its default-domain opset and its one input."""
     if (
         len(model.graph.input) - len({i.name for i in model.graph.initializer} & {i.name for i in model.graph.input})
         != 1
@@ -104,7 +147,17 @@ def fuse_model(
         model = version_converter.convert_version(model, _MIN_OPSET)
         opset = _MIN_OPSET
     model_input = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
-    g = _Graph(opset)
+    return model, opset, model_input
+
+
+def _fuse_pre(
+    g: _Graph,
+    preprocess: Sequence[Preprocessor],
+    image_size: tuple[int, int] | None,
+    channels: int,
+    model_input: onnx.ValueInfoProto,
+) -> tuple[_Pre, list[onnx.ValueInfoProto]]:
+    """The preprocessing nodes from the ``images`` input, checked against the model input; and the graph inputs."""
     _, graph_stages = split_host_stages(preprocess, image_size)
     if image_size is not None:
         h, w = int(image_size[0]), int(image_size[1])
@@ -126,86 +179,74 @@ def fuse_model(
         model_hw = tuple(in_dims[2:4]) if pre.channel_axis == 1 else tuple(in_dims[1:3])
         if all(isinstance(d, int) for d in model_hw) and model_hw != pre.hw:
             raise OptionError(f"fuse: the preprocessing makes images of {pre.hw}, the model expects {model_hw}")
-    body = onnx.GraphProto()
-    body.CopyFrom(model.graph)
-    pre_out = pre.x
-    for node in body.node:
-        for i, name in enumerate(node.input):
-            if name == model_input.name:
-                node.input[i] = pre_out
-    outputs = list(body.output)
-    post = list(postprocess)
-    kinds = [type(s) for s in post]
+    return pre, inputs
+
+
+def _fuse_detect(
+    g: _Graph,
+    post: list[Postprocessor],
+    outputs: list[onnx.ValueInfoProto],
+    pre: _Pre,
+    inputs: list[onnx.ValueInfoProto],
+    image_size: tuple[int, int] | None,
+    nms_mode: str,
+) -> tuple[list[str], list[str]]:
+    """``YoloDecode, Nms[, ScaleBoxes]`` as nodes (adds ``affine``/``orig_shape`` to ``inputs`` when the
+    host makes the canvas); returns the output names and the stages left to the host."""
+    decode, nms = cast(YoloDecode, post[0]), cast(Nms, post[1])
+    scale = cast(ScaleBoxes, post[2]) if len(post) == 3 else None
+    pred_vi = next((o for o in outputs if o.name == decode.output), outputs[0]) if decode.output else outputs[0]
+    if decode.output is None and len(outputs) != 1:
+        raise OptionError(f"fuse: the model has outputs {[o.name for o in outputs]}; give YoloDecode(output=...)")
     affine = orig = None
-    host_post: list[str] = []
-    if not post:
-        out_names = [o.name for o in outputs]
-    elif kinds in ([YoloDecode, Nms], [YoloDecode, Nms, ScaleBoxes]):
-        decode, nms = cast(YoloDecode, post[0]), cast(Nms, post[1])
-        scale = cast(ScaleBoxes, post[2]) if len(post) == 3 else None
-        pred_vi = next((o for o in outputs if o.name == decode.output), outputs[0]) if decode.output else outputs[0]
-        if decode.output is None and len(outputs) != 1:
-            raise OptionError(f"fuse: the model has outputs {[o.name for o in outputs]}; give YoloDecode(output=...)")
-        if scale is not None and nms_mode != "host":
-            if image_size is not None:
-                affine = g.const(np.asarray([pre.affine], np.float32), hint="affine")
-                orig = g.const(np.asarray([image_size], np.float32), hint="orig_shape")
-                affine = g.op(
-                    "Expand",
-                    affine,
-                    g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0),
-                )
-                orig = g.op(
-                    "Expand",
-                    orig,
-                    g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0),
-                )
-            else:
-                inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))
-                inputs.append(helper.make_tensor_value_info("orig_shape", TensorProto.FLOAT, ["N", 2]))
-                affine, orig = "affine", "orig_shape"
-        if nms_mode == "host":
-            affine = orig = None  # ScaleBoxes runs on the host
-        out_names = _detect_post(
-            g,
-            pred_vi.name,
-            _dims(pred_vi),
-            decode,
-            nms,
-            None if nms_mode == "host" else scale,
-            pre.hw,
-            affine,
-            orig,
-            nms_mode,
-        )
-        host_post = [type(t).__name__ for t in post[1:]] if nms_mode == "host" else []
-    elif kinds in ([TopK], [Softmax, TopK]):
-        topk = cast(TopK, post[-1])
-        softmax = cast(Softmax, post[0]) if len(post) == 2 else None
-        chosen = topk.output or (softmax.output if softmax is not None else None)
-        vi = next((o for o in outputs if o.name == chosen), None) if chosen else outputs[0]
-        if vi is None or (chosen is None and len(outputs) != 1):
-            raise OptionError(
-                f"fuse: pick the class-score output with TopK(output=...); got {[o.name for o in outputs]}"
+    if scale is not None and nms_mode != "host":
+        if image_size is not None:
+            affine = g.const(np.asarray([pre.affine], np.float32), hint="affine")
+            orig = g.const(np.asarray([image_size], np.float32), hint="orig_shape")
+            affine = g.op(
+                "Expand",
+                affine,
+                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0),
             )
-        out_names = _classify_post(g, vi.name, softmax, topk)
-    else:
-        raise OptionError(
-            f"fuse: postprocessing {[k.__name__ for k in kinds]} has no fused form; fusable: YoloDecode, Nms"
-            "[, ScaleBoxes] or [Softmax,] TopK, or none"
-        )
-    nodes = _toposort(
-        list(g.nodes[: _count_pre(g, pre_out)]) + list(body.node) + list(g.nodes[_count_pre(g, pre_out) :]),
-        {i.name for i in inputs} | {t.name for t in body.initializer} | {t.name for t in g.inits},
+            orig = g.op(
+                "Expand",
+                orig,
+                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0),
+            )
+        else:
+            inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))
+            inputs.append(helper.make_tensor_value_info("orig_shape", TensorProto.FLOAT, ["N", 2]))
+            affine, orig = "affine", "orig_shape"
+    if nms_mode == "host":
+        affine = orig = None  # ScaleBoxes runs on the host
+    out_names = _detect_post(
+        g,
+        pred_vi.name,
+        _dims(pred_vi),
+        decode,
+        nms,
+        None if nms_mode == "host" else scale,
+        pre.hw,
+        affine,
+        orig,
+        nms_mode,
     )
-    outputs_vi = _output_infos(out_names, body, post[-1].k if post and isinstance(post[-1], TopK) else None)
-    graph = helper.make_graph(
-        nodes,
-        f"{model.graph.name or 'model'}_fused",
-        inputs,
-        outputs_vi,
-        initializer=list(body.initializer) + g.inits,
-    )
+    return out_names, ([type(t).__name__ for t in post[1:]] if nms_mode == "host" else [])
+
+
+def _fuse_classify(g: _Graph, post: list[Postprocessor], outputs: list[onnx.ValueInfoProto]) -> list[str]:
+    """``[Softmax,] TopK`` as nodes on the class-score output; returns the output names."""
+    topk = cast(TopK, post[-1])
+    softmax = cast(Softmax, post[0]) if len(post) == 2 else None
+    chosen = topk.output or (softmax.output if softmax is not None else None)
+    vi = next((o for o in outputs if o.name == chosen), None) if chosen else outputs[0]
+    if vi is None or (chosen is None and len(outputs) != 1):
+        raise OptionError(f"fuse: pick the class-score output with TopK(output=...); got {[o.name for o in outputs]}")
+    return _classify_post(g, vi.name, softmax, topk)
+
+
+def _finish_model(model: onnx.ModelProto, graph: onnx.GraphProto, opset: int, info: dict[str, Any]) -> onnx.ModelProto:
+    """The fused model around ``graph``: ``model``'s other opsets and metadata, the fuse record, checked."""
     fused = helper.make_model(
         graph,
         opset_imports=[o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
@@ -215,7 +256,6 @@ def fuse_model(
     )
     for prop in model.metadata_props:
         fused.metadata_props.append(prop)
-    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
     fused.metadata_props.add(key=_META_KEY, value=json.dumps(info))
     onnx.checker.check_model(fused)
     return fused

@@ -29,27 +29,7 @@ def _detect_post(
     """YOLO decode + class-aware NonMaxSuppression + max_det + rescale (or, with ``mode="host"``, decode and
     the confidence filter only: the candidates, in anchor order); returns the output names."""
     class_offset = mode == "offset"
-    rows, cols = pred_shape[-2], pred_shape[-1]
-    if decode.layout != "auto":
-        layout = decode.layout
-    elif isinstance(rows, int) and isinstance(cols, int):
-        layout = detect_layout((rows, cols), input_hw)
-    else:
-        raise OptionError("fuse: the YOLO output shape is dynamic; give YoloDecode(layout='v8' or 'v5')")
-    if layout not in ("v8", "v5"):
-        raise OptionError(f"fuse: YoloDecode layout {layout!r} cannot be fused (v8 and v5 can)")
-    if nms.multi_label:
-        raise OptionError("fuse: Nms(multi_label=True) cannot be fused; use the stage-by-stage Pipeline")
-    p = g.op("Cast", pred, to=TensorProto.FLOAT)
-    if layout == "v8":
-        p = g.op("Transpose", p, perm=[0, 2, 1])  # (N, A, 4 + nc)
-        cls = g.slice(p, 4, 1 << 30, 2)
-    else:
-        obj = g.slice(p, 4, 5, 2)
-        cls = g.op("Mul", g.slice(p, 5, 1 << 30, 2), obj)
-    xy, wh = g.slice(p, 0, 2, 2), g.slice(p, 2, 4, 2)
-    half = g.op("Div", wh, g.const(2.0, np.float32))
-    boxes = g.op("Concat", g.op("Sub", xy, half), g.op("Add", xy, half), axis=2)  # (N, A, 4)
+    cls, boxes = _decode_yolo(g, pred, pred_shape, decode, nms, input_hw)
     best = g.op("ArgMax", cls, axis=2, keepdims=1)  # (N, A, 1): the first best class, as np.argmax
     cls_t = g.op("Transpose", cls, perm=[0, 2, 1])  # (N, nc, A)
     nc = g.op("Squeeze", g.op("Shape", cls_t, start=1, end=2), g.const([0], np.int64))
@@ -65,18 +45,7 @@ def _detect_post(
         onehot = g.op("And", onehot, g.op("Cast", in_set, to=TensorProto.BOOL))
     zero = g.const(0.0, np.float32)
     if mode == "host":
-        # The candidates YoloDecode gives, in anchor order: NMS, max_det and the rescale run on the host with the
-        # Nms/ScaleBoxes stages themselves (ORT's CUDA NonMaxSuppression costs ~0.5 ms per image).
-        best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
-        passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
-        idx = g.op("Transpose", g.op("NonZero", passed), perm=[1, 0])  # (K, 2): image, anchor
-        b = g.op("Reshape", g.slice(idx, 0, 1, 1), g.const([-1], np.int64))
-        flat_best = g.op("Reshape", g.op("Cast", best, to=TensorProto.INT64), g.op("Shape", best_score))
-        g.op("Identity", g.op("GatherND", boxes, idx), out="boxes")
-        g.op("Identity", g.op("GatherND", best_score, idx), out="scores")
-        g.op("Identity", g.op("GatherND", flat_best, idx), out="classes")
-        g.op("Identity", b, out="batch_index")
-        return ["boxes", "scores", "classes", "batch_index"]
+        return _host_candidates(g, cls, best, boxes, decode)
     # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
     # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
     # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but
@@ -108,6 +77,65 @@ def _detect_post(
     key = g.op("Sub", score, g.op("Mul", g.op("Cast", b, to=TensorProto.FLOAT), g.const(2.0, np.float32)))
     _, order = g.op("TopK", key, g.op("Shape", key), outputs=2, axis=0, largest=1, sorted=1)
     b, score, box, klass = (g.op("Gather", t, order, axis=0) for t in (b, score, box, klass))
+    b, score, box, klass = _keep_max_det(g, pred, nms.max_det, b, score, box, klass)
+    if scale is not None:
+        assert affine is not None and orig is not None
+        box = _scale_back(g, box, b, affine, orig, scale.clip, zero)
+    g.op("Identity", box, out="boxes")
+    g.op("Identity", score, out="scores")
+    g.op("Identity", klass, out="classes")
+    g.op("Identity", b, out="batch_index")
+    return ["boxes", "scores", "classes", "batch_index"]
+
+
+def _decode_yolo(
+    g: _Graph, pred: str, pred_shape: Sequence[Any], decode: YoloDecode, nms: Nms, input_hw: tuple[int, int] | None
+) -> tuple[str, str]:
+    """The class scores ``(N, A, nc)`` and corner boxes ``(N, A, 4)`` of a v8 or v5 YOLO output."""
+    rows, cols = pred_shape[-2], pred_shape[-1]
+    if decode.layout != "auto":
+        layout = decode.layout
+    elif isinstance(rows, int) and isinstance(cols, int):
+        layout = detect_layout((rows, cols), input_hw)
+    else:
+        raise OptionError("fuse: the YOLO output shape is dynamic; give YoloDecode(layout='v8' or 'v5')")
+    if layout not in ("v8", "v5"):
+        raise OptionError(f"fuse: YoloDecode layout {layout!r} cannot be fused (v8 and v5 can)")
+    if nms.multi_label:
+        raise OptionError("fuse: Nms(multi_label=True) cannot be fused; use the stage-by-stage Pipeline")
+    p = g.op("Cast", pred, to=TensorProto.FLOAT)
+    if layout == "v8":
+        p = g.op("Transpose", p, perm=[0, 2, 1])  # (N, A, 4 + nc)
+        cls = g.slice(p, 4, 1 << 30, 2)
+    else:
+        obj = g.slice(p, 4, 5, 2)
+        cls = g.op("Mul", g.slice(p, 5, 1 << 30, 2), obj)
+    xy, wh = g.slice(p, 0, 2, 2), g.slice(p, 2, 4, 2)
+    half = g.op("Div", wh, g.const(2.0, np.float32))
+    boxes = g.op("Concat", g.op("Sub", xy, half), g.op("Add", xy, half), axis=2)  # (N, A, 4)
+    return cls, boxes
+
+
+def _host_candidates(g: _Graph, cls: str, best: str, boxes: str, decode: YoloDecode) -> list[str]:
+    """``nms_mode="host"``: the candidates above the confidence threshold, in anchor order."""
+    # The candidates YoloDecode gives, in anchor order: NMS, max_det and the rescale run on the host with the
+    # Nms/ScaleBoxes stages themselves (ORT's CUDA NonMaxSuppression costs ~0.5 ms per image).
+    best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
+    passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
+    idx = g.op("Transpose", g.op("NonZero", passed), perm=[1, 0])  # (K, 2): image, anchor
+    b = g.op("Reshape", g.slice(idx, 0, 1, 1), g.const([-1], np.int64))
+    flat_best = g.op("Reshape", g.op("Cast", best, to=TensorProto.INT64), g.op("Shape", best_score))
+    g.op("Identity", g.op("GatherND", boxes, idx), out="boxes")
+    g.op("Identity", g.op("GatherND", best_score, idx), out="scores")
+    g.op("Identity", g.op("GatherND", flat_best, idx), out="classes")
+    g.op("Identity", b, out="batch_index")
+    return ["boxes", "scores", "classes", "batch_index"]
+
+
+def _keep_max_det(
+    g: _Graph, pred: str, max_det: int, b: str, score: str, box: str, klass: str
+) -> tuple[str, str, str, str]:
+    """The first ``max_det`` detections of each image (``b``: image index, sorted by image then score)."""
     # max_det per image: rank within the image = position - first position of the image.
     n = g.op("Shape", pred, start=0, end=1)
     images = g.op("Range", g.const(0, np.int64), g.op("Squeeze", n, g.const([0], np.int64)), g.const(1, np.int64))
@@ -118,23 +146,22 @@ def _detect_post(
     k = g.op("Shape", b)
     position = g.op("Range", g.const(0, np.int64), g.op("Squeeze", k, g.const([0], np.int64)), g.const(1, np.int64))
     rank = g.op("Sub", position, g.op("Gather", starts, b, axis=0))
-    keep = g.op("Reshape", g.op("NonZero", g.op("Less", rank, g.const(nms.max_det, np.int64))), g.const([-1], np.int64))
+    keep = g.op("Reshape", g.op("NonZero", g.op("Less", rank, g.const(max_det, np.int64))), g.const([-1], np.int64))
     b, score, box, klass = (g.op("Gather", t, keep, axis=0) for t in (b, score, box, klass))
-    if scale is not None:
-        assert affine is not None and orig is not None
-        per = g.op("Gather", affine, b, axis=0)  # (K, 4): sx, sy, tx, ty
-        s = g.op("Concat", g.slice(per, 0, 2, 1), g.slice(per, 0, 2, 1), axis=1)
-        t = g.op("Concat", g.slice(per, 2, 4, 1), g.slice(per, 2, 4, 1), axis=1)
-        box = g.op("Div", g.op("Sub", box, t), s)
-        if scale.clip:
-            hw = g.op("Gather", orig, b, axis=0)  # (K, 2): height, width
-            wh = g.op("Concat", g.slice(hw, 1, 2, 1), g.slice(hw, 0, 1, 1), axis=1)
-            box = g.op("Min", g.op("Max", box, zero), g.op("Concat", wh, wh, axis=1))
-    g.op("Identity", box, out="boxes")
-    g.op("Identity", score, out="scores")
-    g.op("Identity", klass, out="classes")
-    g.op("Identity", b, out="batch_index")
-    return ["boxes", "scores", "classes", "batch_index"]
+    return b, score, box, klass
+
+
+def _scale_back(g: _Graph, box: str, b: str, affine: str, orig: str, clip: bool, zero: str) -> str:
+    """Boxes mapped back to original-image pixels with each image's ``affine`` (clipped to ``orig`` shape)."""
+    per = g.op("Gather", affine, b, axis=0)  # (K, 4): sx, sy, tx, ty
+    s = g.op("Concat", g.slice(per, 0, 2, 1), g.slice(per, 0, 2, 1), axis=1)
+    t = g.op("Concat", g.slice(per, 2, 4, 1), g.slice(per, 2, 4, 1), axis=1)
+    box = g.op("Div", g.op("Sub", box, t), s)
+    if clip:
+        hw = g.op("Gather", orig, b, axis=0)  # (K, 2): height, width
+        wh = g.op("Concat", g.slice(hw, 1, 2, 1), g.slice(hw, 0, 1, 1), axis=1)
+        box = g.op("Min", g.op("Max", box, zero), g.op("Concat", wh, wh, axis=1))
+    return box
 
 
 def _classify_post(g: _Graph, logits: str, softmax: Softmax | None, topk: TopK) -> list[str]:
