@@ -95,13 +95,8 @@ def fuse_model(
     model, opset, model_input = _single_input_model(model)
     g = _Graph(opset)
     pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input)
-    body = onnx.GraphProto()
-    body.CopyFrom(model.graph)
     pre_out = pre.x
-    for node in body.node:
-        for i, name in enumerate(node.input):
-            if name == model_input.name:
-                node.input[i] = pre_out
+    body = _rewired_body(model.graph, model_input.name, pre_out)
     outputs = list(body.output)
     post = list(postprocess)
     kinds = [type(s) for s in post]
@@ -131,6 +126,17 @@ def fuse_model(
     )
     info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
     return _finish_model(model, graph, opset, info)
+
+
+def _rewired_body(graph: onnx.GraphProto, old: str, new: str) -> onnx.GraphProto:
+    """A copy of ``graph`` whose nodes read ``new`` where they read ``old`` (the model input)."""
+    body = onnx.GraphProto()
+    body.CopyFrom(graph)
+    for node in body.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+    return body
 
 
 def _single_input_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int, onnx.ValueInfoProto]:
