@@ -28,7 +28,8 @@ README = DOCS.parent / "README.md"
 
 _BLOCK = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-_HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
+# Hashes (cache keys): hex runs with at least one letter; a run of decimal digits is a number, not a hash.
+_HEX = re.compile(r"\b(?=[0-9]*[a-f])[0-9a-f]{12,64}\b")
 
 
 def examples() -> list[tuple[str, int, str, str]]:
