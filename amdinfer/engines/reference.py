@@ -332,6 +332,15 @@ class ReferenceEngine(Engine):
             ) from None
         self._graph = proto.graph
         self._run_lock = threading.Lock()
+        self._plan: Any = None
+        if new_ops:
+            from ..reference._plan import ExecutionPlan
+
+            # In place, kept buffers, BatchNorm folded into Conv (not in float64: the oracle follows the graph).
+            self._plan = ExecutionPlan(
+                self._evaluator.rt_nodes_, self._evaluator.rt_inits_, fold_batchnorm=not self._fp64
+            )
+            info.settings["batchnorm_folded"] = self._plan.folded
         self._all_names = _node_outputs(proto.graph)
         self._known = (
             set(self._all_names) | {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
@@ -362,6 +371,8 @@ class ReferenceEngine(Engine):
                 raise InputError(f"outputs: got {unknown}, expected names of tensors in the graph")
         try:
             with self._run_lock:
+                if self._plan is not None:
+                    self._plan.apply(names)
                 values = self._evaluator.run(names, feeds)
         except AmdinferError:
             raise
