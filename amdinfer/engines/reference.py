@@ -356,7 +356,15 @@ class ReferenceEngine(Engine):
     # ------------------------------------------------------------------ running
     @property
     def evaluator(self) -> Any:
-        """The underlying ``onnx.reference.ReferenceEvaluator`` (running the float64 copy in fp64 mode)."""
+        """The underlying ``onnx.reference.ReferenceEvaluator`` (running the float64 copy in fp64 mode).
+
+        Its fast kernels are put back to their safe defaults here (no in-place work, no buffers kept across
+        runs, no BatchNorm folding), so direct ``evaluator.run`` calls return independent arrays; the next
+        :meth:`run` of the engine plans them again.
+        """
+        if self._plan is not None:
+            with self._run_lock:
+                self._plan.reset()
         return self._evaluator
 
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:

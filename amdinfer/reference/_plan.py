@@ -122,6 +122,14 @@ class ExecutionPlan:
                 setattr(op, name, value)
         self._current = key
 
+    def reset(self) -> None:
+        """Put every planned kernel back to its safe defaults (fresh outputs, nothing overwritten or folded)."""
+        for op in self._nodes:
+            if isinstance(op, PlannedOp):
+                for name in ("overwrite", "keep_output", "fold_active", "folded_into"):
+                    op.__dict__.pop(name, None)
+        self._current = None
+
     def _compute(self, requested: frozenset[str]) -> list[tuple[Any, dict[str, Any]]]:
         def dead(name: str) -> bool:
             """Produced by a planned kernel (which owns its output), used once, not handed back."""

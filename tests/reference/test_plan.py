@@ -148,3 +148,16 @@ class TestPlan:
         for name in default:
             _close(default[name], truth[name], 1e-5)
             np.testing.assert_array_equal(back[name], default[name])
+
+    def test_direct_evaluator_use_is_safe(self) -> None:
+        x = _x(5)
+        with ReferenceEngine(_block()) as engine:
+            engine.run(x)
+            evaluator = engine.evaluator
+            everything = evaluator.run(None, {"x": x}, intermediate=True)
+            first = evaluator.run(["y"], {"x": x})[0]
+            evaluator.run(["y"], {"x": _x(6)})
+        truth = _numpy64(x)
+        for name in ("c1", "n1", "r", "c2", "s", "y"):
+            _close(everything[name], truth[name], 1e-5)
+        _close(first, truth["y"], 1e-5)  # not a kept buffer that the next call overwrote
