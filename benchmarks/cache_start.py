@@ -104,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args(argv)
 
+    from _isolation import loadavg, machine, machine_lines
+
     from amdinfer.testing.models import resnet50
 
+    start = machine()  # before the child processes run: the load average they met
     rows = []
     with tempfile.TemporaryDirectory(prefix="amdinfer-cache-bench-") as tmp:
         workdir = Path(tmp)
@@ -120,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((label, result))
 
     import onnxruntime
-    from _isolation import loadavg, machine_lines
 
-    print("\n".join(machine_lines()))
+    print("\n".join(machine_lines(start)))
     print(f"- load average (1 min) at the end: {loadavg():.2f}")
     print()
     print(

@@ -17,7 +17,7 @@ import os
 import numpy as np
 import onnx
 import onnxruntime as ort
-from _isolation import Stats, contended, isolated, loadavg, machine_lines, ort_session_options
+from _isolation import Stats, contended, isolated, loadavg, machine, machine_lines, ort_session_options
 from onnx import TensorProto, helper
 
 import amdinfer
@@ -54,6 +54,7 @@ def measure(
 
 
 def main() -> None:
+    start = machine()  # the load average before the runs
     resnet = resnet50()
     cases = [
         ("one-node Relu (1, 4)", one_node(), {"x": np.ones((1, 4), np.float32)}, 200 if QUICK else 20000, 1),
@@ -66,7 +67,7 @@ def main() -> None:
         if threads != 1:
             raw, eng = measure(model, feeds, n, threads, spinning=True, isolate=False)
             rows.append((f"{name}, contended (call by call, spinning on)", n, raw, eng))
-    print("\n".join(machine_lines()))
+    print("\n".join(machine_lines(start)))
     print()
     print("| model, method | calls | raw session.run (median) | OrtEngine.run (median) | added per call | ratio |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 
 import numpy as np
-from _isolation import isolated, loadavg, machine_lines
+from _isolation import isolated, loadavg, machine, machine_lines
 
 import amdinfer
 from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
@@ -76,6 +76,7 @@ def preprocessed_batches(pipe: amdinfer.Pipeline, images: list[np.ndarray], batc
 
 
 def main() -> None:
+    start = machine()  # the load average before the runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="ort", help="amdinfer.load backend (default: ort)")
     parser.add_argument("--batch", type=int, default=1, help="images per engine call")
@@ -123,7 +124,7 @@ def main() -> None:
 
     info = next(iter(pipes.values())).engine.info
     load = loadavg()
-    print("\n".join(machine_lines()))
+    print("\n".join(machine_lines(start)))
     print()
     print(
         f"YOLOv8-style (n) at {SIZE}, {n} images 480x640, batch {args.batch}, workers {args.workers}, "
