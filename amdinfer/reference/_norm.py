@@ -77,7 +77,8 @@ class BatchNormalization(_OnnxBatchNormalization, PlannedOp):
         if any(not isinstance(p, np.ndarray) or p.ndim != 1 for p in params):
             return
         epsilon = getattr(self, "epsilon", None)
-        a, c = batchnorm_coefficients(*params, 1e-5 if epsilon is None else float(epsilon))
+        scale, bias, mean, var = params
+        a, c = batchnorm_coefficients(scale, bias, mean, var, 1e-5 if epsilon is None else float(epsilon))
         self.constant_params = (params, a, c)
 
     def _run(  # type: ignore[override]

@@ -143,7 +143,8 @@ class ExecutionPlan:
         flags: dict[int, dict[str, Any]] = {}
         for op in self._nodes:
             if isinstance(op, PlannedOp):
-                names = op.onnx_node.input
+                # A planned kernel is an OpRun too.
+                names = op.onnx_node.input  # type: ignore[attr-defined]
                 overwrite = tuple(i for i in op.inplace_inputs if i < len(names) and dead(names[i]))
                 flags[id(op)] = {"overwrite": overwrite, "keep_output": False}
         folded_bn: set[int] = set()
