@@ -15,19 +15,20 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from conftest import oracle
+from _oracle import oracle
 
 import amdinfer
-from amdinfer.engines import _ort_device as dev
-from amdinfer.engines._ort_tuning import (
+import amdinfer.engines as dev
+from amdinfer.engines.ort import (
     TUNABLE_KNOBS,
     DataPathOptions,
+    IoBindingRunner,
     apply_tuning,
     drop_default_graphs,
     plan_tuning,
+    provider_options,
     without_graphs,
 )
-from amdinfer.engines.ort import provider_options
 from amdinfer.errors import InputError, OptionError
 from amdinfer.testing import models
 from amdinfer.verify import rms_error
@@ -288,9 +289,7 @@ class TestDirectGraphSlots:
         lowered.ir_version = min(lowered.ir_version, 10)  # onnxruntime 1.31 reads IR <= 13
         sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
         spec = TensorSpec("input", np.dtype("float32"), ("N", 3, 32, 32))
-        runner = dev.IoBindingRunner(
-            ort, sess, "CPUExecutionProvider", 0, [spec], ["logits"], graphs=True, max_direct=2
-        )
+        runner = IoBindingRunner(ort, sess, "CPUExecutionProvider", 0, [spec], ["logits"], graphs=True, max_direct=2)
         bufs = [images(2, 200), images(2, 201), images(2, 202)]
 
         def feed(a: np.ndarray) -> dev.DeviceFeed:
@@ -416,6 +415,7 @@ def _feeds(model: onnx.ModelProto, batch: int, seed: int) -> dict[str, np.ndarra
     return models.random_inputs(model, batch=batch, seed=seed)
 
 
+@pytest.mark.gpu
 @pytest.mark.usefixtures("cuda")
 class TestCuda:
     @pytest.mark.parametrize("name", ["resnet50", "yolov8"])
@@ -500,7 +500,7 @@ class TestCuda:
             assert t.dtype == torch.float16
             assert rms_error(t.float().cpu().numpy(), oracle(model, feeds)["logits"]) < 8e-2
 
-    def test_cupy_and_ortvalue_inputs(self, small_models) -> None:
+    def test_ortvalue_inputs(self, small_models) -> None:
         import onnxruntime as ort
 
         model = small_models["resnet50"]
@@ -509,10 +509,13 @@ class TestCuda:
         with amdinfer.load(model, backend="ort", providers=["cuda"], outputs_on="host") as engine:
             ov = ort.OrtValue.ortvalue_from_numpy(feeds["input"], "cuda", 0)
             assert rms_error(engine.run({"input": ov})["logits"], want) < 1e-2
-            try:
-                import cupy
-            except Exception:
-                return
+
+    def test_cupy_inputs(self, small_models) -> None:
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        model = small_models["resnet50"]
+        feeds = _feeds(model, 2, seed=60)
+        want = oracle(model, feeds)["logits"]
+        with amdinfer.load(model, backend="ort", providers=["cuda"], outputs_on="host") as engine:
             got = engine.run({"input": cupy.asarray(feeds["input"])})["logits"]
             assert rms_error(got, want) < 1e-2
 

@@ -17,6 +17,7 @@ from amdinfer.errors import OptionError, StageError
 from amdinfer.pipeline import Pipeline
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
 from amdinfer.preprocess import Cast, CenterCrop, HwcToChw, Letterbox, Normalize, Resize
+from amdinfer.quantize import QuantizationSpec
 from amdinfer.results import Classification, Detections
 from amdinfer.stages import Preprocessor
 from amdinfer.testing import models
@@ -78,17 +79,21 @@ class TestDetectionPipeline:
         images = [rng.integers(0, 256, (120, 200, 3), dtype=np.uint8), rng.integers(0, 256, (90, 70, 3), np.uint8)]
         engine = amdinfer.load(model, **CPU)
         pipe = Pipeline(
-            preprocess=[Letterbox(160), Normalize(scale=1 / 255), HwcToChw()],
+            preprocess=[Letterbox(160, backend="numpy"), Normalize(scale=1 / 255), HwcToChw()],
             engine=engine,
             postprocess=[YoloDecode(conf_threshold=0.05), Nms(iou_threshold=0.5), ScaleBoxes()],
         )
         got = pipe.run_batch(images)
         for image, det in zip(images, got):
             lb, ratio, pad = ref.letterbox(image, (160, 160))
-            x = (lb.astype(np.float32) * np.float32(1 / 255)).transpose(2, 0, 1)[None]
+            x = (lb.astype(np.float32) / np.float32(255)).transpose(2, 0, 1)[None]  # Normalize divides
             pred = engine.run({"images": np.ascontiguousarray(x)})["output0"]
             (want,) = ref.non_max_suppression(pred, conf_threshold=0.05, iou_threshold=0.5)
-            boxes = ref.scale_boxes(want[:, :4], ratio, pad, image.shape[:2])
+            # Ultralytics >= 8.4 scale_boxes: per-axis gains round(w * r) / w, round(h * r) / h
+            h, w = image.shape[:2]
+            gain = np.array([round(w * ratio[0]) / w, round(h * ratio[1]) / h] * 2)
+            offset = np.array([round(pad[0] - 0.1), round(pad[1] - 0.1)] * 2, np.float64)
+            boxes = ref.clip_boxes((want[:, :4] - offset) / gain, (h, w))
             assert isinstance(det, Detections)
             assert det.image_shape == image.shape[:2]
             assert len(det) == len(want) > 0
@@ -106,7 +111,7 @@ class TestClassificationPipeline:
         model = models.resnet50(image_size=64, batchnorm=False)
         labels = [f"class{i}" for i in range(1000)]
         pipe = Pipeline(
-            preprocess=[Resize(72), CenterCrop(64), Normalize(MEAN, STD, scale=1 / 255), HwcToChw()],
+            preprocess=[Resize(72, backend="numpy"), CenterCrop(64), Normalize(MEAN, STD, scale=1 / 255), HwcToChw()],
             engine=model,
             postprocess=[Softmax(), TopK(5, labels=labels)],
             **CPU,
@@ -157,6 +162,15 @@ class TestConstruction:
             def quantize(self, model: onnx.ModelProto) -> onnx.ModelProto:
                 seen.append(model.graph.name)
                 return model
+
+            def describe(self) -> QuantizationSpec:  # the rest of the Quantizer protocol
+                return QuantizationSpec("fp16")
+
+            def calibration_feeds(self, model: onnx.ModelProto) -> list:
+                return []
+
+            def settings(self) -> dict:
+                return {"kind": "recorder"}
 
         q = Recorder()
         with Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny, quantizer=q, **CPU) as pipe:

@@ -55,14 +55,16 @@ class CountingEngine(Engine):
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
         y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
         graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "double", [x], [y])
-        super().__init__(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
         self.index = index
         self.pause = pause
         self.active = 0
         self.peak = 0
         self.calls = 0
+        super().__init__(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+    def _load(self, source):
         spec = TensorSpec
-        self._finish_init(
+        return (
             [spec("x", np.dtype("float32"), ("N", 2))],
             [spec("y", np.dtype("float32"), ("N", 2))],
             EngineInfo(backend="counting"),

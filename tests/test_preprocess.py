@@ -104,9 +104,9 @@ class TestLetterbox(PreprocessorContract):
         out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
         assert out.meta["orig_shape"] == (32, 48)
         assert out.meta["input_shape"] == (64, 64)
-        r = 64 / 48
         assert out.meta["letterbox"]["pad"] == (0.0, 10.5)
-        assert out.meta["affine"] == pytest.approx((r, r, 0.0, 10.0))  # content from round(10.5 - 0.1)
+        # Per-axis gains (Ultralytics >= 8.4): 48 -> 64 columns, 32 -> round(32 * 4 / 3) = 43 rows.
+        assert out.meta["affine"] == pytest.approx((64 / 48, 43 / 32, 0.0, 10.0))  # content from round(10.5 - 0.1)
         # The padding is the pad colour: 10 rows on top, 11 at the bottom; the image sits between.
         assert (out.data[:10] == 114).all() and (out.data[-11:] == 114).all()
         assert (out.data[10] == 0).all() and (out.data[-12] == 0).all()

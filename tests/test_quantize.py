@@ -15,10 +15,12 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import oracle
+from _oracle import oracle
 from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer
+from amdinfer.engines._migraphx_quant import migraphx_plan
+from amdinfer.engines.ort._quant import migraphx_ep_options
 from amdinfer.errors import InputError, ModelError, OptionError, StageError
 from amdinfer.quantize import (
     DEFAULT_FP16_OP_BLOCK_LIST,
@@ -209,15 +211,15 @@ class TestFp16Quantizer:
             Fp16Quantizer(keep_ios=True)
 
     def test_native_mappings_report_what_they_cannot_honour(self):
-        plan = Fp16Quantizer().migraphx_plan(["input"])
+        plan = migraphx_plan(Fp16Quantizer(), None)
         assert isinstance(plan, MigraphxQuantPlan)
         assert (plan.kind, plan.ins_names, plan.calibration) == ("fp16", ["all"], None)
         assert any("op_block_list" in u for u in plan.unhonoured)
         q = Fp16Quantizer(op_block_list=[], node_block_list=["conv1"], keep_last_n=1)
-        opts, unhonoured = q.ort_migraphx_options(None, None)
+        opts, unhonoured = migraphx_ep_options(q, None, None)
         assert opts == {"migraphx_fp16_enable": "1"}
         assert any("node_block_list" in u for u in unhonoured) and any("keep_last_n" in u for u in unhonoured)
-        assert Fp16Quantizer(op_block_list=[]).migraphx_plan(["x"]).unhonoured == []
+        assert migraphx_plan(Fp16Quantizer(op_block_list=[]), None).unhonoured == []
 
     def test_load_with_quantizer(self, cnn, held_out):
         with amdinfer.load(cnn, backend="ort", providers=["cpu"], quantizer=Fp16Quantizer()) as engine:
@@ -385,16 +387,16 @@ class TestInt8Quantizer:
         assert len(calls) == 3
 
     def test_migraphx_plan(self, cnn, calib):
-        plan = _int8(calib).migraphx_plan(["input"])
+        plan = migraphx_plan(_int8(calib), cnn)
         assert plan.kind == "int8" and plan.ins_names == ["dot", "convolution"]
         assert len(plan.calibration) == 6 and plan.calibration[0]["input"].shape == (4, 3, 32, 32)
         assert any("per_channel" in u for u in plan.unhonoured)
-        plan = _int8([calib[0]["input"]], op_types=["MatMul", "Relu"], exclude_nodes=["fc"]).migraphx_plan(["input"])
+        plan = migraphx_plan(_int8([calib[0]["input"]], op_types=["MatMul", "Relu"], exclude_nodes=["fc"]), cnn)
         assert plan.ins_names == ["dot"]
         assert any("Relu" in u for u in plan.unhonoured) and any("exclude_nodes" in u for u in plan.unhonoured)
 
     def test_ort_migraphx_options_write_a_calibration_table(self, cnn, calib, tmp_path):
-        opts, _ = _int8(calib).ort_migraphx_options(cnn, tmp_path)
+        opts, _ = migraphx_ep_options(_int8(calib), cnn, tmp_path)
         assert opts["migraphx_int8_enable"] == "1"
         assert opts["migraphx_int8_use_native_calibration_table"] == "0"
         table = opts["migraphx_int8_calibration_table_name"]
@@ -590,7 +592,7 @@ class TestAutoMixedPrecision:
         with amdinfer.load(cnn, backend="ort", providers=["cpu"], quantizer=amp) as engine:
             assert engine.info.precision == "int8"
         assert amp.result is not None and amp.result.kept == []  # everything quantized already meets 1.0
-        plan = amp.migraphx_plan(["input"])
+        plan = migraphx_plan(amp, cnn)
         assert plan.kind == "int8" and any("mixed precision" in u for u in plan.unhonoured)
 
     def test_options_are_checked(self, cnn, calib, held_out):

@@ -111,11 +111,9 @@ class ShapeRecorder(Engine):
 
     backend_name = "recorder"
 
-    def __init__(self, model, **kwargs) -> None:
-        super().__init__(model, **kwargs)
+    def _load(self, source):
         self.seen: set[tuple[int, ...]] = set()
-        src = self._source
-        self._finish_init(src.inputs, src.outputs, EngineInfo(backend="recorder"))
+        return source.inputs, source.outputs, EngineInfo(backend="recorder")
 
     def _run(self, feeds, outputs):
         self.seen.add(feeds["input"].shape)

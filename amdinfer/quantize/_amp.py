@@ -22,11 +22,11 @@ int8 calibration ranges are computed once and reused by every evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ import onnx
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ..verify import rms_error, topk_agreement
-from ._base import MigraphxQuantPlan, Quantizer
+from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, materialize, to_feeds
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
 from ._report import _classifier_scores, _collect_boxes, _concat, _is_engine, _load_cpu, _run_all, box_agreement
@@ -192,7 +192,7 @@ def layer_groups(proto: onnx.ModelProto) -> dict[str, list[str]]:
     return groups
 
 
-class AutoMixedPrecision(Quantizer):
+class AutoMixedPrecision(QuantizerBase):
     """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``.
 
     Works for :class:`~amdinfer.quantize.Fp16Quantizer` and :class:`~amdinfer.quantize.Int8Quantizer`.
@@ -224,16 +224,17 @@ class AutoMixedPrecision(Quantizer):
         >>> model = tiny_cnn()
         >>> calib = [random_inputs(model, batch=4, seed=s) for s in range(4)]
         >>> data = [random_inputs(model, batch=8, seed=s) for s in (10, 11)]
-        >>> amp = AutoMixedPrecision(Int8Quantizer(calibration=calib, progress=False, cache=False),
-        ...                          data, tolerance=0.01, progress=False)
+        >>> int8 = Int8Quantizer(calibration=calib, progress=False, cache=False)
+        >>> full = AutoMixedPrecision(int8, data, tolerance=1e9, progress=False).search(model).full_error
+        >>> amp = AutoMixedPrecision(int8, data, tolerance=full / 2, progress=False)  # half the int8 error
         >>> result = amp.search(model)
-        >>> result.passed, result.kept_nodes, result.error <= 0.01 < result.full_error
-        (True, ['conv1', 'conv2'], True)
+        >>> result.passed, len(result.kept_nodes) > 0, result.error <= full / 2 < result.full_error
+        (True, True, True)
     """
 
     def __init__(
         self,
-        quantizer: Quantizer,
+        quantizer: QuantizerBase,
         data: Iterable[Any],
         *,
         tolerance: float,
@@ -247,7 +248,7 @@ class AutoMixedPrecision(Quantizer):
         input_name: str | None = None,
         progress: bool = True,
     ) -> None:
-        if not isinstance(quantizer, Quantizer) or isinstance(quantizer, AutoMixedPrecision):
+        if not isinstance(quantizer, QuantizerBase) or isinstance(quantizer, AutoMixedPrecision):
             raise OptionError(f"quantizer: got {quantizer!r}, expected an Fp16Quantizer or Int8Quantizer")
         if (
             not isinstance(tolerance, (int, float))
@@ -298,7 +299,7 @@ class AutoMixedPrecision(Quantizer):
 
     # ------------------------------------------------------------------ search
     def _evaluate(
-        self, q: Quantizer, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
+        self, q: QuantizerBase, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
     ) -> tuple[float, onnx.ModelProto]:
         proto = q._quantize_prepared(prepared)
         engine = _load_cpu(proto)
@@ -445,19 +446,17 @@ class AutoMixedPrecision(Quantizer):
     def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
         return self.quantize(prepared)
 
-    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Quantizer:
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> QuantizerBase:
         raise OptionError("AutoMixedPrecision cannot be nested")
 
     def _note(self) -> str:
         kept = self.result.kept_nodes if self.result is not None else "(search not run)"
         return f"mixed precision keeps {kept} in float; the native path quantizes every layer of the chosen kinds"
 
-    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
-        """The wrapped quantizer's plan; the kept layers are listed as not honoured."""
-        plan = self.quantizer.migraphx_plan(input_names)
-        return MigraphxQuantPlan(plan.kind, plan.ins_names, plan.calibration, [*plan.unhonoured, self._note()])
+    def describe(self) -> QuantizationSpec:
+        """The wrapped quantizer's description, marked as mixed precision (the kept layers in ``notes``)."""
+        return dataclasses.replace(self.quantizer.describe(), mixed=True, notes=(self._note(),))
 
-    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
-        """The wrapped quantizer's EP options; the kept layers are listed as not honoured."""
-        opts, unhonoured = self.quantizer.ort_migraphx_options(model, workdir)
-        return opts, [*unhonoured, self._note()]
+    def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
+        """The wrapped quantizer's calibration feeds."""
+        return self.quantizer.calibration_feeds(model)

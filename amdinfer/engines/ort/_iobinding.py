@@ -1,12 +1,12 @@
-"""Device-resident tensors for the ONNX Runtime engine: DLPack in, device arrays out, IO bound once.
+"""The IOBinding runner: device buffers per input shape, bound once, optionally replayed as CUDA/HIP graphs.
 
 On a GPU, :class:`~amdinfer.engines.ort.OrtEngine` runs through :class:`IoBindingRunner`: each input
 shape gets a *slot* of device buffers bound to an ``onnxruntime.IOBinding`` once and reused by every
 later call of that shape (and, with CUDA/HIP graphs on, captured once as a graph and replayed).
-NumPy feeds are copied into the slot's buffers; device feeds (anything with ``__dlpack__``: PyTorch,
-CuPy, JAX, ``onnxruntime.OrtValue``, :class:`DeviceArray`) are bound without a host round trip.
-Outputs come back as NumPy arrays or, with ``outputs_on="device"`` (or ``"auto"`` with device feeds),
-as :class:`DeviceArray` objects that any DLPack consumer takes without a copy.
+NumPy feeds are copied into the slot's buffers; device feeds (:class:`~amdinfer.engines._dlpack.DeviceFeed`,
+made from anything with ``__dlpack__``) are bound without a host round trip. Outputs come back as NumPy
+arrays or, with ``outputs_on="device"`` (or ``"auto"`` with device feeds), as
+:class:`~amdinfer.DeviceArray` objects that any DLPack consumer takes without a copy.
 
 Synchronisation: ONNX Runtime computes on its own non-blocking stream, which a caller's stream knows
 nothing about, so before a run with a caller's device tensor the runner waits for the device
@@ -19,6 +19,7 @@ copies overlap another's compute. Small batches (under ``overlap_bytes``) run in
 
 Example:
     >>> import numpy as np, amdinfer
+    >>> from amdinfer.engines._dlpack import DlpackOnly
     >>> from amdinfer.testing.models import tiny_cnn
     >>> engine = amdinfer.load(tiny_cnn(), backend="ort", providers=["cpu"], io_binding=True, outputs_on="device")
     >>> out = engine.run(DlpackOnly(np.zeros((2, 3, 32, 32), np.float32)))  # any DLPack producer
@@ -29,390 +30,27 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._concurrency import ordered_results
-from ..errors import AmdinferError, InputError, OptionError
+from ..._concurrency import ordered_results
+from ..._validate import check_int
+from ...errors import InputError
+from .._dlpack import DeviceArray, DeviceFeed
+from ._errors import translate_run_error
+from ._providers import ort_device_type
+from ._values import ORT_TYPES
 
-__all__ = [
-    "DLPACK_DEVICE_TYPES",
-    "DeviceArray",
-    "DeviceFeed",
-    "DlpackOnly",
-    "IoBindingRunner",
-    "OUTPUTS_ON",
-    "device_feed",
-    "host_feeds",
-    "make_runner",
-    "ort_device_type",
-]
+__all__ = ["OUTPUTS_ON", "IoBindingRunner"]
 
 #: ``outputs_on=`` values: ``"auto"`` (device outputs when any feed is on the device), ``"host"``, ``"device"``.
 OUTPUTS_ON: tuple[str, ...] = ("auto", "host", "device")
 
-#: DLPack ``DLDeviceType`` codes amdinfer names (dlpack.h).
-DLPACK_DEVICE_TYPES: dict[int, str] = {
-    1: "cpu",
-    2: "cuda",
-    3: "cuda_host",
-    4: "opencl",
-    7: "vulkan",
-    8: "metal",
-    10: "rocm",
-    11: "rocm_host",
-    13: "cuda_managed",
-}
-_HOST_DL_TYPES = (1, 3, 11)
 
-# ONNX Runtime's OrtValue.data_type() strings -> NumPy dtypes.
-_ORT_TYPES = {
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(float16)": np.dtype(np.float16),
-    "tensor(double)": np.dtype(np.float64),
-    "tensor(int8)": np.dtype(np.int8),
-    "tensor(int16)": np.dtype(np.int16),
-    "tensor(int32)": np.dtype(np.int32),
-    "tensor(int64)": np.dtype(np.int64),
-    "tensor(uint8)": np.dtype(np.uint8),
-    "tensor(uint16)": np.dtype(np.uint16),
-    "tensor(uint32)": np.dtype(np.uint32),
-    "tensor(uint64)": np.dtype(np.uint64),
-    "tensor(bool)": np.dtype(np.bool_),
-}
-
-
-# ---------------------------------------------------------------------------------------------- DLPack
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-_capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_get_pointer.restype = ctypes.c_void_p
-_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-def _dl_dtype(code: int, bits: int, lanes: int) -> np.dtype:
-    if lanes != 1:
-        raise TypeError(f"vector DLPack dtypes (lanes={lanes}) are not tensors amdinfer can bind")
-    kind = {0: "i", 1: "u", 2: "f", 6: "b"}.get(code)
-    if code == 4 and bits == 16:
-        try:
-            import ml_dtypes
-
-            return np.dtype(ml_dtypes.bfloat16)
-        except ImportError:
-            raise TypeError("a bfloat16 DLPack tensor needs ml_dtypes installed to be described") from None
-    if kind is None:
-        raise TypeError(f"DLPack dtype code {code} ({bits} bits) has no NumPy equivalent")
-    if kind == "b":
-        return np.dtype(np.bool_)
-    return np.dtype(f"{kind}{bits // 8}")
-
-
-@dataclass
-class DeviceFeed:
-    """A caller's device tensor as :class:`~amdinfer.Engine` checks and the runner binds it.
-
-    Built by :func:`device_feed`; holds the producer object and its DLPack capsule (so the memory stays
-    valid until the run ends) and exposes ``shape`` and a NumPy ``dtype`` for the engine's checks.
-
-    Attributes:
-        obj: the caller's object (a torch/CuPy/JAX array, an ``OrtValue``, a :class:`DeviceArray`).
-        shape: the tensor's shape.
-        dtype: its NumPy dtype.
-        device_type: DLPack device type (2 CUDA, 10 ROCm, ...).
-        device_id: device index.
-        ptr: address of the first element.
-        ortvalue: the ``onnxruntime.OrtValue`` when the feed is one (or wraps one), else ``None``.
-        external: whether a device synchronisation is needed before ONNX Runtime reads it (producers
-            other than ONNX Runtime may still be writing it on their own stream).
-
-    Example:
-        >>> feed = device_feed("x", DlpackOnly(np.ones((2, 3), np.float32)))
-        >>> type(feed).__name__  # host DLPack tensors become NumPy views
-        'ndarray'
-    """
-
-    obj: Any
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    device_type: int
-    device_id: int
-    ptr: int
-    ortvalue: Any = None
-    external: bool = True
-    capsule: Any = None
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
-
-    @property
-    def device(self) -> str:
-        """``"cuda:0"``, ``"rocm:1"``, ..."""
-        return f"{DLPACK_DEVICE_TYPES.get(self.device_type, str(self.device_type))}:{self.device_id}"
-
-    def __getitem__(self, item: Any) -> Any:
-        raise InputError(
-            f"a device tensor ({self.device}, shape {self.shape}) cannot be split or padded by batch_buckets; "
-            "pad it on the device, or load the engine without batch_buckets="
-        )
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        raise InputError(
-            f"a device tensor ({self.device}, shape {self.shape}) cannot be used where a host array is needed; "
-            "copy it to the host explicitly"
-        )
-
-
-def device_feed(name: str, value: Any) -> Any:
-    """Describe a DLPack-capable feed: host tensors become NumPy views, device tensors :class:`DeviceFeed`.
-
-    Args:
-        name: the input's name (for error messages).
-        value: an object with ``__dlpack__`` (PyTorch, CuPy, JAX, NumPy, ``OrtValue``, :class:`DeviceArray`).
-
-    Returns:
-        ``np.ndarray`` (zero-copy view) for host memory, else a :class:`DeviceFeed`.
-
-    Raises:
-        InputError: the tensor is not contiguous, or its dtype has no NumPy equivalent.
-
-    Example:
-        >>> device_feed("x", DlpackOnly(np.arange(3, dtype=np.float32))).tolist()
-        [0.0, 1.0, 2.0]
-    """
-    if isinstance(value, DeviceArray):
-        value = value.ortvalue
-    ortvalue = value if _is_ortvalue(value) else None
-    try:
-        dev_type, dev_id = (int(v) for v in value.__dlpack_device__())
-    except Exception as exc:
-        raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack_device__() failed: {exc}") from None
-    if dev_type in _HOST_DL_TYPES:
-        try:
-            return np.from_dlpack(value)
-        except Exception as exc:
-            raise InputError(f"input {name!r}: cannot view the host {type(value).__name__} as NumPy: {exc}") from None
-    # Ask the producer to order its pending writes before work on the legacy default stream, where ONNX
-    # Runtime's copies run (DLPack: stream 1 on CUDA, 0 on ROCm); producers that refuse a stream get a
-    # device-wide synchronisation before the run instead.
-    external = False
-    try:
-        capsule = value.__dlpack__(stream=0 if dev_type == 10 else 1)
-    except Exception:
-        external = True
-        try:
-            capsule = value.__dlpack__()
-        except Exception as exc:
-            raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack__() failed: {exc}") from None
-    managed = _DLManagedTensor.from_address(_capsule_get_pointer(capsule, b"dltensor"))
-    t = managed.dl_tensor
-    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
-    try:
-        dtype = _dl_dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
-    except TypeError as exc:
-        raise InputError(f"input {name!r}: {exc}") from None
-    if t.strides:
-        expected, ok = 1, True
-        for i in reversed(range(t.ndim)):
-            if shape[i] != 1 and int(t.strides[i]) != expected:
-                ok = False
-            expected *= shape[i]
-        if not ok:
-            strides = tuple(int(t.strides[i]) for i in range(t.ndim))
-            raise InputError(
-                f"input {name!r}: got a non-contiguous device tensor (shape {shape}, strides {strides} in elements), "
-                "expected a C-contiguous one; call .contiguous() (PyTorch) or cupy.ascontiguousarray first"
-            )
-    ptr = int(t.data or 0) + int(t.byte_offset)
-    return DeviceFeed(
-        obj=value,
-        shape=shape,
-        dtype=dtype,
-        device_type=dev_type,
-        device_id=dev_id,
-        ptr=ptr,
-        ortvalue=ortvalue,
-        external=external,
-        capsule=capsule,
-    )
-
-
-def _is_ortvalue(value: Any) -> bool:
-    return type(value).__name__ == "OrtValue" and hasattr(value, "data_ptr") and hasattr(value, "device_name")
-
-
-class DlpackOnly:
-    """Wraps an array so that only the DLPack protocol is visible (a stand-in for a foreign producer in tests).
-
-    Example:
-        >>> np.from_dlpack(DlpackOnly(np.ones(2, np.float32))).tolist()
-        [1.0, 1.0]
-    """
-
-    def __init__(self, array: Any) -> None:
-        self._array = array
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._array.__dlpack_device__()
-
-
-# ---------------------------------------------------------------------------------------------- outputs
-class DeviceArray:
-    """An output left on the device: a DLPack producer over an ``onnxruntime.OrtValue``.
-
-    Consumers take it without a copy: ``torch.from_dlpack(a)``, ``cupy.from_dlpack(a)``,
-    ``jax.dlpack.from_dlpack(a)``; it can be fed back into any amdinfer engine on the same device.
-    It also exposes ``__cuda_array_interface__`` on CUDA for consumers (and ONNX Runtime versions)
-    without DLPack.
-
-    Attributes:
-        ortvalue: the underlying ``onnxruntime.OrtValue`` (it owns the memory).
-        shape: the shape.
-        dtype: the NumPy dtype.
-        device: ``"cuda:0"``, ``"cpu:0"``, ...
-
-    Example:
-        >>> import onnxruntime as ort
-        >>> a = DeviceArray(ort.OrtValue.ortvalue_from_numpy(np.arange(4, dtype=np.float32)))
-        >>> a.shape, a.dtype, a.numpy().tolist()
-        ((4,), dtype('float32'), [0.0, 1.0, 2.0, 3.0])
-    """
-
-    __slots__ = ("_dl_device", "_pending", "device", "dtype", "ortvalue", "shape")
-
-    def __init__(self, ortvalue: Any, pending: Any = None) -> None:
-        self.ortvalue = ortvalue
-        # A copy queued on the legacy default stream and not yet waited for: ``pending()`` waits.
-        self._pending = pending
-        self.shape = tuple(int(d) for d in ortvalue.shape())
-        self.dtype = _ORT_TYPES.get(ortvalue.data_type(), None)
-        if self.dtype is None:
-            raise AmdinferError(f"output of type {ortvalue.data_type()} cannot be described as a NumPy dtype")
-        name = ortvalue.device_name().lower()
-        self._dl_device: tuple[int, int] | None = None
-        self.device = f"{name}:{_ortvalue_device_id(ortvalue)}"
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Size in bytes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def data_ptr(self) -> int:
-        """Address of the first element on the device (the data is complete when this returns)."""
-        self._wait()
-        return int(self.ortvalue.data_ptr())
-
-    def _wait(self) -> None:
-        if self._pending is not None:
-            self._pending()
-            self._pending = None
-
-    def numpy(self) -> np.ndarray:
-        """Copy to a new host array."""
-        return self.ortvalue.numpy()
-
-    def __dlpack__(
-        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
-    ) -> Any:
-        if not hasattr(self.ortvalue, "__dlpack__"):
-            raise TypeError(
-                "this onnxruntime's OrtValue has no DLPack export (onnxruntime >= 1.27 has); use "
-                "__cuda_array_interface__ (torch.as_tensor(a, device='cuda'), cupy.asarray(a)) or .numpy()"
-            )
-        # The data is complete on the legacy default stream (DLPack stream 1 on CUDA; None means the
-        # same); a consumer on any other stream gets it after a wait for amdinfer's copies.
-        if stream not in (None, 1):
-            self._wait()
-        return self.ortvalue.__dlpack__()
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        if hasattr(self.ortvalue, "__dlpack_device__"):
-            return tuple(self.ortvalue.__dlpack_device__())  # type: ignore[return-value]
-        dev = self.device.split(":")[0]
-        return ({"cpu": 1, "cuda": 2}.get(dev, 2), _ortvalue_device_id(self.ortvalue))
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        if not self.device.startswith("cuda"):
-            raise AttributeError("__cuda_array_interface__ is only defined for CUDA memory")
-        return {
-            "shape": self.shape,
-            "typestr": self.dtype.str,
-            "data": (int(self.ortvalue.data_ptr()), False),
-            "version": 3,
-            "strides": None,
-            # CAI v3: the consumer orders its work after this stream (1: the legacy default stream)
-            "stream": 1 if self._pending is not None else None,
-        }
-
-    def __repr__(self) -> str:
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
-
-
-def _ortvalue_device_id(ortvalue: Any) -> int:
-    try:
-        return int(ortvalue.__dlpack_device__()[1])
-    except Exception:
-        return 0
-
-
-def ort_device_type(provider: str) -> str:
-    """The device name ONNX Runtime's Python API uses for a provider's memory.
-
-    ``"cuda"`` for the CUDA and ROCm EPs (ROCm builds map their GPU device to ``"cuda"``), ``"gpu"``
-    for the MIGraphX EP (a generic GPU device with AMD's vendor id), ``"cpu"`` otherwise. The AMD
-    mappings follow ONNX Runtime's sources and are not verified on AMD hardware.
-
-    Example:
-        >>> ort_device_type("CUDAExecutionProvider"), ort_device_type("CPUExecutionProvider")
-        ('cuda', 'cpu')
-    """
-    return {
-        "CUDAExecutionProvider": "cuda",
-        "ROCMExecutionProvider": "cuda",
-        "MIGraphXExecutionProvider": "gpu",
-    }.get(provider, "cpu")
-
-
-# ---------------------------------------------------------------------------------------------- runner
 class _Slot:
     """Device buffers and an IOBinding for one input shape (one entry of a ring for run_many)."""
 
@@ -581,8 +219,8 @@ class IoBindingRunner:
 
     def _bind_caller_memory(self, slot: _Slot, name: str, value: DeviceFeed) -> None:
         """Bind the caller's device tensor as input ``name`` of the slot (its OrtValue, else its pointer)."""
-        if value.ortvalue is not None:
-            slot.binding.bind_ortvalue_input(name, value.ortvalue)
+        if value.native is not None:
+            slot.binding.bind_ortvalue_input(name, value.native)
         else:
             slot.binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
 
@@ -631,7 +269,7 @@ class IoBindingRunner:
                     f"({self._dev}:{self._dev_id}, {self._provider}); move it there first"
                 )
             if graph:
-                src = value.ortvalue if value.ortvalue is not None else self._ort.OrtValue.from_dlpack(value.capsule)
+                src = value.native if value.native is not None else self._ort.OrtValue.from_dlpack(value.capsule)
                 slot.inputs[name].update_inplace(src)
                 copied = True
                 continue
@@ -664,9 +302,7 @@ class IoBindingRunner:
         try:
             self._session.run_with_iobinding(slot.binding, ro)
         except Exception as exc:
-            from .ort import _translate_run_error
-
-            raise _translate_run_error(exc) from None
+            raise translate_run_error(exc) from None
         if graph and slot.outputs is None:
             slot.outputs = dict(zip(self._output_names, slot.binding.get_outputs()))
             for name, ov in slot.outputs.items():
@@ -701,7 +337,7 @@ class IoBindingRunner:
     def _copy(self, ov: Any) -> Any:
         """A new device OrtValue holding a copy of ``ov``."""
         new = self._ort.OrtValue.ortvalue_from_shape_and_type(
-            ov.shape(), _ORT_TYPES[ov.data_type()], self._dev, self._dev_id
+            ov.shape(), ORT_TYPES[ov.data_type()], self._dev, self._dev_id
         )
         new.update_inplace(ov)
         return new
@@ -751,8 +387,8 @@ class IoBindingRunner:
         for name, value in feeds.items():
             if type(value) is np.ndarray:
                 binding.bind_cpu_input(name, value)
-            elif value.ortvalue is not None:
-                binding.bind_ortvalue_input(name, value.ortvalue)
+            elif value.native is not None:
+                binding.bind_ortvalue_input(name, value.native)
             else:
                 binding.bind_input(name, self._dev, self._dev_id, value.dtype, list(value.shape), value.ptr)
         if any(type(v) is not np.ndarray for v in feeds.values()):
@@ -765,9 +401,7 @@ class IoBindingRunner:
         try:
             self._session.run_with_iobinding(binding, self._plain_run_options)
         except Exception as exc:
-            from .ort import _translate_run_error
-
-            raise _translate_run_error(exc) from None
+            raise translate_run_error(exc) from None
         outs = dict(zip(self._output_names, binding.get_outputs()))
         if on_device:
             return {n: DeviceArray(outs[n]) for n in names}
@@ -799,8 +433,7 @@ class IoBindingRunner:
         Yields:
             One output dict per batch, in order.
         """
-        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
-            raise OptionError(f"prefetch: got {prefetch!r}, expected an int >= 1")
+        prefetch = check_int("prefetch", prefetch, minimum=1)
         from concurrent.futures import ThreadPoolExecutor
 
         names = self._output_names if outputs is None else list(outputs)
@@ -838,76 +471,3 @@ class IoBindingRunner:
     def close(self) -> None:
         """Drop every slot (device buffers and bindings)."""
         self._slots.clear()
-
-
-# ---------------------------------------------------------------------------------------------- engine glue
-def make_runner(
-    ort: Any,
-    session: Any,
-    providers: Sequence[str],
-    device_id: int,
-    inputs: Sequence[Any],
-    outputs: Sequence[Any],
-    datapath: Any,
-    info: Any,
-) -> IoBindingRunner | None:
-    """The runner an ORT engine uses (``None``: plain ``session.run`` with NumPy), recorded in ``info``.
-
-    Args:
-        ort: the ``onnxruntime`` module.
-        session: the engine's session.
-        providers: the providers the session really uses.
-        device_id: GPU index.
-        inputs: input specs.
-        outputs: output specs.
-        datapath: the engine's :class:`~amdinfer.engines._ort_tuning.DataPathOptions`.
-        info: the engine's ``EngineInfo`` (``settings["data_path"]`` is set).
-
-    Example:
-        >>> import onnxruntime as ort
-        >>> from amdinfer.engines._ort_tuning import DataPathOptions
-        >>> from amdinfer.engines.base import EngineInfo
-        >>> from amdinfer.testing.models import tiny_cnn
-        >>> sess = ort.InferenceSession(tiny_cnn().SerializeToString(), providers=["CPUExecutionProvider"])
-        >>> info = EngineInfo(backend="ort")
-        >>> make_runner(ort, sess, ["CPUExecutionProvider"], 0, [], [], DataPathOptions(), info) is None
-        True
-        >>> info.settings["data_path"]["io_binding"]
-        False
-    """
-    provider = providers[0] if providers else "CPUExecutionProvider"
-    bind = datapath.binds_io(provider)
-    opts = info.settings.get("provider_options", {}).get(provider, {})
-    graphs = bind and any(opts.get(k) == "1" for k in ("enable_cuda_graph", "enable_hip_graph"))
-    info.settings["data_path"] = {
-        "io_binding": bind,
-        "device_memory": ort_device_type(provider) if bind else "cpu",
-        "outputs_on": datapath.outputs_on,
-        "gpu_graphs": graphs,
-        "fp16_io": datapath.fp16_io,
-    }
-    if not bind:
-        return None
-    runner = IoBindingRunner(ort, session, provider, device_id, inputs, [s.name for s in outputs], graphs=graphs)
-    if graphs and not runner._d2d:
-        info.notes.append(
-            f"onnxruntime {ort.__version__} has no device-to-device OrtValue copy: runs with device tensors "
-            "bind them directly and skip graph replay"
-        )
-    return runner
-
-
-def host_feeds(feeds: Mapping[str, Any], why: str) -> dict[str, Any]:
-    """The feeds as NumPy arrays; a device tensor is an :class:`~amdinfer.InputError` naming ``why``.
-
-    Example:
-        >>> host_feeds({"x": np.zeros(2)}, "outputs='all'")["x"].shape
-        (2,)
-    """
-    for name, value in feeds.items():
-        if type(value) is not np.ndarray:
-            raise InputError(
-                f"input {name!r}: got a device tensor ({getattr(value, 'device', '?')}), but {why} "
-                "runs on host arrays; copy it to the host first"
-            )
-    return dict(feeds)

@@ -4,7 +4,9 @@ On a GPU the provider's knobs decide most of the speed: on an H200 through the C
 fp16 at batch 64 ran 8,853 img/s with IO bound on the device and 11,580 with NHWC, exhaustive cuDNN
 algorithm search and CUDA graphs added. amdinfer turns such knobs on by default and maps the same
 typed options onto each provider's own names (:func:`amdinfer.engines.ort.provider_options` does the
-name mapping). A knob the caller sets explicitly always wins; ``tuning=False`` leaves every knob
+name mapping). The defaults and their reasons live in each provider's record
+(:class:`~amdinfer.engines.ort.ExecutionProvider`, ``tuned``); this module plans and reports them.
+A knob the caller sets explicitly always wins; ``tuning=False`` leaves every knob
 the caller did not set at the provider's own default.
 
 ============== ===================================== ================================== =====================
@@ -31,7 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import OptionError
+from ..._validate import check_bool, check_optional_bool
+from ...errors import OptionError
+from ._providers import GPU_PROVIDERS, PROVIDERS
 
 __all__ = [
     "GPU_PROVIDERS",
@@ -45,90 +49,13 @@ __all__ = [
     "without_graphs",
 ]
 
-MIGRAPHX_EP = "MIGraphXExecutionProvider"
-ROCM_EP = "ROCMExecutionProvider"
-CUDA_EP = "CUDAExecutionProvider"
-
-#: Providers whose memory is on a GPU (IO bound on the device by default).
-GPU_PROVIDERS: tuple[str, ...] = (MIGRAPHX_EP, ROCM_EP, CUDA_EP)
-
-_GRAPH_OPTIONS = ("enable_cuda_graph", "enable_hip_graph")
 _OUTPUTS_ON = ("auto", "host", "device")
 
 #: The typed knobs amdinfer tunes, in the order they are reported.
 TUNABLE_KNOBS: tuple[str, ...] = ("prefer_nhwc", "exhaustive_tune", "gpu_graphs", "tunable_ops", "tf32")
 
-# knob -> provider -> (the provider option(s) it sets, amdinfer's default, why)
-_NOT_OFFERED = "the provider has no such option"
-_TABLE: dict[str, dict[str, tuple[tuple[str, ...], bool | None, str]]] = {
-    "prefer_nhwc": {
-        CUDA_EP: (
-            ("prefer_nhwc",),
-            True,
-            "NHWC convolutions run on tensor cores without a layout transpose around each one "
-            "(ONNX Runtime rewrites the layout once, at load)",
-        ),
-        ROCM_EP: ((), None, "the ROCm EP has no NHWC option (MIOpen layout is fixed by ONNX Runtime)"),
-        MIGRAPHX_EP: ((), None, "MIGraphX chooses layouts itself while compiling"),
-    },
-    "exhaustive_tune": {
-        CUDA_EP: (
-            ("cudnn_conv_algo_search",),
-            True,
-            "cuDNN times every convolution algorithm once per input shape and keeps the fastest "
-            "(first run of each shape is slower; later runs faster than the HEURISTIC pick)",
-        ),
-        ROCM_EP: (
-            ("miopen_conv_exhaustive_search",),
-            True,
-            "MIOpen searches convolution solutions once per shape and caches them in its user database",
-        ),
-        MIGRAPHX_EP: (
-            ("migraphx_exhaustive_tune",),
-            True,
-            "MIGraphX benchmarks kernel configurations while compiling (slower compile: keep "
-            "model_cache_dir so it happens once)",
-        ),
-    },
-    "gpu_graphs": {
-        CUDA_EP: (
-            ("enable_cuda_graph",),
-            True,
-            "IO is bound to fixed device buffers per input shape, so each shape's launches are "
-            "captured once as a CUDA graph and replayed (removes per-kernel launch cost)",
-        ),
-        ROCM_EP: (
-            ("enable_hip_graph",),
-            True,
-            "IO is bound to fixed device buffers per input shape, so each shape is captured once "
-            "as a HIP graph and replayed",
-        ),
-        MIGRAPHX_EP: ((), None, "the MIGraphX EP runs one compiled program per shape; it has no graph-capture option"),
-    },
-    "tunable_ops": {
-        CUDA_EP: (
-            ("tunable_op_enable", "tunable_op_tuning_enable"),
-            None,
-            "the CUDA EP's TunableOp covers a few GEMM/contrib kernels only; left at the provider default",
-        ),
-        ROCM_EP: (
-            ("tunable_op_enable", "tunable_op_tuning_enable"),
-            True,
-            "ROCm's TunableOp picks among rocBLAS/hipBLASLt/composable-kernel implementations per shape",
-        ),
-        MIGRAPHX_EP: ((), None, _NOT_OFFERED),
-    },
-    "tf32": {
-        CUDA_EP: (
-            ("use_tf32",),
-            None,
-            "left at the provider default (on): fp32 convolutions and GEMMs use TF32 tensor cores "
-            "(10-bit mantissa, relative error about 1e-3); pass tf32=False for strict fp32",
-        ),
-        ROCM_EP: ((), None, _NOT_OFFERED),
-        MIGRAPHX_EP: ((), None, _NOT_OFFERED),
-    },
-}
+#: Graph-capture options of every provider (derived from the records).
+_GRAPH_OPTIONS: tuple[str, ...] = tuple(n for p in PROVIDERS.values() for n in p.option_names("gpu_graphs"))
 
 
 @dataclass(frozen=True)
@@ -234,19 +161,18 @@ def plan_tuning(
     if unknown:
         raise OptionError(f"tuning knobs: got {unknown}, expected names among {list(TUNABLE_KNOBS)}")
     for name, value in user.items():
-        if value is not None and not isinstance(value, bool):
-            raise OptionError(f"{name}: got {value!r}, expected True, False or None (None: amdinfer's tuned default)")
-    if not isinstance(tuning, bool):
-        raise OptionError(f"tuning: got {tuning!r}, expected True or False")
+        check_optional_bool(name, value, none_means="None: amdinfer's tuned default")
+    check_bool("tuning", tuning)
     choices: dict[str, KnobChoice] = {}
+    record = PROVIDERS.get(provider)
     for knob in TUNABLE_KNOBS:
-        entry = _TABLE[knob].get(provider)
+        tuned = record.tuned.get(knob) if record is not None else None
         requested = user.get(knob)
-        if entry is None:
+        if record is None or tuned is None:
             reason = f"{provider} has no tunable knobs" if provider else "no provider"
             choices[knob] = KnobChoice(requested, "user" if requested is not None else "provider", reason)
             continue
-        options, default, why = entry
+        options, default, why = record.option_names(knob), tuned.value, tuned.reason
         if requested is not None:
             if knob == "gpu_graphs" and requested and options and not io_bound:
                 raise OptionError(
@@ -319,12 +245,10 @@ class DataPathOptions:
             >>> DataPathOptions.create(outputs_on="device").outputs_on
             'device'
         """
-        for name, value in (("io_binding", io_binding), ("tf32", tf32)):
-            if value is not None and not isinstance(value, bool):
-                raise OptionError(f"{name}: got {value!r}, expected True, False or None")
-        for name, value in (("tuning", tuning), ("fp16_io", fp16_io)):
-            if not isinstance(value, bool):
-                raise OptionError(f"{name}: got {value!r}, expected True or False")
+        check_optional_bool("io_binding", io_binding)
+        check_optional_bool("tf32", tf32)
+        check_bool("tuning", tuning)
+        check_bool("fp16_io", fp16_io)
         if outputs_on not in _OUTPUTS_ON:
             raise OptionError(f"outputs_on: got {outputs_on!r}, expected one of {list(_OUTPUTS_ON)}")
         if fp16_io and precision != "fp16":
