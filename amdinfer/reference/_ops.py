@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnx.reference.op_run import OpRun
 
 from amdinfer.reference._activation import Relu, Sigmoid
-from amdinfer.reference._binary import Add
+from amdinfer.reference._binary import Add, Mul
 from amdinfer.reference._conv import Conv, ConvTranspose
 from amdinfer.reference._norm import BatchNormalization
 from amdinfer.reference._pool import AveragePool, GlobalAveragePool, GlobalMaxPool, MaxPool
@@ -22,6 +22,7 @@ FAST_OPS: list[type[OpRun]] = [
     GlobalAveragePool,
     GlobalMaxPool,
     MaxPool,
+    Mul,
     Relu,
     Resize,
     Sigmoid,

@@ -161,3 +161,33 @@ class TestPlan:
         for name in ("c1", "n1", "r", "c2", "s", "y"):
             _close(everything[name], truth[name], 1e-5)
         _close(first, truth["y"], 1e-5)  # not a kept buffer that the next call overwrote
+
+    def test_silu_and_scaling_in_place_leave_inputs_and_weights_alone(self) -> None:
+        k = np.array([0.5, 2.0, -1.0], np.float32).reshape(1, 3, 1)
+        graph = helper.make_graph(
+            [
+                helper.make_node("Sigmoid", ["x"], ["s"]),
+                helper.make_node("Mul", ["x", "s"], ["m"]),  # s is dead after this: written in place
+                helper.make_node("Mul", ["m", "k"], ["y"]),  # m is dead: written in place; k is a weight
+            ],
+            "silu",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 4])],
+            [numpy_helper.from_array(k, "k")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        x = np.random.default_rng(7).standard_normal((2, 3, 4)).astype(np.float32)
+        kept = x.copy()
+        truth = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64))) * k
+        with ReferenceEngine(model) as engine:
+            first = engine.run(x)["y"]
+            second = engine.run(x)["y"]
+            named = engine.run(x, outputs=["s", "m", "y"])
+            weight = engine.evaluator.rt_inits_["k"]
+        np.testing.assert_array_equal(x, kept)
+        np.testing.assert_array_equal(weight, k)
+        np.testing.assert_allclose(first, truth, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(second, first)
+        assert not np.shares_memory(first, second)
+        np.testing.assert_allclose(named["s"], 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
+        np.testing.assert_allclose(named["m"], truth / k, rtol=1e-6, atol=1e-7)
