@@ -39,7 +39,7 @@ def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     session.install(*pins, "--no-deps", RAPIDOCR)
     env = {**_sandbox_env(session), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
     session.run("python", "-m", "amdinfer", "doctor", env=env)
-    session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
+    session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
     # One invocation: the tests and every public docstring's example, so one failure never hides another.
     args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
     session.run("pytest", *args, *(session.posargs or ["tests", "amdinfer"]), env=env)
@@ -68,7 +68,7 @@ def amd_wheels(session: nox.Session, wheel: str) -> None:
         "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}",
     }
     session.run("python", "-m", "amdinfer", "doctor", env=env)
-    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/test_amd_wheels.py"]
+    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/engines/test_amd_wheels.py"]
     session.run("pytest", *args, *session.posargs, env=env)
 
 

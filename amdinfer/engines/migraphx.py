@@ -240,32 +240,12 @@ class MigraphxEngine(Engine):
         self._hip: HipRuntime | None = self._open_device(self._device, info) if o.target == "gpu" else None
         parse_path = source.path if source.path is not None and source._bytes is None else None
         parsed = self._prepare_source(source, info)
-        get_ops = getattr(mgx, "get_onnx_operators", None)
-        if get_ops is not None:
-            check_operators(parsed.operators(), list(get_ops()), model_name=source.name, version=version)
-        else:
-            info.notes.append(
-                f"MIGraphX {version} has no get_onnx_operators(); unsupported operators surface when parsing"
-            )
+        self._check_operators(mgx, parsed, source.name, version, info)
         cache = CompiledModelCache(o.cache_dir) if o.use_cache else None
         arch = (
             visible_gpu_arch(self._device) if o.target == "gpu" else ("ref" if o.target == "ref" else cpu_signature())
         )
         compile_opts = {"offload_copy": o.offload_copy, "fast_math": o.fast_math, "exhaustive_tune": o.exhaustive_tune}
-        key_base = {
-            "recipe": _CACHE_RECIPE,
-            "backend": "migraphx",
-            "runtime": version,
-            "target": o.target,
-            "arch": arch,
-            "model": parsed.sha256,
-            "precision": self._precision,
-            "quantization": plan_digest(self._plan),
-            "compile": compile_opts,
-            "default_dim_value": o.default_dim_value,
-            "dynamic_shapes": o.dynamic_shapes,
-            "env": migraphx_environment(),
-        }
         info.settings.update(
             {
                 "target": o.target,
@@ -290,12 +270,43 @@ class MigraphxEngine(Engine):
             compile_kwargs=compile_kwargs(**compile_opts),
             default_dim_value=o.default_dim_value,
             cache=cache,
-            key_base=key_base,
+            key_base=self._cache_key_parts(parsed.sha256, version, arch, compile_opts),
             on_device=self._on_device,
             info=info,
         )
         self._first_programs(source.inputs, info)
         return list(source.inputs), list(source.outputs), info
+
+    @staticmethod
+    def _check_operators(mgx: Any, parsed: Any, model_name: str, version: str, info: EngineInfo) -> None:
+        """Refuse operators this MIGraphX's ONNX parser lacks before it is called (a note when it cannot say)."""
+        get_ops = getattr(mgx, "get_onnx_operators", None)
+        if get_ops is not None:
+            check_operators(parsed.operators(), list(get_ops()), model_name=model_name, version=version)
+        else:
+            info.notes.append(
+                f"MIGraphX {version} has no get_onnx_operators(); unsupported operators surface when parsing"
+            )
+
+    def _cache_key_parts(
+        self, model_sha256: str, version: str, arch: str, compile_opts: dict[str, bool]
+    ) -> dict[str, Any]:
+        """What a compiled program's cache key is made of (the builder adds the shapes)."""
+        o = self._options
+        return {
+            "recipe": _CACHE_RECIPE,
+            "backend": "migraphx",
+            "runtime": version,
+            "target": o.target,
+            "arch": arch,
+            "model": model_sha256,
+            "precision": self._precision,
+            "quantization": plan_digest(self._plan),
+            "compile": compile_opts,
+            "default_dim_value": o.default_dim_value,
+            "dynamic_shapes": o.dynamic_shapes,
+            "env": migraphx_environment(),
+        }
 
     def _check_precision(self) -> list[str]:
         """Map the quantizer (or precision) to MIGraphX's knobs; refuse what MIGraphX cannot do safely."""

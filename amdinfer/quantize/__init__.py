@@ -28,10 +28,12 @@ from typing import Any
 from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import QuantizationSpec, Quantizer, QuantizerBase
+from ._evaluate import evaluate
 from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
+from ._metrics import box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
-from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport, box_agreement, evaluate
+from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport
 
 __all__ = [
     "CALIBRATION_METHODS",

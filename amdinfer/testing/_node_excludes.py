@@ -1,7 +1,7 @@
 """Known failures of amdinfer's CPU engines on ONNX's backend node tests, with the reason for each.
 
 Read by :mod:`amdinfer.testing.conformance` through each backend's registered conformance kinds
-(``ConformanceKind.excludes``); ``tests/test_onnx_conformance.py`` runs them as xfail and fails once a
+(``ConformanceKind.excludes``); ``tests/engines/test_onnx_conformance.py`` runs them as xfail and fails once a
 case passes, so the lists cannot rot.
 
 Example:

@@ -2,8 +2,8 @@
 
 Each backend registers its conformance kinds with :func:`~amdinfer.register_backend` (``conformance=``,
 third-party backends through the ``amdinfer.backends`` entry-point group); this module collects them
-from the registry. ``tests/test_engine_contract.py`` runs one contract suite over every kind,
-``tests/test_onnx_conformance.py`` runs ONNX's node tests over the kinds with ``node_tests=True``, with
+from the registry. ``tests/engines/test_engine_contract.py`` runs one contract suite over every kind,
+``tests/engines/test_onnx_conformance.py`` runs ONNX's node tests over the kinds with ``node_tests=True``, with
 each kind's ``excludes``. A kind whose backend cannot run here is skipped with the reason the backend gave.
 
 Select kinds with the environment variable ``AMDINFER_TEST_ENGINES`` (comma separated), e.g.

@@ -3,7 +3,7 @@
 The AMD-wheel sessions compare their results with these: `onnxruntime-migraphx` and
 `onnxruntime-rocm` without a GPU must give the CPU build's answers.
 
-    python tests/amd_wheel_outputs.py --write .nox/_cpu_outputs.npz
+    python tests/engines/amd_wheel_outputs.py --write .nox/_cpu_outputs.npz
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Third-party backends plug in through the ``amdinfer.backends`` entry-point group, with no edit to amdinfer.
 
-The toy backend under ``tests/plugins/`` is "installed" as a distribution: a ``.dist-info`` folder with
+The toy backend under ``tests/engines/plugins/`` is "installed" as a distribution: a ``.dist-info`` folder with
 its ``entry_points.txt`` on ``sys.path`` (what pip writes, without running pip), in a fresh interpreter.
 It must then appear in ``backend_names()``, ``amdinfer doctor`` and the conformance suite, and pass the
 engine contract suite.
@@ -68,7 +68,7 @@ def test_plugin_passes_the_engine_contract_suite(plugin_env: dict[str, str]) -> 
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=ROOT.parent,
+        cwd=ROOT.parents[1],
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "passed" in done.stdout and "toy" not in done.stdout.split("short test summary")[-1]

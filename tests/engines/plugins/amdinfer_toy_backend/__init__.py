@@ -1,6 +1,6 @@
 """A third-party backend in ten lines of engine: onnx.reference behind amdinfer's public Engine contract.
 
-Installed by ``tests/test_plugins.py`` as a package with an ``amdinfer.backends`` entry point
+Installed by ``tests/engines/test_plugins.py`` as a package with an ``amdinfer.backends`` entry point
 (``toy = amdinfer_toy_backend:backend``); it imports nothing private from amdinfer.
 """
 

@@ -607,7 +607,7 @@ class TestQuickstartNotebook:
         pytest.importorskip("skimage")
         from pathlib import Path
 
-        path = Path(__file__).parent.parent / "examples" / "quickstart.ipynb"
+        path = Path(__file__).parents[2] / "examples" / "quickstart.ipynb"
         nb = nbformat.read(path, as_version=4)
         nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

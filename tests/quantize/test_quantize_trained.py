@@ -32,7 +32,7 @@ import ppocr_data as P
 import pytest
 
 from amdinfer.quantize import AutoMixedPrecision, Fp16Quantizer, Int8Quantizer, evaluate, prepare_model
-from amdinfer.quantize._report import _load_cpu
+from amdinfer.quantize._evaluate import _load_cpu
 
 MISSING = P.missing_packages()
 pytestmark = [

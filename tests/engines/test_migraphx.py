@@ -32,7 +32,7 @@ from amdinfer.model import ModelSource
 from amdinfer.testing import models
 from amdinfer.types import ShapeBounds, TensorSpec
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 F32 = np.dtype("float32")
 
 MIGRAPHX_PROBLEM = probe()
@@ -720,7 +720,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> _StandInMigraphx:
     if MIGRAPHX_PROBLEM is None:
         pytest.skip("the real migraphx imports here; the real-migraphx tests cover the engine")
     fake = _StandInMigraphx()
-    monkeypatch.setattr(glue.importlib, "import_module", lambda name: fake if name == "migraphx" else None)
+    monkeypatch.setattr(importlib, "import_module", lambda name: fake if name == "migraphx" else None)
     return fake
 
 
