@@ -1,7 +1,9 @@
 """Start-up time with and without the compiled-model cache: ORT on ResNet-50, and native MIGraphX when it imports.
 
 Each measurement is one fresh Python process that builds the engine with ``amdinfer.load`` and reports
-the wall time of that call; the table shows the median over the processes.
+the wall time of that call; the table shows the median over the processes. The processes run one after
+the other, so no other runtime's threads are alive while one loads (the interference of issue 16 cannot
+happen here); the report names the machine and the load average, which is what moves these figures.
 
 * no cache: ``use_cache=False`` (ONNX Runtime optimizes the graph at every start).
 * cold: an empty cache folder (optimize + write the optimized model / compile + save the ``.mxr``).
@@ -102,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args(argv)
 
+    from _isolation import loadavg, machine, machine_lines
+
     from amdinfer.testing.models import resnet50
 
+    start = machine()  # before the child processes run: the load average they met
     rows = []
     with tempfile.TemporaryDirectory(prefix="amdinfer-cache-bench-") as tmp:
         workdir = Path(tmp)
@@ -119,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
 
+    print("\n".join(machine_lines(start)))
+    print(f"- load average (1 min) at the end: {loadavg():.2f}")
+    print()
     print(
         f"ResNet-50 {args.image_size}x{args.image_size} fp32, median of {args.repeats} fresh processes per cell; "
         f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
 
 import numpy as np
+from _isolation import isolated, loadavg, machine, machine_lines
 
 import amdinfer
 from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
@@ -51,15 +51,14 @@ def scenes(n: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def interleaved(repeats: int, runs: dict[str, Callable[[], object]]) -> dict[str, tuple[float, float]]:
-    """Best (wall, CPU) time of each run, the runs taken in turn so that load from elsewhere hits them alike."""
-    best = {name: (float("inf"), float("inf")) for name in runs}
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if wall < best[name][0]:
-                best[name] = (wall, cpu)
+    """Best (wall, CPU) time of each run. Each run (a whole pass over the images) is timed alone after a pause
+    that lets the previous run's spinning thread pools go idle (``benchmarks/_isolation.py``), the runs taking
+    turns in a rotating order so that load from elsewhere hits them alike."""
+    stats = isolated(runs, rounds=repeats, block=1, warmup=0, pause=0.5)
+    best = {}
+    for name, s in stats.items():
+        i = min(range(len(s.wall)), key=s.wall.__getitem__)
+        best[name] = (s.wall[i], s.cpu[i])
     return best
 
 
@@ -77,6 +76,7 @@ def preprocessed_batches(pipe: amdinfer.Pipeline, images: list[np.ndarray], batc
 
 
 def main() -> None:
+    start = machine()  # the load average before the runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="ort", help="amdinfer.load backend (default: ort)")
     parser.add_argument("--batch", type=int, default=1, help="images per engine call")
@@ -123,7 +123,9 @@ def main() -> None:
     t_infer = min(t for name, (t, _) in best.items() if name.startswith("inference only"))
 
     info = next(iter(pipes.values())).engine.info
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = loadavg()
+    print("\n".join(machine_lines(start)))
+    print()
     print(
         f"YOLOv8-style (n) at {SIZE}, {n} images 480x640, batch {args.batch}, workers {args.workers}, "
         f"{info.backend} {info.providers or info.device} {info.runtime_version}, {os.cpu_count()} CPUs, "

@@ -7,10 +7,13 @@ rendered pages (task metric: F1 of the detected text boxes against fp32's, and t
 Then a search over int8 configurations for ResNet-50 b8 (format, per-channel, reduce_range, activation /
 weight types, graph optimization level) measuring speed and error of each.
 
-Timing on a shared CPU: each round runs every engine once, in turn, and the figure is the median over
-rounds, so load from other processes hits all engines alike. Set ``AMDINFER_BENCH_QUICK=1`` for a short
-run (fewer rounds, a shorter configuration search); ``AMDINFER_BENCH_THREADS`` sets the intra-op threads
-(default 2); ``AMDINFER_BENCH_SECTIONS=resnet50,ppocr,search`` picks sections. Run from the repository
+Timing on a shared CPU: each engine is timed in isolated blocks (``benchmarks/_isolation.py``: a pause, a
+warm-up call, then timed calls, with the other engines idle and ORT's intra-op spinning off), the blocks
+alternating over rounds in a rotating order; the figure is the median. Timed call by call, each session's
+spinning thread pool would steal the cores from the next engine's call (issue 16).
+Set ``AMDINFER_BENCH_QUICK=1`` for a short run (fewer rounds, a shorter configuration
+search); ``AMDINFER_BENCH_THREADS`` sets the intra-op threads (default 2);
+``AMDINFER_BENCH_SECTIONS=resnet50,ppocr,search`` picks sections. Run from the repository
 root: ``python benchmarks/quantization.py``.
 """
 
@@ -18,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _isolation import isolated, loadavg, machine_lines
 
 import amdinfer
 from amdinfer.quantize import Fp16Quantizer, Int8Quantizer, box_agreement, evaluate
@@ -40,21 +43,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 def _load(model: Any, graph_optimization: str = "all") -> Any:
     return amdinfer.load(
-        model, backend="ort", providers=["cpu"], threads=THREADS, graph_optimization=graph_optimization
+        model,
+        backend="ort",
+        providers=["cpu"],
+        threads=THREADS,
+        graph_optimization=graph_optimization,
+        spin_wait=False,
     )
 
 
-def _time_interleaved(engines: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, float]:
-    """Median seconds per run of each engine, the engines taking turns within each round."""
-    for e in engines.values():
-        e.run(feeds)  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in engines}
-    for _ in range(rounds):
-        for name, e in engines.items():
-            t0 = time.perf_counter()
-            e.run(feeds)
-            times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+def _time_isolated(engines: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, float]:
+    """Median seconds per run of each engine, timed in isolated blocks that alternate over the rounds."""
+    runners = {name: (lambda e=e: e.run(feeds)) for name, e in engines.items()}
+    stats = isolated(runners, rounds=rounds, block=3 if QUICK else 5)
+    return {name: s.median for name, s in stats.items()}
 
 
 def _row(cells: list[str]) -> str:
@@ -72,10 +74,10 @@ def resnet50_section() -> list[str]:
     m8 = Int8Quantizer(calibration=calib, progress=False, cache=False).quantize(model)
     t8 = time.perf_counter() - t0
     engines = {"fp32": _load(model), "fp16": _load(m16), "int8": _load(m8)}
-    secs = _time_interleaved(engines, held_out, ROUNDS)
+    secs = _time_isolated(engines, held_out, ROUNDS)
     ref = engines["fp32"].run(held_out)["logits"]
     lines = [
-        f"ResNet-50 batch 8, ORT CPU {THREADS} threads, median of {ROUNDS} interleaved rounds "
+        f"ResNet-50 batch 8, ORT CPU {THREADS} threads, median of {ROUNDS} isolated rounds "
         "(random weights: accuracy as output error)",
         "",
         _row(["precision", "ms / batch", "img/s", "speed-up vs fp32", "quantize s", "rms vs fp32", "top-1 agree"]),
@@ -129,7 +131,7 @@ def ppocr_section() -> list[str]:
     fixed = ref_engine.model  # -1/'?' dims renamed, so the engine accepts any size
     engines = {"fp32": _load(fixed), **{k: _load(v) for k, v in models.items() if v is not None}}
     x = held[2]  # the 640-wide real page
-    secs = _time_interleaved(engines, {"x": x}, ROUNDS)
+    secs = _time_isolated(engines, {"x": x}, ROUNDS)
     lines = [
         "",
         f"PP-OCRv4 det (trained, rapidocr-onnxruntime wheel), {len(held)} held-out pages, timing on "
@@ -218,15 +220,15 @@ def int8_search_section() -> list[str]:
         if det is not None:
             q = Int8Quantizer(calibration=d_calib, method="percentile", progress=False, cache=False, **opts)
             d_engines[label] = _load(q.quantize(det.model_path()), graph_optimization=level)
-    secs = _time_interleaved(r_engines, held_out, ROUNDS)
+    secs = _time_isolated(r_engines, held_out, ROUNDS)
     ref = r_engines["fp32"].run(held_out)["logits"]
-    d_secs = _time_interleaved(d_engines, {"x": d_held[2]}, ROUNDS) if det is not None else {}
+    d_secs = _time_isolated(d_engines, {"x": d_held[2]}, ROUNDS) if det is not None else {}
     header = ["configuration", "R50 ms / b8", "R50 speed-up", "R50 rms vs fp32", "quantize s"]
     if det is not None:
         header += ["det ms / page", "det speed-up", "det box F1 vs fp32"]
     lines = [
         "",
-        f"int8 configurations on ORT CPU ({THREADS} threads, median of {ROUNDS} interleaved rounds): ResNet-50 "
+        f"int8 configurations on ORT CPU ({THREADS} threads, median of {ROUNDS} isolated rounds): ResNet-50 "
         "batch 8" + (f"; PP-OCRv4 det on {tuple(d_held[2].shape)}, percentile calibration" if det else ""),
         "",
         _row(header),
@@ -261,6 +263,8 @@ def main() -> None:
 
     print(f"# amdinfer quantization benchmark ({'quick' if QUICK else 'full'}; onnxruntime {onnxruntime.__version__})")
     print()
+    print("\n".join(machine_lines()))
+    print()
     sections = {"resnet50": resnet50_section, "ppocr": ppocr_section, "search": int8_search_section}
     wanted = [w for w in os.environ.get("AMDINFER_BENCH_SECTIONS", ",".join(sections)).split(",") if w]
     unknown = [w for w in wanted if w not in sections]
@@ -270,6 +274,7 @@ def main() -> None:
         for line in section():
             print(line)
         sys.stdout.flush()
+    print(f"Load average (1 min) at the end: {loadavg():.2f}")
 
 
 if __name__ == "__main__":

@@ -96,10 +96,6 @@ SIZE_EXCEPTIONS: dict[str, dict[str, str]] = {
         "yolov5": "model builder",
         "transformer_encoder": "model builder",
     },
-    # The NumPy kernels are being changed on another branch right now; sized after that lands.
-    "reference/_conv.py": {"conv_transpose": "being reworked for issue 16"},
-    "reference/_resize.py": {"resize": "being reworked for issue 16"},
-    "reference/_image.py": {"letterbox": "being reworked for issue 16"},
 }
 
 

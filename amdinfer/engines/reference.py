@@ -365,6 +365,15 @@ class ReferenceEngine(Engine):
             ) from None
         self._graph = proto.graph
         self._run_lock = threading.Lock()
+        self._plan: Any = None
+        if new_ops:
+            from ..reference._plan import ExecutionPlan
+
+            # In place, kept buffers, BatchNorm folded into Conv (not in float64: the oracle follows the graph).
+            self._plan = ExecutionPlan(
+                self._evaluator.rt_nodes_, self._evaluator.rt_inits_, fold_batchnorm=not self._fp64
+            )
+            info.settings["batchnorm_folded"] = self._plan.folded
         self._all_names = _node_outputs(proto.graph)
         self._known = (
             set(self._all_names) | {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
@@ -380,7 +389,15 @@ class ReferenceEngine(Engine):
     # ------------------------------------------------------------------ running
     @property
     def evaluator(self) -> Any:
-        """The underlying ``onnx.reference.ReferenceEvaluator`` (running the float64 copy in fp64 mode)."""
+        """The underlying ``onnx.reference.ReferenceEvaluator`` (running the float64 copy in fp64 mode).
+
+        Its fast kernels are put back to their safe defaults here (no in-place work, no buffers kept across
+        runs, no BatchNorm folding), so direct ``evaluator.run`` calls return independent arrays; the next
+        :meth:`run` of the engine plans them again.
+        """
+        if self._plan is not None:
+            with self._run_lock:
+                self._plan.reset()
         return self._evaluator
 
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
@@ -395,6 +412,8 @@ class ReferenceEngine(Engine):
                 raise InputError(f"outputs: got {unknown}, expected names of tensors in the graph")
         try:
             with self._run_lock:
+                if self._plan is not None:
+                    self._plan.apply(names)
                 values = self._evaluator.run(names, feeds)
         except AmdinferError:
             raise

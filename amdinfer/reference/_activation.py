@@ -1,4 +1,4 @@
-"""Fast elementwise activations: no redundant passes or copies."""
+"""Fast elementwise activations: no redundant passes or copies; in place when the engine's plan allows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,17 @@ import numpy as np
 from onnx.reference.ops.op_relu import Relu as _OnnxRelu
 from onnx.reference.ops.op_sigmoid import Sigmoid as _OnnxSigmoid
 
+from amdinfer.reference._common import PlannedOp
+
 __all__ = ["Relu", "Sigmoid", "relu", "sigmoid"]
+
+
+def _sigmoid_into(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        np.negative(x, out=e)
+        np.exp(e, out=e)
+    e += 1
+    return np.reciprocal(e, out=e)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -19,11 +29,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
         >>> sigmoid(np.array([0.0, 1000.0, -1000.0], np.float32))
         array([0.5, 1. , 0. ], dtype=float32)
     """
-    with np.errstate(over="ignore"):
-        e = np.negative(x)
-        np.exp(e, out=e)
-    e += 1
-    return np.reciprocal(e, out=e)
+    return _sigmoid_into(x, np.empty_like(x))
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -36,15 +42,25 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
 
-class Sigmoid(_OnnxSigmoid):
+class Sigmoid(_OnnxSigmoid, PlannedOp):
     """ONNX Sigmoid through :func:`sigmoid` (https://onnx.ai/onnx/operators/onnx__Sigmoid.html)."""
 
+    inplace_inputs = (0,)
+
     def _run(self, X: np.ndarray) -> tuple[np.ndarray]:  # type: ignore[override]
-        return (sigmoid(X),)
+        if not np.issubdtype(X.dtype, np.floating):
+            return (sigmoid(X),)
+        out = self._writable((X,), X.shape, X.dtype)
+        return (_sigmoid_into(X, out if out is not None else self._output(X.shape, X.dtype)),)
 
 
-class Relu(_OnnxRelu):
+class Relu(_OnnxRelu, PlannedOp):
     """ONNX Relu through :func:`relu` (https://onnx.ai/onnx/operators/onnx__Relu.html)."""
 
+    inplace_inputs = (0,)
+
     def _run(self, x: np.ndarray) -> tuple[np.ndarray]:  # type: ignore[override]
-        return (relu(x),)
+        out = self._writable((x,), x.shape, x.dtype)
+        if out is None:
+            out = self._output(x.shape, x.dtype)
+        return (np.maximum(x, x.dtype.type(0), out=out),)

@@ -1,12 +1,15 @@
-"""Shared helpers for the fast ONNX kernels: attribute normalisation and padding geometry."""
+"""Shared helpers for the fast ONNX kernels: attribute normalisation, padding geometry, the planning hooks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 __all__ = [
+    "BufferBudget",
+    "PlannedOp",
     "compute_dtype",
     "conv_pads",
     "normalize",
@@ -126,3 +129,62 @@ def pad_constant(
 def window_slice(offset: int, stride: int, count: int) -> slice:
     """Slice picking ``count`` positions ``offset, offset + stride, ...`` along one axis."""
     return slice(offset, offset + stride * (count - 1) + 1, stride)
+
+
+class BufferBudget:
+    """How many bytes of output buffers one engine may keep alive between runs (shared by its kernels)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = int(limit)
+
+
+class PlannedOp:
+    """Hooks through which the reference engine's execution plan (:mod:`amdinfer.reference._plan`) speeds a kernel up.
+
+    The defaults are the safe behaviour of a kernel used on its own (``ReferenceEvaluator(new_ops=...)``, a
+    subgraph): fresh output arrays, inputs never written. The plan, which knows the whole graph and which
+    tensors the caller asked for, may set on each instance before a run:
+
+    * ``overwrite``: input positions the kernel may write its result into (the tensor is dead after this
+      node: produced by a planned kernel, used once, not requested);
+    * ``keep_output``: the output may live in a buffer kept across runs (no alias of it is returned);
+    * ``budget``: the engine's :class:`BufferBudget` for such buffers.
+
+    ``prepare(constants)`` is called once at load with the graph's initializers, to pre-pack weights.
+    Planned kernels never return a view of an input they were not allowed to overwrite.
+    """
+
+    #: Input positions this kernel is able to compute in place (the plan picks among them).
+    inplace_inputs: ClassVar[tuple[int, ...]] = ()
+    overwrite: tuple[int, ...] = ()
+    keep_output: bool = False
+    budget: BufferBudget | None = None
+
+    def prepare(self, constants: Mapping[str, np.ndarray]) -> None:
+        """Pre-compute what only depends on constant inputs (called once at load by the plan)."""
+
+    def _output(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An output array: a buffer kept across runs when the plan allows it and the budget has room."""
+        if not self.keep_output or self.budget is None:
+            return np.empty(shape, dtype)
+        buf: np.ndarray | None = self.__dict__.get("_kept")
+        if buf is not None and buf.shape == shape and buf.dtype == dtype:
+            return buf
+        if buf is not None:
+            self.budget.left += buf.nbytes
+            self.__dict__.pop("_kept")
+        out = np.empty(shape, dtype)
+        if out.nbytes <= self.budget.left:
+            self.budget.left -= out.nbytes
+            self.__dict__["_kept"] = out
+        return out
+
+    def _writable(self, args: Sequence[Any], shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """The first input the plan lets this kernel overwrite that can hold a result of ``shape``/``dtype``."""
+        for i in self.overwrite:
+            t = args[i]
+            if isinstance(t, np.ndarray) and t.shape == shape and t.dtype == dtype and t.flags.writeable:
+                return t
+        return None

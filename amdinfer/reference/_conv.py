@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from onnx.reference.ops.op_conv import Conv as _OnnxConv
 from onnx.reference.ops.op_conv_transpose import ConvTranspose as _OnnxConvTranspose
 
-from amdinfer.reference._common import compute_dtype, conv_pads, normalize, window_slice
+from amdinfer.reference._common import PlannedOp, compute_dtype, conv_pads, normalize, window_slice
 
 __all__ = ["Conv", "ConvTranspose", "conv", "conv_transpose"]
 
@@ -110,6 +111,23 @@ def conv(
         >>> conv(x, w, pads=[1, 1, 1, 1]).shape
         (1, 4, 5, 5)
     """
+    return _conv(
+        x, w, b, auto_pad=auto_pad, dilations=dilations, group=group, pads=pads, strides=strides, alloc=np.empty
+    )
+
+
+def _conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    *,
+    auto_pad: str | None,
+    dilations: Sequence[int] | None,
+    group: int,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    alloc: Callable[[tuple[int, ...], Any], np.ndarray],
+) -> np.ndarray:
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"Conv input: got shape {x.shape}, expected (N, C, *spatial)")
@@ -129,17 +147,22 @@ def conv(
     ksize = int(np.prod(kernel))
     length = int(np.prod(out))
     wr = w.astype(ct, copy=False).reshape(group, mg, cg * ksize)
-    y = np.empty((n, group, mg, length), dtype=ct)
+    y = alloc((n, group, mg, length), ct)
     chunk = n if n * c * ksize * length <= _MAX_COLS else 1
+    pointwise = ksize == 1 and not any(begin) and not any(end)
     for start in range(0, n, chunk):
         xs = x[start : start + chunk]
-        if ksize == 1 and not any(begin) and not any(end):
+        if pointwise:
+            # A 1x1 convolution is a plain matmul on the (strided) input: no im2col.
             index = tuple(window_slice(0, s, o) for s, o in zip(strides, out))
             cols = xs[tuple([slice(None), slice(None), *index])].astype(ct, copy=False)
         else:
             cols = _im2col(xs, kernel, strides, dilations, begin, out, ct)
         cols = cols.reshape(len(xs), group, cg * ksize, length)
-        np.matmul(wr, cols, out=y[start : start + chunk])
+        if group == 1 and len(xs) == 1:
+            np.matmul(wr[0], cols[0, 0], out=y[start, 0])  # one GEMM, no broadcasting loop
+        else:
+            np.matmul(wr, cols, out=y[start : start + chunk])
     y = y.reshape(n, m, *out)
     if b is not None:
         y += b.astype(ct, copy=False).reshape(-1, *(1,) * nd)
@@ -230,8 +253,41 @@ def conv_transpose(
     return np.ascontiguousarray(y.astype(x.dtype, copy=False))
 
 
-class Conv(_OnnxConv):
-    """ONNX Conv through :func:`conv` (https://onnx.ai/onnx/operators/onnx__Conv.html)."""
+class Conv(_OnnxConv, PlannedOp):
+    """ONNX Conv through :func:`conv` (https://onnx.ai/onnx/operators/onnx__Conv.html).
+
+    With constant weights, the weights in the compute dtype are prepared once at load; the engine's plan may
+    fold a following inference BatchNormalization into them (:meth:`fold_batchnorm`), which it then switches
+    on per run (``fold_active``) when nobody asked for the convolution's own output.
+    """
+
+    fold_active: bool = False
+    folded_last_run: bool = False
+
+    def prepare(self, constants: Mapping[str, np.ndarray]) -> None:
+        names = list(self.onnx_node.input)
+        w = constants.get(names[1]) if len(names) > 1 else None
+        has_bias = len(names) > 2 and bool(names[2])
+        b = constants.get(names[2]) if has_bias else None
+        if not isinstance(w, np.ndarray) or (has_bias and not isinstance(b, np.ndarray)):
+            return
+        ct = compute_dtype(w.dtype)
+        self.constant_weights = (w, b, np.ascontiguousarray(w, dtype=ct))
+
+    def fold_batchnorm(self, a: np.ndarray, c: np.ndarray) -> bool:
+        """Pre-compute ``conv(x, w) * a + c`` as ``conv(x, w * a) + (b * a + c)`` (float64, rounded once).
+
+        Only for constant float32 weights; returns whether the fold is available.
+        """
+        known = self.__dict__.get("constant_weights")
+        if known is None or known[0].dtype != np.float32 or a.shape != (known[0].shape[0],):
+            return False
+        w, b, _ = known
+        scale = a.reshape(-1, *(1,) * (w.ndim - 1))
+        folded_w = (w.astype(np.float64) * scale).astype(np.float32)
+        folded_b = ((b.astype(np.float64) * a if b is not None else 0.0) + c).astype(np.float32)
+        self.folded = (folded_w, folded_b)
+        return True
 
     def _run(  # type: ignore[override]
         self,
@@ -245,20 +301,28 @@ class Conv(_OnnxConv):
         pads: Sequence[int] | None = None,
         strides: Sequence[int] | None = None,
     ) -> tuple[np.ndarray]:
+        self.folded_last_run = False
         if kernel_shape is not None and len(kernel_shape) and tuple(kernel_shape) != tuple(W.shape[2:]):
             return super()._run(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides)
-        return (
-            conv(
-                X,
-                W,
-                B,
-                auto_pad=auto_pad,
-                dilations=dilations,
-                group=group or 1,
-                pads=pads,
-                strides=strides,
-            ),
+        known = self.__dict__.get("constant_weights")
+        if known is not None and W is known[0] and B is known[1]:
+            if self.fold_active and X.dtype == np.float32 and "folded" in self.__dict__:
+                W, B = self.folded
+                self.folded_last_run = True
+            else:
+                W = known[2]
+        y = _conv(
+            X,
+            W,
+            B,
+            auto_pad=auto_pad,
+            dilations=dilations,
+            group=group or 1,
+            pads=pads,
+            strides=strides,
+            alloc=self._output,
         )
+        return (y,)
 
 
 class ConvTranspose(_OnnxConvTranspose):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from onnx.reference.op_run import OpRun
 
 from amdinfer.reference._activation import Relu, Sigmoid
+from amdinfer.reference._binary import Add, Mul
 from amdinfer.reference._conv import Conv, ConvTranspose
 from amdinfer.reference._norm import BatchNormalization
 from amdinfer.reference._pool import AveragePool, GlobalAveragePool, GlobalMaxPool, MaxPool
@@ -13,6 +14,7 @@ from amdinfer.reference._resize import Resize
 __all__ = ["FAST_OPS", "fast_ops"]
 
 FAST_OPS: list[type[OpRun]] = [
+    Add,
     AveragePool,
     BatchNormalization,
     Conv,
@@ -20,6 +22,7 @@ FAST_OPS: list[type[OpRun]] = [
     GlobalAveragePool,
     GlobalMaxPool,
     MaxPool,
+    Mul,
     Relu,
     Resize,
     Sigmoid,

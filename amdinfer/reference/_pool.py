@@ -10,7 +10,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_average_pool import AveragePool_19 as _OnnxAveragePool
 from onnx.reference.ops.op_max_pool import MaxPool as _OnnxMaxPool
 
-from amdinfer.reference._common import compute_dtype, normalize, pad_constant, pool_geometry, window_slice
+from amdinfer.reference._common import PlannedOp, compute_dtype, normalize, pad_constant, pool_geometry, window_slice
 
 __all__ = [
     "AveragePool",
@@ -205,7 +205,7 @@ def average_pool(
     return y.astype(x.dtype, copy=False)
 
 
-class MaxPool(_OnnxMaxPool):
+class MaxPool(_OnnxMaxPool, PlannedOp):
     """ONNX MaxPool through :func:`max_pool` (https://onnx.ai/onnx/operators/onnx__MaxPool.html)."""
 
     def _run(  # type: ignore[override]
@@ -235,7 +235,7 @@ class MaxPool(_OnnxMaxPool):
         return result if isinstance(result, tuple) else (result,)
 
 
-class AveragePool(_OnnxAveragePool):
+class AveragePool(_OnnxAveragePool, PlannedOp):
     """ONNX AveragePool through :func:`average_pool` (https://onnx.ai/onnx/operators/onnx__AveragePool.html)."""
 
     def _run(  # type: ignore[override]
@@ -264,7 +264,7 @@ class AveragePool(_OnnxAveragePool):
         )
 
 
-class GlobalAveragePool(OpRun):
+class GlobalAveragePool(OpRun, PlannedOp):
     """ONNX GlobalAveragePool (https://onnx.ai/onnx/operators/onnx__GlobalAveragePool.html)."""
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray]:  # type: ignore[override]
@@ -272,7 +272,7 @@ class GlobalAveragePool(OpRun):
         return (x.mean(axis=axes, keepdims=True, dtype=compute_dtype(x.dtype)).astype(x.dtype),)
 
 
-class GlobalMaxPool(OpRun):
+class GlobalMaxPool(OpRun, PlannedOp):
     """ONNX GlobalMaxPool (https://onnx.ai/onnx/operators/onnx__GlobalMaxPool.html)."""
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray]:  # type: ignore[override]
