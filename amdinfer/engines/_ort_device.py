@@ -29,8 +29,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ from .._concurrency import ordered_results
 from ..errors import AmdinferError, InputError, OptionError
 
 __all__ = [
+    "CAPTURE_GATE",
+    "CaptureGate",
     "DLPACK_DEVICE_TYPES",
     "DeviceArray",
     "DeviceFeed",
@@ -226,14 +230,15 @@ def device_feed(name: str, value: Any) -> Any:
     # Runtime's copies run (DLPack: stream 1 on CUDA, 0 on ROCm); producers that refuse a stream get a
     # device-wide synchronisation before the run instead.
     external = False
-    try:
-        capsule = value.__dlpack__(stream=0 if dev_type == 10 else 1)
-    except Exception:
-        external = True
+    with _producer_device(value, dev_type, dev_id):
         try:
-            capsule = value.__dlpack__()
-        except Exception as exc:
-            raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack__() failed: {exc}") from None
+            capsule = value.__dlpack__(stream=0 if dev_type == 10 else 1)
+        except Exception:
+            external = True
+            try:
+                capsule = value.__dlpack__()
+            except Exception as exc:
+                raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack__() failed: {exc}") from None
     managed = _DLManagedTensor.from_address(_capsule_get_pointer(capsule, b"dltensor"))
     t = managed.dl_tensor
     shape = tuple(int(t.shape[i]) for i in range(t.ndim))
@@ -265,6 +270,27 @@ def device_feed(name: str, value: Any) -> Any:
         external=external,
         capsule=capsule,
     )
+
+
+#: Producers that export only from their "current device" (PyTorch: "Can't export tensors on a different
+#: CUDA device index"), with the context manager that makes ``device`` current for the export. The
+#: stream handshake (DLPack stream 1/0: the legacy default stream) is per device too, so it must run there.
+_DEVICE_CONTEXTS: dict[str, Any] = {
+    "torch": lambda mod, device: mod.cuda.device(device),
+    "cupy": lambda mod, device: mod.cuda.Device(device),
+}
+
+
+def _producer_device(value: Any, dev_type: int, dev_id: int) -> Any:
+    """A context in which ``value``'s library has ``dev_id`` as its current device (else a no-op)."""
+    if dev_type in _HOST_DL_TYPES:
+        return contextlib.nullcontext()
+    root = type(value).__module__.split(".")[0]
+    make = _DEVICE_CONTEXTS.get(root)
+    mod = sys.modules.get(root)
+    if make is None or mod is None:
+        return contextlib.nullcontext()
+    return make(mod, dev_id)
 
 
 def _is_ortvalue(value: Any) -> bool:
@@ -413,6 +439,109 @@ def ort_device_type(provider: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- runner
+# ---------------------------------------------------------------------------------------------- graph capture
+#: Runs with a slot's ``gpu_graph_id`` that go through :meth:`CaptureGate.capture`: ONNX Runtime makes a
+#: few plain runs to settle its allocations, then captures (CUDA EP: one or two runs before; margin kept).
+_CAPTURE_RUNS = 3
+
+
+class CaptureGate:
+    """A process-wide gate: a CUDA/HIP graph capture runs alone, every other device call alongside others.
+
+    ONNX Runtime captures in ``cudaStreamCaptureModeGlobal``: while one stream captures, a CUDA call that
+    may synchronise (``cudaStreamSynchronize``, ``cudaMalloc``, a blocking copy) from *any* thread of the
+    process invalidates the capture and fails itself ("operation not permitted when stream is capturing").
+    Two engines on two GPUs, or two threads on one engine, hit this on their first runs. So every device
+    call of every :class:`IoBindingRunner` holds the gate shared (:meth:`run`), and the runs that may
+    capture hold it alone (:meth:`capture`). Captures are rare (the first runs of each input shape);
+    replays and copies then run concurrently as before. Waiting captures go first, so a stream of
+    shared runs cannot starve them. Re-entrant per thread: a nested section runs inside the outer one.
+
+    Example:
+        >>> gate = CaptureGate()
+        >>> with gate.run(), gate.run():  # shared sections nest and overlap
+        ...     gate.active
+        1
+        >>> with gate.capture():
+        ...     gate.capturing
+        True
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0  # threads inside a shared section
+        self._capturing = False
+        self._waiting = 0  # captures waiting for the shared sections to drain
+        self._local = threading.local()
+
+    @property
+    def active(self) -> int:
+        """Threads inside a shared section now."""
+        return self._active
+
+    @property
+    def capturing(self) -> bool:
+        """Whether a capture section is running now."""
+        return self._capturing
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[None]:
+        """A shared section: any number run at once, never while a capture runs."""
+        local = self._local
+        if getattr(local, "depth", 0):
+            local.depth += 1
+            try:
+                yield
+            finally:
+                local.depth -= 1
+            return
+        with self._cond:
+            while self._capturing or self._waiting:
+                self._cond.wait()
+            self._active += 1
+        local.depth = 1
+        try:
+            yield
+        finally:
+            local.depth = 0
+            with self._cond:
+                self._active -= 1
+                if not self._active:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[None]:
+        """An exclusive section: waits until no other section runs, and holds every other one off."""
+        local = self._local
+        if getattr(local, "depth", 0):
+            local.depth += 1  # already inside a section of this gate: nesting cannot wait for itself
+            try:
+                yield
+            finally:
+                local.depth -= 1
+            return
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._capturing or self._active:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._capturing = True
+        local.depth = 1
+        try:
+            yield
+        finally:
+            local.depth = 0
+            with self._cond:
+                self._capturing = False
+                self._cond.notify_all()
+
+
+#: The gate every runner of this process uses (replaceable in tests through ``IoBindingRunner.gate``).
+CAPTURE_GATE = CaptureGate()
+
+
 class _Slot:
     """Device buffers and an IOBinding for one input shape (one entry of a ring for run_many)."""
 
@@ -423,6 +552,7 @@ class _Slot:
         "foreign",
         "fresh_outputs",
         "graph_id",
+        "graph_runs",
         "inputs",
         "key",
         "lock",
@@ -439,6 +569,7 @@ class _Slot:
         self.graph_id = graph_id
         self.run_options = run_options
         self.runs = 0
+        self.graph_runs = 0  # runs with the slot's gpu_graph_id (ONNX Runtime captures during the first ones)
         self.lock = threading.Lock()
         self.foreign: set[str] = set()  # inputs bound to the caller's memory instead of the slot's buffers
         self.direct: set[str] = set()  # inputs bound for good to the caller's memory (address-keyed slots)
@@ -511,6 +642,8 @@ class IoBindingRunner:
         #: turn on the graph path. 64 MiB from the H200 measurements (docs/gpu.md): below it (ResNet-50 b64,
         #: YOLOv8 b1) the graph path was faster, above it (ResNet-50 b256, YOLOv8 b64/b256) the overlap.
         self.overlap_bytes = 64 << 20
+        #: the process-wide :class:`CaptureGate` (an attribute so that tests can watch it)
+        self.gate: CaptureGate = CAPTURE_GATE
         self._plain_run_options = ort.RunOptions()
         if self._graphs:
             self._plain_run_options.add_run_config_entry("gpu_graph_id", "-1")
@@ -605,9 +738,12 @@ class IoBindingRunner:
         """
         if self._dev == "cpu":
             return
-        if self._fence_value is None:
-            self._fence_value = self._ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), self._dev, self._dev_id)
-        self._fence_value.numpy()
+        with self._section(False):  # also called later by DeviceArray consumers, outside any run
+            if self._fence_value is None:
+                self._fence_value = self._ort.OrtValue.ortvalue_from_numpy(
+                    np.zeros(1, np.float32), self._dev, self._dev_id
+                )
+            self._fence_value.numpy()
 
     def _load(self, slot: _Slot, feeds: Mapping[str, Any]) -> None:
         """Copy the feeds into the slot's buffers, or bind the caller's device memory (graph-less slots)."""
@@ -661,6 +797,8 @@ class IoBindingRunner:
             for name, ov in slot.outputs.items():
                 slot.binding.bind_ortvalue_output(name, ov)
             slot.fixed_bound = True
+        if ro is slot.run_options and slot.graph_id >= 0:
+            slot.graph_runs += 1
         try:
             self._session.run_with_iobinding(slot.binding, ro)
         except Exception as exc:
@@ -732,9 +870,16 @@ class IoBindingRunner:
         on_device = self._wants_device(feeds, outputs_on)
         with slot.lock:
             graph = self._uses_graph(slot, feeds)
-            self._load(slot, feeds)
-            self._execute(slot, graph)
-            return self._fetch(slot, names, on_device, graph)
+            with self._section(graph and slot.outputs is not None and slot.graph_runs < _CAPTURE_RUNS):
+                self._load(slot, feeds)
+                self._execute(slot, graph)
+                return self._fetch(slot, names, on_device, graph)
+
+    def _section(self, may_capture: bool) -> Any:
+        """The :class:`CaptureGate` section a run takes: alone when it may capture, else shared."""
+        if self._dev == "cpu" and not self._graphs:
+            return contextlib.nullcontext()  # touches no device: nothing to keep out of a capture
+        return self.gate.capture() if may_capture else self.gate.run()
 
     # ------------------------------------------------------------------ overlapped batches
     def _host_run(self, feeds: Mapping[str, Any], names: Sequence[str], on_device: bool) -> dict[str, Any]:
@@ -744,6 +889,10 @@ class IoBindingRunner:
         threads proceed meanwhile; each run gets its own stream, so one batch's copies overlap another's
         compute on the device. (``update_inplace``/``numpy()`` copies would hold the GIL.)
         """
+        with self._section(False):
+            return self._host_run_locked(feeds, names, on_device)
+
+    def _host_run_locked(self, feeds: Mapping[str, Any], names: Sequence[str], on_device: bool) -> dict[str, Any]:
         local = self._local
         binding = getattr(local, "binding", None)
         if binding is None:
