@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "clear"])
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(fn=_cmd_cache)
+
+    from amdinfer.serve._cli import add_parser as _add_serve  # amdinfer serve (KServe imported when run)
+
+    _add_serve(sub)
     return parser
 
 

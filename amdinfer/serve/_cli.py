@@ -1,0 +1,67 @@
+"""``amdinfer serve MODEL ...``: the subcommand, registered by ``amdinfer.cli`` (imports KServe only when run)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def _devices(text: str) -> list[int]:
+    try:
+        devices = [int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected comma-separated GPU indices like 0,1") from None
+    if not devices:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected at least one GPU index")
+    return devices
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import _kserve_module
+
+    _server = _kserve_module("_server")
+    options: dict[str, Any] = {}
+    if args.providers:
+        options["providers"] = args.providers.split(",")
+    _server.serve(
+        args.model,
+        name=args.name,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=None if args.grpc_port < 0 else args.grpc_port,
+        max_batch_size=args.max_batch_size,
+        max_delay_ms=args.max_delay_ms,
+        devices=args.devices,
+        backend=args.backend,
+        precision=args.precision,
+        **options,
+    )
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``serve`` to the ``amdinfer`` subcommands (``sub`` is ``add_subparsers()``'s result).
+
+    Example:
+        >>> import argparse
+        >>> parser = argparse.ArgumentParser(prog="amdinfer")
+        >>> add_parser(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["serve", "m.onnx", "--devices", "0,1", "--max-batch-size", "64"])
+        >>> args.devices, args.max_batch_size, args.host
+        ([0, 1], 64, '127.0.0.1')
+    """
+    p = sub.add_parser("serve", help="serve a model over Open Inference Protocol v2 (REST + gRPC) with KServe")
+    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0: all)")
+    p.add_argument("--http-port", type=int, default=8080, help="REST port (default 8080)")
+    p.add_argument("--grpc-port", type=int, default=8081, help="gRPC port (default 8081; -1: no gRPC)")
+    p.add_argument("--max-batch-size", type=int, default=32, help="items per engine call at most (1: no batching)")
+    p.add_argument("--max-delay-ms", type=float, default=2.0, help="how long a request waits for others (ms)")
+    p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
+    p.add_argument("--providers", help="comma-separated ONNX Runtime providers, e.g. cuda or cpu")
+    p.add_argument("--precision", default="fp32", help="fp32, fp16, bf16")
+    p.add_argument("--devices", type=_devices, default=[0], help="GPU indices, one worker each (default 0)")
+    p.set_defaults(fn=_run)

@@ -1,0 +1,291 @@
+"""The server: KServe's ModelServer bound to a chosen host, one worker per device, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from concurrent import futures
+from typing import Any
+
+from kserve import ModelServer
+from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
+from kserve.protocol.grpc.servicer import InferenceServicer
+from kserve.protocol.rest.server import RESTServer
+
+from ..engines.base import Engine
+from ..errors import OptionError
+from ._batcher import DynamicBatcher
+from ._metrics import ServingMetrics
+from ._oip import AmdinferModel, FastDataPlane
+from ._workers import EngineWorker, PipelineWorker
+
+__all__ = ["Server", "build_model", "load_workers", "serve"]
+
+logger = logging.getLogger("amdinfer.serve")
+
+_MAX_MESSAGE = 256 << 20  # gRPC message limit: a batch of 64 640x640x3 images is 79 MB
+
+
+def load_workers(
+    model: Any,
+    *,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    **load_options: Any,
+) -> list[EngineWorker]:
+    """One :class:`EngineWorker` per device: ``amdinfer.load(model, device=d, ...)`` for each ``d``.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> workers = load_workers(tiny_cnn(), devices=[0, 1], providers=["CPUExecutionProvider"])
+        >>> [w.name for w in workers]
+        ['device0', 'device1']
+        >>> for w in workers: w.engine.close()
+    """
+    from .._load import load
+
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    workers = []
+    try:
+        for d in devices:
+            engine = load(model, backend=backend, device=int(d), precision=precision, **load_options)
+            workers.append(EngineWorker(engine, name=f"device{d}"))
+    except BaseException:
+        for w in workers:
+            w.engine.close()
+        raise
+    return workers
+
+
+def build_model(
+    name: str,
+    target: Any,
+    *,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+) -> AmdinferModel:
+    """A KServe model over a batcher for an engine, a list of workers (one per device) or a Pipeline.
+
+    Args:
+        name: the model's name in the URL.
+        target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline`, a list of either (one per
+            device), or workers (:class:`EngineWorker`, :class:`PipelineWorker`).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> m = build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))
+        >>> [t["shape"] for t in m.get_input_types()]
+        [[-1, 3, 32, 32]]
+    """
+    from ..pipeline import Pipeline
+
+    items = list(target) if isinstance(target, (list, tuple)) else [target]
+    workers: list[Any] = []
+    for item in items:
+        if isinstance(item, Engine):
+            workers.append(EngineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, Pipeline):
+            workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, (EngineWorker, PipelineWorker)):
+            workers.append(item)
+        else:
+            raise OptionError(
+                f"target: got {type(item).__name__}, expected an Engine, a Pipeline or a list of them (one per device)"
+            )
+    first = workers[0]
+    if not all(type(w) is type(first) for w in workers):
+        raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
+    if isinstance(first, EngineWorker) and not first.batchable:
+        max_batch_size = 1  # fixed batch axis: each request is its own engine call
+    metrics = ServingMetrics(name)
+    batcher = DynamicBatcher(workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics)
+    return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
+
+
+class _GrpcServer:
+    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``)."""
+
+    def __init__(self, host: str, port: int, dataplane: Any, repository_extension: Any, grace: float) -> None:
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._dataplane, self._ext, self._grace = dataplane, repository_extension, grace
+        self._server: Any = None
+
+    async def start(self) -> None:
+        from grpc import aio
+
+        self._server = aio.server(
+            futures.ThreadPoolExecutor(max_workers=4),
+            interceptors=(ExceptionToStatusInterceptor(),),
+            options=[("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)],
+        )
+        servicer = InferenceServicer(self._dataplane, self._ext)
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        if self._server.add_insecure_port(self.address) == 0:
+            raise OSError(f"gRPC: cannot bind {self.address}")
+        await self._server.start()
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=self._grace)
+
+
+class Server(ModelServer):
+    """KServe's ModelServer with amdinfer's data plane, bound to ``host`` (``127.0.0.1`` by default).
+
+    REST (``http_port``) and gRPC (``grpc_port``) speak the Open Inference Protocol v2: ``/v2/health/live``,
+    ``/v2/health/ready``, ``/v2/models/<name>``, ``/v2/models/<name>/ready``, ``/v2/models/<name>/infer``
+    and ``/metrics``. SIGINT/SIGTERM stop it gracefully: no new requests, queued ones finish, engines close.
+
+    Args:
+        host: the interface to bind; ``0.0.0.0`` exposes the server to the network (no TLS, no auth:
+            put it behind a proxy, see docs/serving.md).
+        http_port: REST port (0: any free port).
+        grpc_port: gRPC port (``None``: no gRPC).
+        grace_period: seconds that in-flight requests get at shutdown.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> server = Server(http_port=0, grpc_port=None)
+        >>> server.host
+        '127.0.0.1'
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8080,
+        grpc_port: int | None = 8081,
+        grace_period: int = 30,
+    ) -> None:
+        super().__init__(
+            http_port=http_port,
+            grpc_port=grpc_port or 0,
+            enable_grpc=grpc_port is not None,
+            workers=1,
+            grace_period=grace_period,
+            enable_latency_logging=False,
+        )
+        self.host = host
+        self.dataplane = FastDataPlane(model_registry=self.registered_models)
+        self._models: list[AmdinferModel] = []
+        self._stopping: asyncio.Event | None = None
+
+    async def serve(self, models: Sequence[AmdinferModel], *, ready: Any = None) -> None:
+        """Serve until :meth:`shutdown` (or a signal); then drain the batchers and close the engines."""
+        self._models = list(models)
+        self._stopping = asyncio.Event()
+        self._register_and_check_atleast_one_model_is_ready(self._models)
+        for m in self._models:
+            await m.batcher.start()
+        rest = RESTServer(
+            "kserve.model_server:app",
+            self.dataplane,
+            self.model_repository_extension,
+            self.http_port,
+            grace_period=self.grace_period,
+            timeout_keep_alive=self.timeout_keep_alive,
+        )
+        rest.config.host = self.host  # KServe binds 0.0.0.0
+        rest.create_application()
+        grpc = None
+        if self.enable_grpc:
+            grpc = _GrpcServer(self.host, self.grpc_port, self.dataplane, self.model_repository_extension, 5)
+            await grpc.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.shutdown)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        rest_task = asyncio.create_task(rest._server.serve())
+        while not rest._server.started and not rest_task.done():
+            await asyncio.sleep(0.01)
+        if rest_task.done():
+            await rest_task  # raises why it could not start (port taken, ...)
+            raise OSError(f"REST: could not start on {self.host}:{self.http_port}")
+        logger.info("amdinfer serve: REST on %s:%s, gRPC on %s", self.host, self.http_port, grpc and grpc.address)
+        if ready is not None:
+            ready(self)
+        await self._stopping.wait()
+        # stop taking requests, let in-flight ones finish, then drain the batchers and close the engines
+        rest._server.should_exit = True
+        if grpc is not None:
+            await grpc.stop()
+        await rest_task
+        for m in self._models:
+            await m.batcher.stop()
+            for w in m.batcher.workers:
+                target = getattr(w, "engine", None) or getattr(w, "pipeline", None)
+                if target is not None:
+                    target.close()
+        logger.info("amdinfer serve: stopped")
+
+    def shutdown(self) -> None:
+        """Stop gracefully (what SIGINT/SIGTERM do)."""
+        if self._stopping is not None:
+            self._stopping.set()
+
+    def start(self, models: Sequence[AmdinferModel]) -> None:  # type: ignore[override]
+        """Serve ``models`` in this thread until a signal arrives (KServe's entry point, our binding)."""
+        asyncio.run(self.serve(models))
+
+
+def serve(
+    model: Any,
+    *,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    http_port: int = 8080,
+    grpc_port: int | None = 8081,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    **load_options: Any,
+) -> None:
+    """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
+
+    Args:
+        model: what to serve; a model is loaded once per entry of ``devices``.
+        name: the model's name in URLs (default: the file's stem, else ``"model"``).
+        host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
+        http_port: REST port.
+        grpc_port: gRPC port (``None``: REST only).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others to batch with.
+        devices: GPU indices, one worker (engine) each.
+        backend: ``amdinfer.load``'s backend.
+        precision: ``amdinfer.load``'s precision.
+        **load_options: other ``amdinfer.load`` options (``providers=``, ``shapes=``, ...).
+
+    Example:
+        >>> serve  # doctest: +ELLIPSIS
+        <function serve at ...>
+    """
+    from pathlib import Path
+
+    from ..pipeline import Pipeline
+
+    if isinstance(model, (Engine, Pipeline, list, tuple)):
+        target = model
+    else:
+        target = load_workers(model, devices=devices, backend=backend, precision=precision, **load_options)
+    if name is None:
+        name = Path(model).stem if isinstance(model, (str, Path)) else "model"
+    built = build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms)
+    Server(host=host, http_port=http_port, grpc_port=grpc_port).start([built])
