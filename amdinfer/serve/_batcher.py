@@ -69,7 +69,8 @@ class DynamicBatcher:
         workers: one :class:`BatchWorker` per device.
         max_batch_size: rows per engine call at most.
         max_delay_ms: how long the oldest request may wait for others (0: take what is queued now).
-        observer: optional callbacks ``batch(worker_name, rows, seconds)`` and ``queued(seconds)`` (metrics).
+        observer: optional callbacks ``batch(worker_name, rows, seconds)``, ``queued(seconds)`` and
+            ``depth(requests_waiting)`` (metrics).
 
     Example:
         >>> import asyncio, numpy as np
@@ -164,6 +165,8 @@ class DynamicBatcher:
         async with self._cond:
             self._pending.append(item)
             self._cond.notify_all()
+        if self._observer is not None:
+            self._observer.depth(len(self._pending))
         return await item.future
 
     def _ready(self) -> tuple[bool, float]:
@@ -212,6 +215,8 @@ class DynamicBatcher:
                     except asyncio.TimeoutError:
                         pass
                 batch = self._take()
+            if self._observer is not None:
+                self._observer.depth(len(self._pending))
             now = time.perf_counter()
             live = [item for item in batch if not item.future.done()]  # a cancelled client's request is dropped
             if not live:

@@ -18,7 +18,7 @@ def _collectors() -> dict[str, Any]:
     """The collectors, created once per process (a name can be registered only once)."""
     with _LOCK:
         if not _SHARED:
-            from prometheus_client import Counter, Histogram
+            from prometheus_client import Counter, Gauge, Histogram
 
             _SHARED.update(
                 requests=Counter(
@@ -30,6 +30,7 @@ def _collectors() -> dict[str, Any]:
                     ["model"],
                     buckets=_LATENCY_BUCKETS,
                 ),
+                depth=Gauge("amdinfer_queue_depth", "Requests waiting in the batcher now", ["model"]),
                 queue=Histogram(
                     "amdinfer_queue_seconds",
                     "Time a request waited in the batcher before its batch started",
@@ -57,7 +58,7 @@ class ServingMetrics:
 
     Exposed at ``/metrics`` by the server (Prometheus text format) next to KServe's own:
     ``amdinfer_requests_total{model,outcome}``, ``amdinfer_request_latency_seconds{model}``,
-    ``amdinfer_queue_seconds{model}``, ``amdinfer_batch_size{model,worker}`` and
+    ``amdinfer_queue_seconds{model}``, ``amdinfer_queue_depth{model}``, ``amdinfer_batch_size{model,worker}`` and
     ``amdinfer_inference_seconds{model,worker}``.
 
     Example:
@@ -81,6 +82,10 @@ class ServingMetrics:
     def queued(self, seconds: float) -> None:
         """Observe one request's time in the queue."""
         self._c["queue"].labels(model=self.model).observe(seconds)
+
+    def depth(self, requests: int) -> None:
+        """Set how many requests wait in the batcher now."""
+        self._c["depth"].labels(model=self.model).set(requests)
 
     def batch(self, worker: str, rows: int, seconds: float) -> None:
         """Observe one engine call: its rows and its time."""
