@@ -29,9 +29,22 @@ def tests(session: nox.Session) -> None:
     env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
     session.run("python", "-m", "amdinfer", "doctor")
     session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
-    session.run("pytest", "-m", "not amd_wheel", *session.posargs, env=env)
+    # tests/serving and the doctests of amdinfer.serve/amdinfer.ray need KServe and Ray: the `serve` session.
+    session.run("pytest", "-m", "not amd_wheel", "--ignore=tests/serving", *session.posargs, env=env)
     # Every public docstring carries an example; they must run.
-    session.run("pytest", "-q", "--doctest-modules", "amdinfer", "-p", "no:cacheprovider")
+    session.run(
+        "pytest", "-q", "--doctest-modules", "amdinfer", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+
+
+@nox.session(tags=["tests"])
+def serve(session: nox.Session) -> None:
+    """`amdinfer serve` and amdinfer.ray against real clients: KServe, tritonclient, Ray (own venv; CPU, loopback)."""
+    session.install("-e", ".[cpu,serve,ray]", "pytest>=7.4", "tritonclient[http,grpc]==2.73.0")
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
+    session.run("pytest", "tests/serving", *session.posargs, env=env)
+    session.run("pytest", "-q", "--doctest-modules", "amdinfer/serve", "amdinfer/ray", "-p", "no:cacheprovider")
 
 
 @nox.session(tags=["tests"])

@@ -27,6 +27,14 @@ class OipDeployment:
         max_batch_size: rows per engine call at most.
         max_delay_ms: how long a request waits for others.
         **load_options: :func:`amdinfer.load` options.
+
+    Example:
+        >>> import asyncio, json
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> replica = OipDeployment("tiny", tiny_cnn().SerializeToString(), providers=["CPUExecutionProvider"])
+        >>> status, _, body = asyncio.run(replica.handle("GET", "/v2/models/tiny", {}, None))
+        >>> status, json.loads(body)["inputs"][0]["shape"]
+        (200, [-1, 3, 32, 32])
     """
 
     def __init__(

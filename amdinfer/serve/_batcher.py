@@ -24,6 +24,11 @@ class BatchWorker(Protocol):
 
     ``run`` gets the feeds of several requests and returns one output dict per request; it runs on the
     worker's own thread, never on the event loop.
+
+    Example:
+        >>> from amdinfer.serve import EngineWorker, PipelineWorker
+        >>> all(callable(getattr(w, m)) for w in (EngineWorker, PipelineWorker) for m in ("key", "rows", "run"))
+        True
     """
 
     name: str

@@ -148,7 +148,18 @@ def tensor_metadata(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
 
 
 class FastDataPlane(DataPlane):
-    """KServe's data plane with binary REST tensors decoded by :func:`decode_rest` (``np.frombuffer``)."""
+    """KServe's data plane with binary REST tensors decoded by :func:`decode_rest` (``np.frombuffer``).
+
+    Example:
+        >>> from kserve.model_repository import ModelRepository
+        >>> x = np.zeros((1, 640, 640, 3), np.uint8)
+        >>> head = orjson.dumps({"inputs": [{"name": "images", "shape": list(x.shape), "datatype": "UINT8",
+        ...                                 "parameters": {"binary_data_size": x.nbytes}}]})
+        >>> plane = FastDataPlane(model_registry=ModelRepository())
+        >>> req = plane.decode_inference_request(head + x.tobytes(), {INFERENCE_HEADER: str(len(head))}, "m")
+        >>> to_numpy(req.inputs[0]).shape
+        (1, 640, 640, 3)
+    """
 
     def decode_inference_request(self, body: Any, headers: Mapping[str, str], model_name: str) -> InferRequest:
         if isinstance(body, (bytes, bytearray)):
@@ -167,6 +178,14 @@ class AmdinferModel(Model):
         outputs: output specs for metadata.
         check: a request check (``worker.check``) raising :class:`~amdinfer.InputError`.
         metrics: where requests are counted.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.serve import build_model
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> model = build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))
+        >>> isinstance(model, AmdinferModel), model.get_output_types()[0]["shape"]
+        (True, [-1, 10])
     """
 
     def __init__(
