@@ -1,12 +1,16 @@
-"""Sessions: `nox -s demo`, `nox -t tests` (the test suite plus the AMD-wheel checks), `nox -s lint`.
+"""Sessions: `nox -s demo`, `nox -t tests` (the test suite, the serving tests, the AMD-wheel checks), `nox -s lint`.
 
 Each ONNX Runtime distribution gets its own virtualenv: they all install a module named
 `onnxruntime` and overwrite each other's files.
+
+The test environment is pinned: `tests/constraints.txt` holds the exact versions the `tests`, `amd_wheels`,
+`demo` and `examples` sessions install, so a new release of a dependency cannot turn CI red by surprise.
+`nox -s tests_latest` runs the same suite with the newest releases (no constraints) to notice them early;
+refresh the constraints on purpose (how: the file's header).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nox
@@ -17,51 +21,77 @@ nox.options.error_on_missing_interpreters = False
 ROOT = Path(__file__).parent
 # Outputs of the CPU build, compared by the AMD-wheel sessions ("results identical to the CPU-only build").
 CPU_OUTPUTS = ROOT / ".nox" / "_cpu_outputs.npz"
+CONSTRAINTS = ROOT / "tests" / "constraints.txt"
+#: Trained PP-OCR models for the quantization accuracy tests: only the wheel's .onnx files are used, and its
+#: dependencies would pull opencv-python over opencv-python-headless.
+RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
+
+
+def _sandbox_env(session: nox.Session) -> dict[str, str]:
+    """User-level defaults pointed into the session's temporary folder (tests/conftest.py does the same)."""
+    tmp = Path(session.create_tmp())
+    return {"AMDINFER_CACHE_DIR": str(tmp / "amdinfer-cache"), "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp / "mpl")}
+
+
+def _run_suite(session: nox.Session, *, pinned: bool) -> None:
+    pins = ["-c", str(CONSTRAINTS)] if pinned else []
+    session.install(*pins, "-e", ".[cpu,test]")
+    session.install(*pins, "--no-deps", RAPIDOCR)
+    env = {**_sandbox_env(session), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
+    session.run("python", "-m", "amdinfer", "doctor", env=env)
+    session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
+    # One invocation: the tests and every public docstring's example, so one failure never hides another.
+    # tests/serving, amdinfer.serve and amdinfer.ray need KServe and Ray: the `serve` session runs them.
+    args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
+    args += ["--ignore=tests/serving", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray"]
+    session.run("pytest", *args, *(session.posargs or ["tests", "amdinfer"]), env=env)
 
 
 @nox.session(tags=["tests"])
 def tests(session: nox.Session) -> None:
-    """The whole test suite on the CPU build of ONNX Runtime (what CI runs)."""
-    session.install("-e", ".[cpu,test]")
-    # Trained PP-OCR models for the quantization accuracy tests: only the wheel's .onnx files are used,
-    # and its dependencies would pull opencv-python over opencv-python-headless.
-    session.install("--no-deps", "rapidocr-onnxruntime==1.4.4")
-    env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
-    session.run("python", "-m", "amdinfer", "doctor")
-    session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
-    # tests/serving and the doctests of amdinfer.serve/amdinfer.ray need KServe and Ray: the `serve` session.
-    session.run("pytest", "-m", "not amd_wheel", "--ignore=tests/serving", *session.posargs, env=env)
-    # Every public docstring carries an example; they must run.
-    session.run(
-        "pytest", "-q", "--doctest-modules", "amdinfer", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray",
-        "-p", "no:cacheprovider",
-    )  # fmt: skip
+    """The whole test suite and the docstring examples on the CPU build of ONNX Runtime, pinned (what CI runs)."""
+    _run_suite(session, pinned=True)
+
+
+@nox.session
+def tests_latest(session: nox.Session) -> None:
+    """The same suite with the newest releases of every dependency (not pinned; not part of CI)."""
+    _run_suite(session, pinned=False)
 
 
 @nox.session(tags=["tests"])
 def serve(session: nox.Session) -> None:
-    """`amdinfer serve` and amdinfer.ray against real clients: KServe, tritonclient, Ray (own venv; CPU, loopback)."""
-    session.install("-e", ".[cpu,serve,ray]", "pytest>=7.4", "tritonclient[http,grpc]==2.73.0")
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
-    session.run("pytest", "tests/serving", *session.posargs, env=env)
-    session.run("pytest", "-q", "--doctest-modules", "amdinfer/serve", "amdinfer/ray", "-p", "no:cacheprovider")
+    """`amdinfer serve` and amdinfer.ray against real clients: KServe, tritonclient, Ray (own venv; CPU, loopback).
+
+    Pinned by tests/constraints-serve.txt: KServe needs protobuf < 7, which the main pins cannot share.
+    """
+    pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
+    session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "tritonclient[http,grpc]")
+    env = {**_sandbox_env(session), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
+    args = ["--doctest-modules", "-p", "no:cacheprovider"]
+    session.run("pytest", *args, *(session.posargs or ["tests/serving", "amdinfer/serve", "amdinfer/ray"]), env=env)
 
 
 @nox.session(tags=["tests"])
 @nox.parametrize("wheel", ["migraphx", "rocm"])
 def amd_wheels(session: nox.Session, wheel: str) -> None:
     """onnxruntime-migraphx / onnxruntime-rocm on a machine without ROCm: clear errors, no silent fallback."""
-    session.install("-e", f".[{wheel},test]")
-    env = {"AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS), "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}"}
-    session.run("python", "-m", "amdinfer", "doctor")
-    session.run("pytest", "-m", "amd_wheel", "tests/test_amd_wheels.py", *session.posargs, env=env)
+    session.install("-c", str(CONSTRAINTS), "-e", f".[{wheel},test]")
+    env = {
+        **_sandbox_env(session),
+        "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS),
+        "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}",
+    }
+    session.run("python", "-m", "amdinfer", "doctor", env=env)
+    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/test_amd_wheels.py"]
+    session.run("pytest", *args, *session.posargs, env=env)
 
 
 @nox.session
 def demo(session: nox.Session) -> None:
     """Build ResNet-50 offline, run it through amdinfer.load on the default backend, print top-5."""
-    session.install("-e", ".[cpu]")
-    session.run("python", "examples/demo.py", *session.posargs)
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]")
+    session.run("python", "examples/demo.py", *session.posargs, env=_sandbox_env(session))
 
 
 @nox.session
@@ -76,6 +106,10 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def examples(session: nox.Session) -> None:
     """Run every example script offline."""
-    session.install("-e", ".[cpu,test]")
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    env = _sandbox_env(session)
+    out = Path(session.create_tmp()) / "examples-out"
     for script in sorted((ROOT / "examples").glob("*.py")):
-        session.run("python", str(script), env={"MPLBACKEND": "Agg", **dict(os.environ)})
+        # Scripts that write pictures take --out; they write into the session's temporary folder.
+        extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
+        session.run("python", str(script), *extra, env=env)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ def load(
     providers: Sequence[str] | None = None,
     device: int = 0,
     precision: str = "fp32",
+    base_dir: str | os.PathLike | None = None,
     **options: Any,
 ) -> Engine:
     """Load a model on the best working backend, or on the one you name.
@@ -48,6 +50,8 @@ def load(
         device: GPU index.
         precision: ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int8"`` (needs a quantizer with
             calibration data) or ``"fp64"`` (reference engine).
+        base_dir: the folder an in-memory model's (bytes, ``ModelProto``) external data is read from; see
+            :meth:`ModelSource.from_any <amdinfer.model.ModelSource.from_any>`. Not needed for a path.
         **options: backend options, e.g. ``shapes=``, ``batch_buckets=``, ``cache_dir=``,
             ``quantizer=``, ``threads=``, ``target=`` (MIGraphX). An option no backend takes is an
             :class:`~amdinfer.errors.OptionError` (also a ``TypeError``).
@@ -68,9 +72,11 @@ def load(
         ('ort', ['CPUExecutionProvider'])
     """
     if isinstance(backend, Engine):
-        if options or providers is not None:
+        if options or providers is not None or base_dir is not None:
             raise OptionError("backend: an Engine instance was given, so providers/options cannot apply to it")
         return backend
+    if base_dir is not None:
+        model = ModelSource.from_any(model, base_dir=base_dir)
     if not isinstance(backend, str):
         raise OptionError(f"backend: got {type(backend).__name__}, expected a backend name or an Engine instance")
     common = dict(device=device, precision=precision, **options)

@@ -34,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
+from ._files import check_path, file_kind, read_regular
 from .errors import CacheError
 
 __all__ = [
@@ -65,6 +67,14 @@ CACHE_ENV = "AMDINFER_CACHE_DIR"
 _FORMAT = 1
 _MANIFEST = "manifest.json"
 _KEY_RE = re.compile(r"^[0-9a-f]{32}$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# What amdinfer writes inside an entry folder: the manifest, content-named artefacts, temporary files.
+_ENTRY_FILE_RE = re.compile(r"^(manifest\.json|[0-9a-f]{16}(\.[A-Za-z0-9]{1,16})?|\.tmp-.+)$")
+_TRASH_RE = re.compile(r"^\.trash-[0-9a-f]{32}-[0-9a-f]{8}$")
+_LOCK_RE = re.compile(r"^[0-9a-f]{32}\.lock$")
+_BUILDING_RE = re.compile(r"^[0-9a-f]{32}-\d+-[0-9a-f]{8}")
+_TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+_MAX_MANIFEST_BYTES = 1 << 20
 #: Artefacts a newer manifest no longer names are kept this long for readers of the old manifest.
 _STALE_GRACE_S = 60.0
 
@@ -77,10 +87,10 @@ def default_cache_dir() -> Path:
 
     Example:
         >>> import os
-        >>> os.environ["AMDINFER_CACHE_DIR"] = "/tmp/amdinfer-doc-cache"
-        >>> str(default_cache_dir())
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"AMDINFER_CACHE_DIR": "/tmp/amdinfer-doc-cache"}):
+        ...     str(default_cache_dir())
         '/tmp/amdinfer-doc-cache'
-        >>> del os.environ["AMDINFER_CACHE_DIR"]
     """
     env = os.environ.get(CACHE_ENV)
     if env:
@@ -99,11 +109,16 @@ def default_cache_dir() -> Path:
 def resolve_cache_dir(cache_dir: PathLike | None = None) -> Path:
     """``cache_dir`` if given, else :func:`default_cache_dir`.
 
+    Raises:
+        OptionError: ``cache_dir`` is not a path (``5``, a path with a NUL byte).
+
     Example:
         >>> str(resolve_cache_dir("/tmp/x"))
         '/tmp/x'
     """
-    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if cache_dir is None:
+        return default_cache_dir()
+    return check_path(cache_dir, "cache_dir").expanduser()
 
 
 def _jsonable(value: Any) -> Any:
@@ -135,6 +150,34 @@ def _sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):  # pragma: no cover
             h.update(block)
         return h.hexdigest()  # pragma: no cover
+
+
+def _untrusted_file(st: os.stat_result, what: str) -> str | None:
+    """Why a cache file must not be trusted, or ``None``: regular files (no symlinks) that only this user
+    (or root) could have written."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        return f"{what} is {kind}, expected a regular file"
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None and st.st_uid not in (uid, 0):
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); another user could have written it"
+    if st.st_mode & stat.S_IWOTH:
+        return f"{what} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}); anyone could have written it"
+    return None
+
+
+def _is_own_entry(folder: Path) -> bool:
+    """Whether ``folder`` (named like a key) holds only what amdinfer writes into an entry."""
+    try:
+        names = [p for p in folder.iterdir()]
+    except OSError:
+        return False
+    if not names:
+        return False
+    for p in names:
+        if not _ENTRY_FILE_RE.match(p.name) or p.is_symlink() or not p.is_file():
+            return False
+    return any(p.name == _MANIFEST for p in names) or all(p.name.startswith(".tmp-") for p in names)
 
 
 @dataclass(frozen=True)
@@ -224,30 +267,52 @@ class CompiledModelCache:
 
     # ------------------------------------------------------------------ reading
     def _read_manifest(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(manifest, problem); (None, None) when there is no entry."""
+        """(manifest, problem); (None, None) when there is no entry. Every field's type is checked."""
         manifest_path = self._entry_dir(key) / _MANIFEST
         try:
-            text = manifest_path.read_text(encoding="utf-8")
+            st = manifest_path.lstat()
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return None, f"manifest unreadable ({exc.strerror})"
+        problem = _untrusted_file(st, "manifest")
+        if problem is not None:
+            return None, problem
         try:
-            manifest = json.loads(text)
-        except ValueError:
+            raw = read_regular(manifest_path, "manifest", error=CacheError, max_bytes=_MAX_MANIFEST_BYTES)
+        except CacheError as exc:
+            return None, str(exc)
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             return None, "manifest is not valid JSON (truncated or garbage)"
         if not isinstance(manifest, dict):
             return None, f"manifest holds a {type(manifest).__name__}, expected an object"
         missing = [k for k in ("format", "key", "artefact", "size", "sha256", "parts") if k not in manifest]
         if missing:
             return None, f"manifest lacks {missing}"
-        if manifest["format"] != _FORMAT:
+        if manifest["format"] != _FORMAT or isinstance(manifest["format"], bool):
             return None, f"manifest format {manifest['format']!r}, expected {_FORMAT}"
         if manifest["key"] != key:
             return None, f"manifest is for key {manifest['key']!r}, not {key!r}"
         name = manifest["artefact"]
         if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
             return None, f"manifest names artefact {name!r}, expected a plain file name"
+        sha = manifest["sha256"]
+        if not isinstance(sha, str) or not _SHA_RE.match(sha):
+            return None, f"manifest sha256 is {sha!r}, expected 64 lowercase hex digits"
+        if not name.startswith(sha[:16]) or not _ENTRY_FILE_RE.match(name) or name == _MANIFEST:
+            return None, f"manifest names artefact {name!r}, expected the content-derived name {sha[:16]}<suffix>"
+        size = manifest["size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return None, f"manifest size is {size!r}, expected an int >= 0"
+        if not isinstance(manifest["parts"], dict):
+            return None, f"manifest parts is a {type(manifest['parts']).__name__}, expected an object"
+        created = manifest.get("created", 0.0)
+        if not isinstance(created, (int, float)) or isinstance(created, bool) or created != created:
+            return None, f"manifest created is {created!r}, expected a UNIX time (number)"
+        if not isinstance(manifest.get("meta", {}), dict):
+            return None, f"manifest meta is a {type(manifest['meta']).__name__}, expected an object"
         return manifest, None
 
     def get(
@@ -271,6 +336,18 @@ class CompiledModelCache:
             >>> cache.get(cache.key(x=1)) is None
             True
         """
+        self._entry_dir(key)  # a malformed key is the caller's error (CacheError), not a damaged entry
+        try:
+            return self._get(key, validate, parts)
+        except CacheError:
+            raise
+        except OSError as exc:  # e.g. a folder this user cannot read: never fatal, the caller builds
+            log.warning(
+                "amdinfer cache %s: entry %s cannot be read (%s); running uncached", self.root, key, exc.strerror or exc
+            )
+            return None
+
+    def _get(self, key: str, validate: Callable[[Path], bool] | None, parts: Mapping[str, Any] | None) -> Path | None:
         entry = self._entry_dir(key)
         manifest, problem = self._read_manifest(key)
         if manifest is None:
@@ -282,16 +359,28 @@ class CompiledModelCache:
             return None
         artefact = entry / manifest["artefact"]
         try:
-            size = artefact.stat().st_size
+            st = artefact.lstat()
         except FileNotFoundError:
             self._invalidate(key, f"artefact {artefact.name} is missing")
             return None
+        except OSError as exc:
+            self._invalidate(key, f"artefact {artefact.name} cannot be read ({exc.strerror})")
+            return None
+        bad = _untrusted_file(st, f"artefact {artefact.name}")
+        if bad is not None:
+            self._invalidate(key, bad)
+            return None
+        size = st.st_size
         if size != manifest["size"]:
             self._invalidate(
                 key, f"artefact {artefact.name} has {size} bytes, the manifest says {manifest['size']} (truncated?)"
             )
             return None
-        digest = _sha256_file(artefact)
+        try:
+            digest = _sha256_file(artefact)
+        except OSError as exc:
+            self._invalidate(key, f"artefact {artefact.name} cannot be read ({exc.strerror})")
+            return None
         if digest != manifest["sha256"]:
             self._invalidate(
                 key,
@@ -352,7 +441,8 @@ class CompiledModelCache:
         """
         entry = self._entry_dir(key)
         try:
-            entry.mkdir(parents=True, exist_ok=True)
+            self._make_root()
+            entry.mkdir(exist_ok=True)
             self._tag_root()
         except OSError as exc:
             raise CacheError(f"cache folder {self.root}: cannot create entry ({exc.strerror or exc})") from exc
@@ -368,6 +458,8 @@ class CompiledModelCache:
                     shutil.copyfile(src, tmp)
             if not tmp.is_file():
                 raise CacheError(f"cache entry {key}: the producer wrote no file at {tmp}")
+            # Only this user may change an entry in place (readers refuse files owned by someone else).
+            os.chmod(tmp, 0o644)
             size = tmp.stat().st_size
             digest = _sha256_file(tmp)
             final = entry / f"{digest[:16]}{suffix}"
@@ -402,6 +494,7 @@ class CompiledModelCache:
                 json.dump(data, f, indent=1, sort_keys=True, default=_jsonable)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(OSError):
@@ -418,6 +511,14 @@ class CompiledModelCache:
             with contextlib.suppress(OSError):
                 if now - p.stat().st_mtime > grace:
                     p.unlink()
+
+    def _make_root(self) -> None:
+        """Create the cache folder private to this user (``0700``) when it does not exist yet."""
+        if not self.root.is_dir():
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                self.root.mkdir(mode=0o700)
+        self._tag_root()
 
     def _tag_root(self) -> None:
         tag = self.root / "CACHEDIR.TAG"
@@ -443,7 +544,10 @@ class CompiledModelCache:
             False
         """
         entry = self._entry_dir(key)
-        if not entry.exists():
+        try:
+            if not os.path.lexists(entry):
+                return False
+        except OSError:  # pragma: no cover - lexists does not raise on Linux
             return False
         # Rename first so readers never see a half-deleted entry.
         trash = self.root / f".trash-{key}-{uuid.uuid4().hex[:8]}"
@@ -477,7 +581,8 @@ class CompiledModelCache:
             return
         locks = self.root / ".locks"
         try:
-            locks.mkdir(parents=True, exist_ok=True)
+            self._make_root()
+            locks.mkdir(exist_ok=True)
             fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             log.warning("amdinfer cache %s: cannot create a lock file (%s); building unlocked", self.root, exc)
@@ -545,15 +650,23 @@ class CompiledModelCache:
             if hit is not None:
                 return hit[0], True
             tmp_dir = self.root / ".building"
+            scratch: tempfile.TemporaryDirectory[str] | None = None
             try:
-                tmp_dir.mkdir(parents=True, exist_ok=True)
+                self._make_root()
+                tmp_dir.mkdir(exist_ok=True)
                 tmp = tmp_dir / f"{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
+                # Probe: an existing folder may still be read-only (the runtime's own error would be opaque).
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                tmp.unlink()
             except OSError as exc:
-                log.warning("amdinfer cache %s: not writable (%s); building without caching", self.root, exc)
-                tmp = Path(tempfile.mkdtemp(prefix="amdinfer-build-")) / f"artefact{suffix}"
+                log.warning("amdinfer cache %s: not writable (%s); running uncached", self.root, exc.strerror or exc)
+                scratch = tempfile.TemporaryDirectory(prefix="amdinfer-build-")
+                tmp = Path(scratch.name) / f"artefact{suffix}"
             try:
                 obj = build(tmp)
-                if tmp.is_file():
+                if scratch is not None:
+                    pass  # nothing can be stored
+                elif tmp.is_file():
                     extra = meta() if callable(meta) else meta
                     try:
                         self.put(key, tmp, extra, parts=parts, suffix=suffix)
@@ -566,6 +679,8 @@ class CompiledModelCache:
             finally:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
+                if scratch is not None:
+                    scratch.cleanup()
         return obj, False
 
     def _try_load(self, key: str, parts: Mapping[str, Any], load: Callable[[Path], T]) -> tuple[T] | None:
@@ -587,34 +702,69 @@ class CompiledModelCache:
             >>> CompiledModelCache(tempfile.mkdtemp()).entries()
             []
         """
-        if not self.root.is_dir():
+        if not self._usable_root():
             return []
         out = []
         for entry in self.root.iterdir():
-            if not entry.is_dir() or not _KEY_RE.match(entry.name):
+            if entry.is_symlink() or not entry.is_dir() or not _KEY_RE.match(entry.name):
                 continue
-            size = sum(p.stat().st_size for p in entry.iterdir() if p.is_file())
+            size = 0
+            for p in entry.iterdir():
+                with contextlib.suppress(OSError):
+                    st = p.lstat()
+                    size += st.st_size if stat.S_ISREG(st.st_mode) else 0
             manifest, problem = self._read_manifest(entry.name)
             if manifest is None:
                 out.append(CacheEntry(entry.name, None, size, entry.stat().st_mtime, problem=problem or "no manifest"))
                 continue
             artefact = entry / manifest["artefact"]
-            if not artefact.is_file():
+            try:
+                st = artefact.lstat()
+                problem = _untrusted_file(st, "artefact")
+                if problem is None and st.st_size != manifest["size"]:
+                    problem = "artefact size differs from the manifest (truncated?)"
+            except OSError:
                 problem = "artefact missing"
-            elif artefact.stat().st_size != manifest["size"]:
-                problem = "artefact size differs from the manifest (truncated?)"
             out.append(
                 CacheEntry(
                     entry.name,
                     artefact,
                     size,
                     float(manifest.get("created", 0.0)),
-                    dict(manifest.get("parts") or {}),
+                    dict(manifest["parts"]),
                     dict(manifest.get("meta") or {}),
                     problem,
                 )
             )
         return sorted(out, key=lambda e: e.created)
+
+    def _usable_root(self) -> bool:
+        """``False`` when there is no cache folder yet; :class:`CacheError` when the path is not a cache folder."""
+        try:
+            st = self.root.stat()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise CacheError(f"cache folder '{self.root}': cannot be read ({exc.strerror or exc})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise CacheError(f"cache folder '{self.root}': is {file_kind(st.st_mode)}, expected a directory")
+        try:
+            children = [p.name for p in self.root.iterdir()]
+        except OSError as exc:
+            raise CacheError(f"cache folder '{self.root}': cannot be listed ({exc.strerror or exc})") from None
+        if children and not self._has_tag():
+            raise CacheError(
+                f"cache folder '{self.root}': holds {len(children)} files or folders but no amdinfer CACHEDIR.TAG; "
+                "expected a folder amdinfer created for its cache (nothing was read or removed)"
+            )
+        return True
+
+    def _has_tag(self) -> bool:
+        tag = self.root / "CACHEDIR.TAG"
+        try:
+            return tag.is_file() and not tag.is_symlink() and tag.read_text(errors="replace").startswith(_TAG_SIGNATURE)
+        except OSError:
+            return False
 
     def size_bytes(self) -> int:
         """Bytes used by the cache's entries and the folders the runtimes manage inside it.
@@ -636,9 +786,14 @@ class CompiledModelCache:
     def clear(self) -> int:
         """Remove every entry (and amdinfer's own scratch folders); returns the number of entries removed.
 
-        Only what amdinfer wrote is removed: entry folders (32 hex digits), ``.locks``, ``.building``,
-        ``.trash-*`` and the runtime-managed folders ``ort-migraphx-ep``; other files in a folder you
-        pointed the cache at are left alone.
+        Only what amdinfer wrote is removed: entry folders (32 hex digits holding nothing but a manifest and
+        content-named artefacts), amdinfer's files in ``.locks`` and ``.building``, ``.trash-*`` and the
+        runtime-managed folder ``ort-migraphx-ep``; other files, and folders that merely look like entries,
+        are left alone.
+
+        Raises:
+            CacheError: the cache path is a file, or a non-empty folder without amdinfer's ``CACHEDIR.TAG``
+                (nothing is removed).
 
         Example:
             >>> import tempfile
@@ -647,13 +802,28 @@ class CompiledModelCache:
             >>> cache.clear(), cache.entries()
             (1, [])
         """
-        if not self.root.is_dir():
+        if not self._usable_root():
             return 0
         n = 0
         for p in self.root.iterdir():
+            if p.is_symlink():
+                continue
             if p.is_dir() and _KEY_RE.match(p.name):
-                n += self.remove(p.name)
-            elif p.name in (".locks", ".building", RUNTIME_DIRS["ort-migraphx-ep"]) or p.name.startswith(".trash-"):
+                if _is_own_entry(p):
+                    n += self.remove(p.name)
+                else:
+                    log.warning("amdinfer cache %s: %s is not an entry amdinfer wrote; left alone", self.root, p.name)
+            elif p.is_dir() and _TRASH_RE.match(p.name):
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.is_dir() and p.name in (".locks", ".building"):
+                pattern = _LOCK_RE if p.name == ".locks" else _BUILDING_RE
+                for f in p.iterdir():
+                    if pattern.match(f.name) and not f.is_symlink() and f.is_file():
+                        with contextlib.suppress(OSError):
+                            f.unlink()
+                with contextlib.suppress(OSError):
+                    p.rmdir()  # only when empty
+            elif p.is_dir() and p.name == RUNTIME_DIRS["ort-migraphx-ep"]:
                 shutil.rmtree(p, ignore_errors=True)
         return n
 
@@ -669,7 +839,8 @@ class CompiledModelCache:
             raise CacheError(f"runtime_dir: got {name!r}, expected one of {sorted(RUNTIME_DIRS)}")
         path = self.root / RUNTIME_DIRS[name]
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            self._make_root()
+            path.mkdir(exist_ok=True)
             self._tag_root()
         except OSError as exc:
             raise CacheError(f"cache folder {self.root}: cannot create {path.name} ({exc.strerror or exc})") from exc
@@ -683,12 +854,17 @@ RUNTIME_DIRS = {"ort-migraphx-ep": "ort-migraphx-ep"}
 def list_entries(cache_dir: PathLike | None = None) -> list[CacheEntry]:
     """Entries of the cache at ``cache_dir`` (default: :func:`default_cache_dir`); for ``amdinfer cache list``.
 
+    Raises:
+        CacheError: an explicitly given ``cache_dir`` does not exist, is a file, or is not an amdinfer cache.
+
     Example:
         >>> import tempfile
         >>> list_entries(tempfile.mkdtemp())
         []
     """
-    return CompiledModelCache(cache_dir).entries()
+    cache = CompiledModelCache(cache_dir)
+    _check_explicit(cache, cache_dir)
+    return cache.entries()
 
 
 def clear(cache_dir: PathLike | None = None) -> int:
@@ -697,12 +873,23 @@ def clear(cache_dir: PathLike | None = None) -> int:
     Returns:
         The number of entries removed.
 
+    Raises:
+        CacheError: an explicitly given ``cache_dir`` does not exist, is a file, or is not an amdinfer cache.
+
     Example:
         >>> import tempfile
         >>> clear(tempfile.mkdtemp())
         0
     """
-    return CompiledModelCache(cache_dir).clear()
+    cache = CompiledModelCache(cache_dir)
+    _check_explicit(cache, cache_dir)
+    return cache.clear()
+
+
+def _check_explicit(cache: CompiledModelCache, cache_dir: PathLike | None) -> None:
+    """A folder the user named must exist (the default one may not exist yet)."""
+    if cache_dir is not None and not os.path.lexists(cache.root):
+        raise CacheError(f"cache folder '{cache.root}': does not exist; expected an existing amdinfer cache folder")
 
 
 # ---------------------------------------------------------------------- key parts describing the machine

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -32,12 +32,11 @@ def _load_engine(args: argparse.Namespace) -> Any:
 
 
 def _feeds(engine: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    from amdinfer._files import check_allocation, read_npz
     from amdinfer.errors import InputError
 
     if args.inputs:
-        with np.load(args.inputs) as data:
-            feeds = {k: data[k] for k in data.files}
-        return feeds
+        return read_npz(args.inputs, "--inputs")
     rng = np.random.default_rng(args.seed)
     feeds = {}
     for spec in engine.inputs:
@@ -51,6 +50,7 @@ def _feeds(engine: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
                 raise InputError(
                     f"input {spec.name!r}: axis {i} is dynamic ({d!r}); give inputs with --inputs file.npz"
                 )
+        check_allocation(shape, spec.dtype, f"input {spec.name!r} (random, --batch {args.batch})")
         if spec.dtype.kind == "f":
             feeds[spec.name] = rng.random(shape, dtype=np.float32).astype(spec.dtype)
         elif spec.dtype.kind in "iu":
@@ -83,6 +83,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.save:
+        from amdinfer._files import check_path
+        from amdinfer.errors import OptionError
+
+        folder = check_path(args.save, "--save").expanduser().parent
+        if not folder.is_dir():
+            raise OptionError(f"--save: got {args.save!r}, but folder '{folder}' does not exist; expected a file path")
     engine = _load_engine(args)
     with engine:
         feeds = _feeds(engine, args)
@@ -158,16 +165,39 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
     p.add_argument("--providers", help="comma-separated ONNX Runtime providers, e.g. migraphx,cpu")
     p.add_argument("--target", help="MIGraphX target: gpu or ref")
-    p.add_argument("--device", type=int, default=0, help="GPU index")
+    p.add_argument("--device", type=_int_at_least(0), default=0, help="GPU index")
     p.add_argument("--precision", default="fp32", help="fp32, fp16, bf16")
     p.add_argument("--inputs", help=".npz file with one array per input name (default: random)")
-    p.add_argument("--batch", type=int, default=1, help="batch size for random inputs with a dynamic axis 0")
-    p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    p.add_argument(
+        "--batch", type=_int_at_least(1), default=1, help="batch size for random inputs with a dynamic axis 0"
+    )
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed for random inputs")
+
+
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected an int >= {low}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"got {value}, expected an int >= {low}")
+        return value
+
+    parse.__name__ = f"int >= {low}"
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, ``amdinfer <command>: UsageError: <message>``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: UsageError: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation tools)."""
-    parser = argparse.ArgumentParser(prog="amdinfer", description="Run ONNX models on AMD GPUs and prove the answers.")
+    parser = _Parser(prog="amdinfer", description="Run ONNX models on AMD GPUs and prove the answers.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
 
@@ -230,9 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.fn(args))
-    except AmdinferError as exc:
-        print(f"amdinfer {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except (AmdinferError, OSError, MemoryError) as exc:
+        # User errors (and the file system's) are one line, never a traceback; anything else is a bug.
+        text = " ".join(str(exc).split()) or "(no message)"
+        print(f"amdinfer {args.command}: {type(exc).__name__}: {text}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"amdinfer {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

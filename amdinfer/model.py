@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import ModelError
+from ._files import check_path, read_regular
+from .errors import ModelError, OptionError
 from .types import Dim, TensorSpec
 
 __all__ = ["ModelLike", "ModelSource", "min_ir_version", "onnx_dtype_to_numpy"]
@@ -108,6 +109,117 @@ def min_ir_version(model: onnx.ModelProto) -> int:
     return int(need)
 
 
+# A protobuf message is at most 2 GiB; bigger model files hold their weights as external data.
+_MAX_MODEL_BYTES = 2**31
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Every tensor (initializers, attributes, subgraphs, functions) whose data lives in an external file."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    tensors = list(_get_all_tensors(proto))
+    for func in proto.functions:
+        for node in func.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    tensors.append(attr.t)
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    tensors.extend(attr.tensors)
+    return [t for t in tensors if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _location(t: onnx.TensorProto) -> str | None:
+    return next((e.value for e in t.external_data if e.key == "location"), None)
+
+
+def _external_int(t: onnx.TensorProto, key: str, where: str) -> int | None:
+    value = next((e.value for e in t.external_data if e.key == key), None)
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ModelError(f"{where}: tensor {t.name!r} has external-data {key} {value!r}, expected an int >= 0")
+    return n
+
+
+def _load_external(proto: onnx.ModelProto, base: Path, where: str, tensors: list[onnx.TensorProto]) -> None:
+    """Read each external tensor's bytes from a regular file inside ``base``, sizes checked first."""
+    try:
+        root = base.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise ModelError(f"{where}: external-data folder '{base}' cannot be used ({exc})") from None
+    if not root.is_dir():
+        raise ModelError(f"{where}: external-data folder '{base}' is not a directory")
+    for t in tensors:
+        loc = _location(t)
+        if loc is None:
+            raise ModelError(f"{where}: tensor {t.name!r} is external but names no location")
+        if "\0" in loc or not loc:
+            raise ModelError(f"{where}: tensor {t.name!r} has external-data location {loc!r}, expected a file name")
+        if os.path.isabs(loc):
+            raise ModelError(
+                f"{where}: tensor {t.name!r} points at {loc!r}, an absolute path; expected a path inside '{base}'"
+            )
+        try:
+            file = (root / loc).resolve()
+        except (OSError, RuntimeError) as exc:
+            raise ModelError(f"{where}: tensor {t.name!r}: location {loc!r} cannot be resolved ({exc})") from None
+        if root not in file.parents:
+            raise ModelError(
+                f"{where}: tensor {t.name!r} points at {loc!r}, outside the model's folder '{base}' "
+                "(through '..' or a symbolic link)"
+            )
+        if not file.exists():
+            raise ModelError(
+                f"{where}: external data file {loc!r} for initializer {t.name!r} not found (expected at {file})"
+            )
+        offset = _external_int(t, "offset", where) or 0
+        length = _external_int(t, "length", where)
+        expected = _tensor_nbytes(t)
+        if length is None:
+            length = expected
+        elif expected is not None and length != expected:
+            raise ModelError(
+                f"{where}: tensor {t.name!r} declares external-data length {length}, but its shape "
+                f"{list(t.dims)} needs {expected} bytes"
+            )
+        raw = read_regular(
+            file,
+            f"{where}: external data {loc!r} of tensor {t.name!r} at",
+            error=ModelError,
+            offset=offset,
+            length=length,
+        )
+        if expected is not None and len(raw) != expected:
+            raise ModelError(
+                f"{where}: tensor {t.name!r}: external file {loc!r} holds {len(raw)} bytes from offset {offset}, "
+                f"expected {expected} for shape {list(t.dims)}"
+            )
+        t.raw_data = raw
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
+
+
+def _tensor_nbytes(t: onnx.TensorProto) -> int | None:
+    """Bytes the tensor's shape needs in raw form; ``None`` for strings (variable length)."""
+    if t.data_type == onnx.TensorProto.STRING:
+        return None
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    count = 1
+    for d in t.dims:
+        count *= int(d)
+    bits = {getattr(onnx.TensorProto, n, -1): 4 for n in ("INT4", "UINT4", "FLOAT4E2M1")}.get(t.data_type)
+    if bits is not None:
+        return (count * bits + 7) // 8
+    return count * itemsize
+
+
 class ModelSource:
     """A validated ONNX model with its content hash, specs and where it came from.
 
@@ -126,6 +238,12 @@ class ModelSource:
     """
 
     def __init__(self, proto: onnx.ModelProto, *, path: Path | None = None, name: str = "<ModelProto>"):
+        if path is None and _external_tensors(proto):
+            t = _external_tensors(proto)[0]
+            raise ModelError(
+                f"model {name}: tensor {t.name!r} keeps its data in external file {_location(t)!r}; build the "
+                "source with ModelSource.from_any(..., base_dir=) so the data is read from a known folder"
+            )
         self.proto = proto
         self.path = path
         self.name = name
@@ -133,6 +251,16 @@ class ModelSource:
         self._sha: str | None = None
         self.inputs: list[TensorSpec] = self._graph_inputs(proto)
         self.outputs: list[TensorSpec] = [_spec(v) for v in proto.graph.output]
+        for kind, names in (
+            ("input", [v.name for v in proto.graph.input]),
+            ("output", [v.name for v in proto.graph.output]),
+        ):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ModelError(
+                    f"model {name}: graph {kind} {dup[0]!r} is listed {names.count(dup[0])} times; "
+                    f"expected unique {kind} names"
+                )
 
     @staticmethod
     def _graph_inputs(proto: onnx.ModelProto) -> list[TensorSpec]:
@@ -140,16 +268,25 @@ class ModelSource:
         return [_spec(v) for v in proto.graph.input if v.name not in init]
 
     @classmethod
-    def from_any(cls, model: ModelLike, *, check: bool = True) -> ModelSource:
+    def from_any(
+        cls, model: ModelLike, *, check: bool = True, base_dir: str | os.PathLike | None = None
+    ) -> ModelSource:
         """Read and validate a model.
+
+        External data is read only from regular files inside the model's folder (for a path) or inside
+        ``base_dir`` (for bytes or a ``ModelProto``, which have no folder); nothing is ever resolved against the
+        working directory. See ``docs/security.md``.
 
         Args:
             model: a path, serialized bytes, an ``onnx.ModelProto`` or a ``ModelSource`` (returned as is).
             check: run ``onnx.checker`` (recommended; turn off only for models you trust and that are huge).
+            base_dir: the folder an in-memory model's external data lives in. Without it an in-memory model
+                that references external data is refused. For a path, the model's own folder is used.
 
         Raises:
-            ModelError: the file is missing, a directory, not an ONNX model, truncated, invalid, or its
-                external data is missing.
+            ModelError: the file is missing, not a regular file, not an ONNX model, truncated, invalid, or its
+                external data is missing, outside its folder, not a regular file or of the wrong size.
+            OptionError: ``base_dir`` is not a path (or is given with a path or a ``ModelSource``).
 
         Example:
             >>> ModelSource.from_any("/nonexistent.onnx")
@@ -157,21 +294,52 @@ class ModelSource:
             ...
             amdinfer.errors.ModelError: model '/nonexistent.onnx': file not found
         """
+        if base_dir is not None:
+            base_dir = check_path(base_dir, "base_dir")
+            if isinstance(model, (ModelSource, str, os.PathLike)):
+                raise OptionError(
+                    f"base_dir: given with a {type(model).__name__}; expected only with bytes or an onnx.ModelProto "
+                    "(a model file's external data is read from the file's own folder)"
+                )
         if isinstance(model, ModelSource):
             return model
         if isinstance(model, onnx.ModelProto):
-            src = cls(model, name=(model.graph.name and f"<ModelProto {model.graph.name}>") or "<ModelProto>")
+            name = (model.graph.name and f"<ModelProto {model.graph.name}>") or "<ModelProto>"
+            if base_dir is not None and _external_tensors(model):
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)  # never change the caller's proto
+                model = copy
+            src = cls._in_memory(model, name, base_dir, None)
         elif isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
             proto = cls._parse(data, "<bytes>")
-            src = cls(proto, name="<bytes>")
-            src._bytes = data
+            src = cls._in_memory(proto, "<bytes>", base_dir, data)
         elif isinstance(model, (str, os.PathLike)):
-            src = cls._from_path(Path(model))
+            src = cls._from_path(check_path(model, "model", error=ModelError))
         else:
             raise ModelError(f"model: got {type(model).__name__}, expected a path, bytes or onnx.ModelProto")
         if check:
             src.check()
+        return src
+
+    @classmethod
+    def _in_memory(
+        cls, proto: onnx.ModelProto, name: str, base_dir: str | os.PathLike | None, data: bytes | None
+    ) -> ModelSource:
+        external = _external_tensors(proto)
+        if external:
+            if base_dir is None:
+                t = external[0]
+                raise ModelError(
+                    f"model {name}: tensor {t.name!r} keeps its data in external file {_location(t)!r}, but an "
+                    "in-memory model has no folder to read it from; pass base_dir= (the folder holding the data) "
+                    "or load the model from its file. amdinfer never resolves external data against the "
+                    "working directory"
+                )
+            _load_external(proto, Path(base_dir), name, external)
+            data = None
+        src = cls(proto, name=name)
+        src._bytes = data
         return src
 
     @staticmethod
@@ -195,36 +363,14 @@ class ModelSource:
     @classmethod
     def _from_path(cls, path: Path) -> ModelSource:
         where = f"'{path}'"
-        if not path.exists():
-            raise ModelError(f"model {where}: file not found")
         if path.is_dir():
             raise ModelError(f"model {where}: is a directory, expected an .onnx file")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ModelError(f"model {where}: cannot read ({exc.strerror})") from None
+        # Regular files only: a FIFO would block, /dev/zero would be read until memory runs out.
+        data = read_regular(path, "model", error=ModelError, max_bytes=_MAX_MODEL_BYTES)
         proto = cls._parse(data, where)
-        external = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        external = _external_tensors(proto)
         if external:
-            base = path.parent
-            for t in external:
-                loc = next((e.value for e in t.external_data if e.key == "location"), None)
-                if loc is None:
-                    raise ModelError(f"model {where}: initializer {t.name!r} is external but names no location")
-                file = (base / loc).resolve()
-                if base.resolve() not in file.parents and file.parent != base.resolve():
-                    raise ModelError(
-                        f"model {where}: initializer {t.name!r} points at {loc!r}, outside the model's folder"
-                    )
-                if not file.is_file():
-                    raise ModelError(
-                        f"model {where}: external data file {loc!r} for initializer {t.name!r} not found "
-                        f"(expected at {file})"
-                    )
-            try:
-                onnx.load_external_data_for_model(proto, str(base))
-            except Exception as exc:
-                raise ModelError(f"model {where}: external data could not be read ({exc})") from None
+            _load_external(proto, path.parent, f"model {where}", external)
         src = cls(proto, path=path, name=path.name)
         if not external:
             src._bytes = data

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import read_regular
 from .errors import BackendUnavailableError, InputError, OptionError, StageError
 from .stages import Preprocessor, Sample, compose_affine
 
@@ -142,13 +143,10 @@ class LoadImage(Preprocessor):
             image = data
         else:
             if isinstance(data, (str, os.PathLike)):
-                what = os.fspath(data)
-                try:
-                    with open(what, "rb") as f:
-                        raw = f.read()
-                except OSError as exc:
-                    raise InputError(f"LoadImage: cannot read {what!r}: {exc.strerror or exc}") from exc
-                meta.setdefault("path", what)
+                # Regular files only: a FIFO would block the pipeline, /dev/zero would fill memory.
+                raw = read_regular(data, "LoadImage: cannot read image", error=InputError)
+                what = repr(os.fspath(data))
+                meta.setdefault("path", os.fspath(data))
             elif isinstance(data, (bytes, bytearray, memoryview)):
                 what = f"{len(data)} bytes"
                 raw = bytes(data)
@@ -171,6 +169,11 @@ class LoadImage(Preprocessor):
                     image = np.asarray(pil, dtype=np.uint8).copy()
             except (UnidentifiedImageError, OSError) as exc:
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc
+            except Image.DecompressionBombError as exc:
+                raise InputError(
+                    f"LoadImage: {what}: refused as a decompression bomb ({exc}); raise "
+                    "PIL.Image.MAX_IMAGE_PIXELS for images you trust"
+                ) from exc
             return image[..., ::-1].copy() if self.mode == "BGR" else image
         import cv2
 

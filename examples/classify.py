@@ -40,7 +40,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", action="append", help="image file(s) to use instead of the sample photos")
     parser.add_argument("--backend", default="auto", help="amdinfer.load backend: auto, ort, migraphx, reference")
-    parser.add_argument("--out", default="classified", help="folder for the annotated images")
+    parser.add_argument(
+        "--out", default="examples-out/classified", help="folder for the annotated images (default: git-ignored)"
+    )
     args = parser.parse_args()
 
     images = {Path(p).stem: p for p in args.image} if args.image else sample_images()

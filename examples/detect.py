@@ -46,7 +46,9 @@ def main() -> None:
     parser.add_argument("--image", action="append", help="image file(s) to use instead of the sample photos")
     parser.add_argument("--backend", default="auto", help="amdinfer.load backend: auto, ort, migraphx, reference")
     parser.add_argument("--size", type=int, default=640, help="model input size (a multiple of 32)")
-    parser.add_argument("--out", default="detections", help="folder for the annotated images")
+    parser.add_argument(
+        "--out", default="examples-out/detections", help="folder for the annotated images (default: git-ignored)"
+    )
     args = parser.parse_args()
 
     images = {Path(p).stem: p for p in args.image} if args.image else sample_images()

@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
 
 from amdinfer.testing import conformance
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _sandbox
+
+#: The user's amdinfer cache (path, contents) before the run; the run must leave it as it found it.
+_USER_CACHE: tuple[Path, frozenset | None] | None = None
+_SANDBOX: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Sandbox the run before anything is collected (doctests in the same invocation included)."""
+    global _USER_CACHE, _SANDBOX
+    if _SANDBOX is None:
+        user = _sandbox.user_cache_dir()
+        _USER_CACHE = (user, _sandbox.snapshot(user))
+        _SANDBOX = _sandbox.enter()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if it touched the user's amdinfer cache; remove the sandbox."""
+    if _USER_CACHE is not None:
+        user, before = _USER_CACHE
+        if _sandbox.snapshot(user) != before:
+            session.config.get_terminal_writer().line(
+                f"FAILED sandbox: the test run changed the user's amdinfer cache {user}", red=True
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _SANDBOX is not None and os.environ.get("AMDINFER_KEEP_TEST_SANDBOX") != "1":
+        shutil.rmtree(_SANDBOX, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -28,13 +58,6 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
     if why is not None:
         pytest.skip(why)
     return request.param
-
-
-def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """onnx's own ReferenceEvaluator: the independent truth for engine outputs."""
-    ev = ReferenceEvaluator(model)
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, ev.run(None, feeds)))
 
 
 @pytest.fixture

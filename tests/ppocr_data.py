@@ -3,7 +3,8 @@
 The models are the PP-OCRv4 text detector and the PP-OCR v2.0 text-direction classifier that
 ``rapidocr-onnxruntime`` ships inside its wheel (Paddle2ONNX exports: weights in ``Constant`` nodes,
 opset 11/12, ``-1``/``"?"`` dims); nothing is downloaded. Images are scikit-image's bundled photographs of
-printed text (``data.page()``, ``data.text()``) and text pages rendered with Pillow's bundled font.
+printed text (``data.page()``, ``data.text()``) and text pages and lines rendered once with Pillow's bundled
+font and shipped in ``tests/data/ppocr_synthetic.npz`` (the pixels depend on the Pillow/FreeType build).
 
 The detector's boxes come from a simplified DB post-processing (rapidocr's settings: probability > 0.3,
 mean box score >= 0.5), without polygon unclipping: enough to compare the quantized box set with the float
@@ -12,19 +13,16 @@ one, which is all these checks need.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 DET_MODEL = "ch_PP-OCRv4_det_infer.onnx"
 CLS_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-
-_WORDS = (
-    "the quick brown fox jumps over a lazy dog ONNX Runtime MIGraphX int8 fp16 invoice total amount due "
-    "2024 page chapter section figure table 42 3.14 quantization calibration accuracy report"
-).split()
+#: Text pages and lines rendered once with Pillow and shipped: rendering depends on the Pillow/FreeType build.
+SYNTHETIC = Path(__file__).parent / "data" / "ppocr_synthetic.npz"
 
 
 def missing_packages() -> list[str]:
@@ -33,7 +31,6 @@ def missing_packages() -> list[str]:
         "rapidocr_onnxruntime": "rapidocr-onnxruntime",
         "skimage": "scikit-image",
         "scipy": "scipy",
-        "PIL": "pillow",
     }
     return [dist for mod, dist in need.items() if importlib.util.find_spec(mod) is None]
 
@@ -71,30 +68,19 @@ def det_input(image: np.ndarray, side: int = 320) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
-def _font(size: int) -> Any:
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1: fixed-size bitmap font
-        return ImageFont.load_default()
+@functools.cache
+def _shipped() -> dict[str, np.ndarray]:
+    with np.load(SYNTHETIC) as data:
+        return {k: data[k] for k in data.files}
 
 
-def synthetic_page(seed: int, size: tuple[int, int] = (320, 320)) -> np.ndarray:
-    """An RGB page of a few dark text lines in random sizes on a light background."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    img = Image.new("RGB", size, tuple(int(v) for v in rng.integers(190, 256, 3)))
-    draw = ImageDraw.Draw(img)
-    y = int(rng.integers(4, 20))
-    while y < size[1] - 20:
-        fs = int(rng.integers(14, 30))
-        text = " ".join(rng.choice(_WORDS, int(rng.integers(1, 5))))
-        x = int(rng.integers(0, size[0] // 3))
-        draw.text((x, y), text, fill=tuple(int(v) for v in rng.integers(0, 80, 3)), font=_font(fs))
-        y += fs + int(rng.integers(6, 30))
-    return np.asarray(img)
+def synthetic_page(seed: int) -> np.ndarray:
+    """A shipped RGB page of a few dark text lines in random sizes on a light background (rendered once by
+    ``tests/data/make_ppocr_images.py``: calibration seeds 0-11 are 320x320, held-out seeds 1000-1011 384x320)."""
+    key = f"page_{seed}"
+    if key not in _shipped():
+        raise KeyError(f"{SYNTHETIC.name} has no page for seed {seed}; see tests/data/make_ppocr_images.py")
+    return _shipped()[key]
 
 
 def real_pages() -> list[np.ndarray]:
@@ -124,7 +110,7 @@ def det_calibration(n: int = 12) -> list[np.ndarray]:
 def det_held_out(n: int = 8) -> list[np.ndarray]:
     """Held-out detector inputs: the whole real pages at three scales and synthetic pages (seeds 1000+)."""
     feeds = [det_input(img, side) for img in real_pages() for side in (320, 480, 640)]
-    feeds += [det_input(synthetic_page(1000 + s, (384, 320)), 384) for s in range(n)]
+    feeds += [det_input(synthetic_page(1000 + s), 384) for s in range(n)]
     return feeds
 
 
@@ -173,26 +159,9 @@ def cls_input(line: np.ndarray) -> np.ndarray:
 
 
 def text_lines(seed: int, n: int) -> list[np.ndarray]:
-    """``n`` single text-line images; every other one is rotated by 180 degrees."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    lines = []
-    for i in range(n):
-        fs = int(rng.integers(18, 34))
-        text = " ".join(rng.choice(_WORDS, int(rng.integers(1, 4))))
-        font = _font(fs)
-        w = int(draw_width(text, font)) + 12
-        img = Image.new("RGB", (w, fs + 14), tuple(int(v) for v in rng.integers(190, 256, 3)))
-        ImageDraw.Draw(img).text((6, 4), text, fill=tuple(int(v) for v in rng.integers(0, 80, 3)), font=font)
-        arr = np.asarray(img)
-        lines.append(arr[::-1, ::-1] if i % 2 else arr)
-    return lines
-
-
-def draw_width(text: str, font: Any) -> float:
-    """Rendered width of ``text`` in ``font``."""
-    from PIL import Image, ImageDraw
-
-    box = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
-    return box[2] - box[0]
+    """The first ``n`` shipped text-line images of ``seed``; every other one is rotated by 180 degrees."""
+    count = sum(k.startswith(f"line_{seed}_") for k in _shipped())
+    lines = [_shipped()[f"line_{seed}_{i}"] for i in range(count)]
+    if len(lines) < n:
+        raise KeyError(f"{SYNTHETIC.name} has {len(lines)} lines for seed {seed}, {n} asked for")
+    return lines[:n]

@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import onnx
 import pytest
-from conftest import oracle
+from _oracle import oracle
 from onnx import TensorProto, helper
 
 import amdinfer

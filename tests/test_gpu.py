@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from conftest import oracle
+from _oracle import oracle
 
 import amdinfer
 from amdinfer.engines import _ort_device as dev

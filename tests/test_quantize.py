@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import oracle
+from _oracle import oracle
 from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer

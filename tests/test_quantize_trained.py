@@ -16,9 +16,12 @@ Tolerances and why:
   flips where fp32's own margin is below ~1e-3 relative, which these inputs do not have. With 40 lines
   and ~130 boxes this means no disagreement at all.
 * int8 must be within 3 points: agreement >= 0.97 (at most 3 of 120 lines, ~4 of ~130 boxes).
-* The classifier (a MobileNetV3) does not get there in plain int8 (~0.95); automatic mixed precision is
-  asked for an output RMS error <= 0.05 on separate lines (plain int8: ~0.19) and its model is then
-  re-measured on the held-out lines against the same 0.97.
+* Automatic mixed precision on the classifier (a MobileNetV3: hard-swish, squeeze-excite) is asked for half
+  of the output RMS error that full int8 gives in the same run, on separate lines, so it must keep layers
+  whatever ONNX Runtime's int8 kernels measure; its model is then re-measured on the held-out lines against
+  the same 0.97. No figure of one machine or one release is asserted.
+* The synthetic pages and lines are shipped (tests/data/ppocr_synthetic.npz): rendering them depends on the
+  Pillow/FreeType build.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ pytestmark = [
 
 FP16_AGREEMENT = 0.995  # within 0.5 point
 INT8_AGREEMENT = 0.97  # within 3 points
-#: Mixed precision's bound on the classifier's output RMS error (MIGraphX metric); plain int8 measures ~0.19.
-AMP_RMS = 0.05
+#: Mixed precision is asked for this fraction of the fully-int8 classifier's output RMS error (MIGraphX metric).
+AMP_FRACTION = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,8 @@ def test_classifier_fp16_and_int8(cls, cls_data):
     assert (fp32.argmax(1) == np.arange(len(held_out)) % 2).mean() >= 0.9  # it really tells 0 from 180 degrees
     report = evaluate(Fp16Quantizer(), cls, held_out)
     assert report.task == "classifier" and report.top1 >= FP16_AGREEMENT, report
-    # Plain int8 of this MobileNetV3 (hard-swish, squeeze-excite) lands around 0.95-0.96 agreement: the
-    # report must say so rather than pass it; mixed precision below brings it within 3 points.
+    # Plain int8 must change something (agreement < 1) but stay a working classifier; the report's verdict
+    # must follow the 3-point rule whichever side of it this ONNX Runtime's int8 kernels land.
     report = evaluate(Int8Quantizer(calibration=calib, progress=False, cache=False), cls, held_out)
     assert 0.85 <= report.top1 < 1.0, report
     assert report.passed == (report.top1 >= INT8_AGREEMENT)
@@ -122,15 +125,22 @@ def test_classifier_int8_mixed_precision_within_3_points(cls, cls_data):
     # Searched on other lines than the ones it is judged on, batched 32 per run.
     lines = [P.cls_input(line) for line in P.text_lines(seed=2, n=64)]
     search_data = [np.concatenate(lines[:32]), np.concatenate(lines[32:])]
-    amp = AutoMixedPrecision(
-        Int8Quantizer(calibration=calib, progress=False, cache=False),
-        search_data,
-        tolerance=AMP_RMS,
-        metric="rms",
-        progress=False,
-    )
-    result = amp.search(P.model_path(P.CLS_MODEL))
-    assert result.passed and result.error <= AMP_RMS < result.full_error, result
-    assert 0 < len(result.kept) <= len(result.sensitivities) // 2, result
+
+    def search(tolerance: float):
+        q = Int8Quantizer(calibration=calib, progress=False, cache=False)
+        amp = AutoMixedPrecision(q, search_data, tolerance=tolerance, metric="rms", progress=False)
+        return amp.search(P.model_path(P.CLS_MODEL))
+
+    # The hard case is made, not hoped for: the bound is half of what full int8 measures in this run, so
+    # the search must keep layers whatever the int8 kernels of the installed ONNX Runtime give.
+    full = search(1e30)  # any bound: one evaluation, nothing kept
+    assert full.passed and full.kept == [] and full.full_error > 0, full
+    tolerance = full.full_error * AMP_FRACTION
+    result = search(tolerance)
+    assert result.passed and result.error <= tolerance < result.full_error, result
+    assert result.full_error == pytest.approx(full.full_error, rel=1e-6)  # same calibration, same model
+    assert 0 < len(result.kept) < len(result.sensitivities), result
+    kept = set(result.kept_nodes)
+    assert [k.node for k in result.sensitivities if k.node in kept] == result.kept_nodes  # most sensitive first
     report = evaluate(result.model, cls, held_out)  # re-measured on the held-out lines
     assert report.top1 >= INT8_AGREEMENT, (result, report)

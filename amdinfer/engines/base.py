@@ -25,6 +25,7 @@ from typing import Any, final
 
 import numpy as np
 
+from .._files import check_allocation
 from ..errors import EngineClosedError, InputError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
@@ -431,26 +432,49 @@ class Engine(abc.ABC):
                         "(the bounds given in shapes=)"
                     )
             if type(arr) is np.ndarray and not arr.flags.c_contiguous:
+                # A broadcast view costs nothing until it is copied: size the copy before making it.
+                check_allocation(shape, arr.dtype, f"input {name!r} (a non-contiguous view, copied before the run)")
                 arr = np.ascontiguousarray(arr)
             out[name] = arr
         return out
 
     def _coerce(self, name: str, value: Any, dtype: np.dtype) -> Any:
         """Turn a non-ndarray feed into something ``_run`` takes; device tensors are backends' business."""
+        if isinstance(value, np.ma.MaskedArray):
+            raise InputError(
+                f"input {name!r}: got a numpy masked array, expected a plain ndarray; the model would see the "
+                "masked-out raw values, so fill them first (x.filled(value))"
+            )
         if isinstance(value, np.ndarray):  # ndarray subclass
             return np.asarray(value)
         if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
             return self._device_feed(name, value)
         if isinstance(value, (list, tuple, int, float, np.generic)):
-            arr = np.asarray(value)
-            if (
-                arr.dtype != dtype
-                and np.can_cast(arr.dtype, dtype, casting="same_kind")
-                and arr.dtype.kind == dtype.kind
-            ):
-                arr = arr.astype(dtype)
-            elif arr.dtype.kind in "iu" and dtype.kind == "f":
-                arr = arr.astype(dtype)  # integer literals are exact in float
+            try:
+                arr = np.asarray(value)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise InputError(
+                    f"input {name!r}: got a {type(value).__name__} NumPy cannot turn into one array ({exc}); "
+                    f"expected a numpy array of {dtype}"
+                ) from None
+            if arr.dtype != dtype and arr.dtype.kind in "biuf" and dtype.kind in "biuf":
+                if arr.dtype.kind == "b" and dtype.kind != "b":
+                    return arr  # the dtype check names the mismatch
+                with np.errstate(all="ignore"):
+                    converted = arr.astype(dtype)
+                    back = converted.astype(arr.dtype)
+                if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
+                    same = back == arr
+                    if arr.dtype.kind == "f":
+                        same |= np.isnan(back) & np.isnan(arr)
+                    bad = np.flatnonzero(~same.ravel())
+                    example = arr.ravel()[bad[0]].item() if bad.size else "a value"
+                    raise InputError(
+                        f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
+                        f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
+                        f"np.asarray(value, dtype=np.{dtype}) to accept the rounding"
+                    )
+                arr = converted
             return arr
         if hasattr(value, "__array__"):
             return np.asarray(value)

@@ -20,6 +20,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
@@ -389,6 +390,8 @@ class OrtEngine(Engine):
         self._runner: Any = None
         info = EngineInfo(backend="ort", runtime_version=ort.__version__)
         self._info_tmp = info
+        if optimized_model_path is not None:
+            optimized_model_path = _check_optimized_model_path(optimized_model_path)
         self._cache = _optimized_model_cache(cache_dir, use_cache, optimized_model_path)
         self._so_args = (threads, inter_op_threads, graph_optimization, optimized_model_path)
         self._allow_cpu_nodes = allow_cpu_nodes
@@ -600,7 +603,10 @@ class OrtEngine(Engine):
             # Any node the GPU provider does not take becomes a session-creation error instead of a
             # silent CPU kernel with copies around it.
             session_options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        model_arg: Any = str(source.path) if source.path is not None and source._bytes is None else source.to_bytes()
+        # ModelSource read and checked the external data; hand ONNX Runtime those bytes, not the path (so it
+        # never re-reads files that may have changed), unless the model is too large for one protobuf.
+        by_path = source.path is not None and source._bytes is None and source.proto.ByteSize() >= 2**31 - 1
+        model_arg: Any = str(source.path) if by_path else source.to_bytes()
         self._last_error = None
         for attempt in range(3):
             try:
@@ -624,6 +630,15 @@ class OrtEngine(Engine):
                 if attempt < 2 and drop_default_graphs(text, names, opts, info.settings):
                     continue  # amdinfer's default graphs refused for this model: reason in info.settings["tuning"]
                 self._last_error = text
+                opt_path = self._so_args[3]
+                errno_match = re.search(r"SystemError\s*:\s*(\d+)", text)
+                if opt_path is not None and errno_match:
+                    # ORT reports a failed write of the optimized model as a bare errno.
+                    code = int(errno_match.group(1))
+                    raise OptionError(
+                        f"optimized_model_path: onnxruntime could not write '{opt_path}' "
+                        f"({os.strerror(code)}, errno {code}); expected a writable file path"
+                    ) from None
                 if "fallback to CPU EP has been explicitly disabled" in text:
                     raise UnsupportedOperatorError(
                         f"{names[0]} cannot take every node of model {source.name} and allow_cpu_nodes=False: "
@@ -870,6 +885,29 @@ def _optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_mod
             )
         return None  # an explicit path wins over the environment's default cache
     return CompiledModelCache(cache_dir)
+
+
+def _check_optimized_model_path(value: Any) -> Path:
+    """``optimized_model_path`` checked before ONNX Runtime writes to it (its own errors are bare errnos)."""
+    from .._files import check_path, file_kind
+
+    path = check_path(value, "optimized_model_path").expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OptionError(f"optimized_model_path: '{path}' cannot be used ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OptionError(
+            f"optimized_model_path: '{path}' is {file_kind(st.st_mode)}; expected a file path (it is overwritten)"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise OptionError(f"optimized_model_path: folder '{folder}' of '{path}' does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise OptionError(f"optimized_model_path: folder '{folder}' is not writable")
+    return path
 
 
 def _translate_run_error(exc: Exception) -> Exception:

@@ -40,6 +40,22 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 _PRECISIONS = ("fp32", "fp16", "fp64")
 
 
+def _check_opsets(source: ModelSource) -> None:
+    """Refuse opsets newer than the installed onnx defines: the evaluator would run them with older semantics."""
+    known = onnx.defs.C.schema_version_map()
+    for domain, version in source.opsets.items():
+        key = "" if domain == "ai.onnx" else domain
+        if key not in known:
+            continue  # custom domains: their nodes are refused (or run by new_ops) by name
+        low, high = known[key]
+        if not low <= version <= high:
+            raise ModelError(
+                f"model {source.name}: declares opset {version} of domain {domain or 'ai.onnx'!r}, but onnx "
+                f"{onnx.__version__} (the reference engine) defines opsets {low}..{high}; re-export the model "
+                "with a supported opset or upgrade onnx"
+            )
+
+
 # ---------------------------------------------------------------------------------------------- fp64 rewrite
 def _promote_type(tp: onnx.TypeProto) -> None:
     kind = tp.WhichOneof("value")
@@ -295,6 +311,7 @@ class ReferenceEngine(Engine):
         from onnx.reference import ReferenceEvaluator
 
         source = self._source
+        _check_opsets(source)
         if self._precision == "fp16" and not _has_float16(source.proto):
             raise OptionError(
                 f"precision='fp16': model {source.name} has no float16 tensors, and the reference engine runs "

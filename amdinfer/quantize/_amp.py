@@ -224,11 +224,12 @@ class AutoMixedPrecision(Quantizer):
         >>> model = tiny_cnn()
         >>> calib = [random_inputs(model, batch=4, seed=s) for s in range(4)]
         >>> data = [random_inputs(model, batch=8, seed=s) for s in (10, 11)]
-        >>> amp = AutoMixedPrecision(Int8Quantizer(calibration=calib, progress=False, cache=False),
-        ...                          data, tolerance=0.01, progress=False)
+        >>> int8 = Int8Quantizer(calibration=calib, progress=False, cache=False)
+        >>> full = AutoMixedPrecision(int8, data, tolerance=1e9, progress=False).search(model).full_error
+        >>> amp = AutoMixedPrecision(int8, data, tolerance=full / 2, progress=False)  # half the int8 error
         >>> result = amp.search(model)
-        >>> result.passed, result.kept_nodes, result.error <= 0.01 < result.full_error
-        (True, ['conv1', 'conv2'], True)
+        >>> result.passed, len(result.kept_nodes) > 0, result.error <= full / 2 < result.full_error
+        (True, True, True)
     """
 
     def __init__(

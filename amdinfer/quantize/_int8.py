@@ -218,7 +218,9 @@ class Int8Quantizer(Quantizer):
         if isinstance(cache, CompiledModelCache):
             return cache
         if isinstance(cache, (str, Path)):
-            return CompiledModelCache(cache)
+            from .._files import check_path
+
+            return CompiledModelCache(check_path(cache, "cache"))
         raise OptionError(f"cache: got {cache!r}, expected True, False, a folder path or a CompiledModelCache")
 
     # ------------------------------------------------------------------ data
