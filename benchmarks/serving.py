@@ -161,7 +161,7 @@ class ServerProcess:
 _DTYPES = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16", np.dtype(np.uint8): "UINT8"}
 
 
-async def _client_grpc(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list[float]) -> int:
+async def _client_grpc(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list) -> int:
     import grpc
     from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pbg
@@ -176,13 +176,14 @@ async def _client_grpc(address: str, model: str, x: np.ndarray, name: str, stop_
             t0 = time.perf_counter()
             try:
                 await stub.ModelInfer(request)
-                lat.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                lat.append((t1, t1 - t0))
             except grpc.aio.AioRpcError:
                 errors += 1
         return errors
 
 
-async def _client_rest(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list[float]) -> int:
+async def _client_rest(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list) -> int:
     import aiohttp
 
     head = json.dumps(
@@ -208,23 +209,26 @@ async def _client_rest(address: str, model: str, x: np.ndarray, name: str, stop_
             async with session.post(url, data=body, headers=headers) as r:
                 await r.read()
                 if r.status == 200:
-                    lat.append(time.perf_counter() - t0)
+                    t1 = time.perf_counter()
+                    lat.append((t1, t1 - t0))
                 else:
                     errors += 1
     return errors
 
 
-def _client_proc(args: tuple[str, str, str, np.ndarray, str, int, float, float]) -> tuple[list[float], int]:
-    protocol, address, model, x, name, clients, start_at, seconds = args
+def _client_proc(args: tuple[str, str, str, np.ndarray, str, int, float, float, float]) -> tuple[list[float], int]:
+    """Closed-loop clients; latencies of the requests that completed inside the measuring window."""
+    protocol, address, model, x, name, clients, start_at, warmup, seconds = args
 
     async def main() -> tuple[list[float], int]:
         while time.time() < start_at:
             await asyncio.sleep(0.005)
-        stop_at = time.perf_counter() + seconds
-        lat: list[float] = []
+        measure_from = time.perf_counter() + warmup  # the clients run from now; the queue fills meanwhile
+        stop_at = measure_from + seconds
+        done: list[tuple[float, float]] = []
         fn = _client_grpc if protocol == "grpc" else _client_rest
-        errors = await asyncio.gather(*(fn(address, model, x, name, stop_at, lat) for _ in range(clients)))
-        return lat, sum(errors)
+        errors = await asyncio.gather(*(fn(address, model, x, name, stop_at, done) for _ in range(clients)))
+        return [lat for t, lat in done if measure_from <= t <= stop_at], sum(errors)
 
     return asyncio.run(main())
 
@@ -238,16 +242,17 @@ def load(
     clients: int,
     seconds: float,
     procs: int = 1,
-    warmup: float = 0.5,
+    warmup: float = 1.0,
 ) -> dict[str, Any]:
-    """``clients`` closed-loop clients for ``seconds``: requests/s, items/s, p50/p99 latency, errors."""
+    """``clients`` closed-loop clients: after ``warmup`` s of load, requests completed in the next ``seconds``.
+
+    Returns requests/s, items/s, p50/p99 latency of those requests, and errors.
+    """
     address = f"127.0.0.1:{server.grpc if protocol == 'grpc' else server.http}"
     procs = max(1, min(procs, clients))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-    if warmup:
-        _client_proc((protocol, address, model, x, name, min(clients, 4), 0.0, warmup))
-    start_at = time.time() + 0.3 + 0.2 * procs
-    jobs = [(protocol, address, model, x, name, n, start_at, seconds) for n in per]
+    start_at = time.time() + 0.3 + 0.3 * (procs > 1) * procs
+    jobs = [(protocol, address, model, x, name, n, start_at, warmup, seconds) for n in per]
     if procs == 1:
         results = [_client_proc(jobs[0])]
     else:
@@ -269,9 +274,11 @@ def load(
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_cpu(a: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="amdinfer-serving-"))
-    cases = [("tiny", models.tiny_cnn(), np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32))]
-    if not a.quick:
-        cases.append(("resnet50", models.resnet50(), np.random.default_rng(0).random((1, 3, 224, 224), np.float32)))
+    builders = {
+        "tiny": lambda: (models.tiny_cnn(), np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)),
+        "resnet50": lambda: (models.resnet50(), np.random.default_rng(0).random((1, 3, 224, 224), np.float32)),
+    }
+    cases = [(name, *builders[name]()) for name in a.models]
     for name, proto, x in cases:
         path = folder / f"{name}.onnx"
         onnx.save(proto, path)
@@ -284,7 +291,9 @@ def cmd_cpu(a: argparse.Namespace) -> None:
                 for protocol in ("grpc", "rest"):
                     for clients in a.clients:
                         row = {"model": name, "protocol": protocol, "batching": batching, "clients": clients}
-                        row.update(load(server, protocol, name, x, input_name, clients, a.seconds, a.client_procs))
+                        row.update(
+                            load(server, protocol, name, x, input_name, clients, a.seconds, a.client_procs, a.warmup)
+                        )
                         row["mean_batch"] = round(server.mean_batch(name), 2)
                         record(row)
             finally:
@@ -385,7 +394,7 @@ def cmd_decode(a: argparse.Namespace) -> None:
         try:
             for protocol in ("rest", "grpc"):
                 row = {"case": label, "protocol": protocol, "clients": 1}
-                row.update(load(server, protocol, "trivial", xx, "images", 1, a.seconds))
+                row.update(load(server, protocol, "trivial", xx, "images", 1, a.seconds, 1, a.warmup))
                 record(row)
         finally:
             server.stop()
@@ -513,7 +522,9 @@ def cmd_gpu(a: argparse.Namespace) -> None:
                         "clients": clients,
                         "items_per_request": a.request_items,
                     }
-                    row.update(load(server, "grpc", "resnet50", x, "images", clients, a.seconds, a.client_procs))
+                    row.update(
+                        load(server, "grpc", "resnet50", x, "images", clients, a.seconds, a.client_procs, a.warmup)
+                    )
                     row["mean_batch"] = round(server.mean_batch("resnet50"), 1)
                     record(row)
             finally:
@@ -525,13 +536,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["cpu", "decode", "gpu"])
     p.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
+    p.add_argument("--warmup", type=float, default=1.0, help="load before the measuring window (s)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--gpu-clients", type=int, nargs="+", default=[16, 64])
     p.add_argument("--client-procs", type=int, default=1, help="client processes (use several on many cores)")
     p.add_argument("--delay-ms", type=float, default=2.0, help="max queue delay with batching on")
     p.add_argument("--request-items", type=int, default=8, help="gpu: images per request")
     p.add_argument("--parts", nargs="+", default=["proof", "engine", "serve"], help="gpu: what to run")
-    p.add_argument("--quick", action="store_true", help="cpu: small model only")
+    p.add_argument("--models", nargs="+", default=["tiny", "resnet50"], choices=["tiny", "resnet50"], help="cpu")
     p.add_argument("--provider", default="cuda", help="gpu: ONNX Runtime provider (cpu: a smoke run)")
     p.add_argument("--device-sets", nargs="+", default=["0", "0,1"], help="gpu: --devices of each served run")
     p.add_argument("--engine-batch", type=int, default=64, help="gpu: batch of the engine-rate loop")
