@@ -114,11 +114,12 @@ class ServerProcess:
         max_batch_size: int,
         max_delay_ms: float,
         preload_torch: bool = False,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.http, self.grpc = free_port(), free_port()
         args = ["serve", str(model_path), "--name", name, "--providers", providers, "--precision", precision]
         args += ["--devices", devices, "--max-batch-size", str(max_batch_size), "--max-delay-ms", str(max_delay_ms)]
-        args += ["--http-port", str(self.http), "--grpc-port", str(self.grpc)]
+        args += ["--http-port", str(self.http), "--grpc-port", str(self.grpc), *extra]
         pre = "import torch; " if preload_torch else ""
         code = pre + "import sys; from amdinfer.cli import main; sys.exit(main(sys.argv[1:]))"
         self.log = tempfile.NamedTemporaryFile(prefix="amdinfer-serve-", suffix=".log", delete=False)
@@ -432,9 +433,10 @@ def _gpu_proof(torch: Any, path: Path) -> dict[str, Any]:
         got = engines[1].run(t1)["logits"]
         got = torch.from_dlpack(got).cpu().numpy() if not isinstance(got, np.ndarray) else got
         out["dlpack_cuda1_current0_maxdiff"] = float(np.abs(got.astype(np.float32) - want1).max())
-    # two threads, two engines, device tensors, graphs captured concurrently (fresh shapes: batch 32)
-    ts = [torch.from_numpy(xs[i][:32]).to(f"cuda:{gpus[i]}") for i in (0, 1)]
-    want32 = [engines[i].run(xs[i][:32])["logits"] for i in (0, 1)]
+    # two threads, two engines, device tensors: each first device run binds the tensor's own memory in a
+    # new slot (a new graph id), so both engines capture graphs at the same time
+    ts = [torch.from_numpy(xs[i]).to(f"cuda:{gpus[i]}") for i in (0, 1)]
+    want32 = [engines[i].run(xs[i])["logits"] for i in (0, 1)]
     errors: list[str] = []
     diffs = [0.0, 0.0]
     iters = 200
@@ -461,7 +463,7 @@ def _gpu_proof(torch: Any, path: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     out["two_threads_errors"] = errors
     out["two_threads_maxdiff"] = diffs
-    out["two_threads_img_s"] = round(2 * iters * 32 / seconds, 1)
+    out["two_threads_img_s"] = round(2 * iters * 64 / seconds, 1)
     for e in engines:
         e.close()
     return out
@@ -496,23 +498,36 @@ def cmd_gpu(a: argparse.Namespace) -> None:
     env.update(onnxruntime=ort.__version__, python=platform.python_version())
     record({"case": "environment", **env})
     if "proof" in a.parts and torch is not None:
-        record({"case": "gpu proof", **_gpu_proof(torch, path)})
+        try:
+            record({"case": "gpu proof", **_gpu_proof(torch, path)})
+        except Exception as exc:  # keep going: the other parts are independent
+            record({"case": "gpu proof", "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
     if "engine" in a.parts:
-        rate = _engine_rate(path, 0, a.engine_batch, a.seconds, a.provider)
-        record({"case": "engine rate", "model": "resnet50 fp16 u8", "batch": a.engine_batch, "img_s": round(rate, 1)})
+        for device in range(torch.cuda.device_count() if torch is not None else 1):
+            try:
+                rate = _engine_rate(path, device, a.engine_batch, a.seconds, a.provider)
+                row = {"case": "engine rate", "device": device, "batch": a.engine_batch, "img_s": round(rate, 1)}
+            except Exception as exc:
+                row = {"case": "engine rate", "device": device, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            record(row)
     if "serve" in a.parts:
         x = np.random.default_rng(0).integers(0, 255, (a.request_items, 224, 224, 3), dtype=np.uint8)
         for devices in a.device_sets:
-            server = ServerProcess(
-                path,
-                "resnet50",
-                providers=a.provider,
-                precision="fp16",
-                devices=devices,
-                max_batch_size=64,
-                max_delay_ms=a.delay_ms,
-                preload_torch=torch is not None,
-            )
+            try:
+                server = ServerProcess(
+                    path,
+                    "resnet50",
+                    providers=a.provider,
+                    precision="fp16",
+                    devices=devices,
+                    max_batch_size=64,
+                    max_delay_ms=a.delay_ms,
+                    preload_torch=torch is not None,
+                    extra=("--batch-buckets", a.batch_buckets) if a.batch_buckets else (),
+                )
+            except Exception as exc:
+                record({"case": "served", "devices": devices, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"})
+                continue
             try:
                 for clients in a.gpu_clients:
                     row = {
@@ -527,6 +542,8 @@ def cmd_gpu(a: argparse.Namespace) -> None:
                     )
                     row["mean_batch"] = round(server.mean_batch("resnet50"), 1)
                     record(row)
+            except Exception as exc:
+                record({"case": "served", "devices": devices, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
             finally:
                 server.stop()
 
@@ -547,6 +564,7 @@ def main() -> None:
     p.add_argument("--provider", default="cuda", help="gpu: ONNX Runtime provider (cpu: a smoke run)")
     p.add_argument("--device-sets", nargs="+", default=["0", "0,1"], help="gpu: --devices of each served run")
     p.add_argument("--engine-batch", type=int, default=64, help="gpu: batch of the engine-rate loop")
+    p.add_argument("--batch-buckets", default="8,16,32,64", help="gpu: the server's --batch-buckets ('' for none)")
     p.add_argument("--out", default=os.environ.get("OUT"))
     a = p.parse_args()
     if a.out:

@@ -39,6 +39,7 @@ __all__ = [
     "load_workers",
     "result_tensors",
     "serve",
+    "serve_processes",
     "tensor_metadata",
     "to_numpy",
 ]
@@ -54,6 +55,7 @@ _KSERVE = {
     "build_model": "_server",
     "load_workers": "_server",
     "serve": "_server",
+    "serve_processes": "_server",
 }
 
 

@@ -18,13 +18,33 @@ def _devices(text: str) -> list[int]:
     return devices
 
 
+def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
+    """The ``amdinfer serve`` arguments of the process that serves ``device``."""
+    argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port)]
+    argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
+    argv += ["--max-delay-ms", str(args.max_delay_ms), "--backend", args.backend, "--precision", args.precision]
+    argv += ["--devices", str(device), "--reuse-port"]
+    for flag, value in (("--name", args.name), ("--providers", args.providers)):
+        if value:
+            argv += [flag, value]
+    if args.batch_buckets:
+        argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets))]
+    if args.no_warmup:
+        argv.append("--no-warmup")
+    return argv
+
+
 def _run(args: argparse.Namespace) -> int:
     from . import _kserve_module
 
     _server = _kserve_module("_server")
+    if len(args.devices) > 1 and not args.single_process:
+        return int(_server.serve_processes([_child_argv(args, d) for d in args.devices]))
     options: dict[str, Any] = {}
     if args.providers:
         options["providers"] = args.providers.split(",")
+    if args.batch_buckets:
+        options["batch_buckets"] = args.batch_buckets
     _server.serve(
         args.model,
         name=args.name,
@@ -36,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
         devices=args.devices,
         backend=args.backend,
         precision=args.precision,
+        warmup=not args.no_warmup,
+        reuse_port=args.reuse_port,
         **options,
     )
     return 0
@@ -64,4 +86,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--providers", help="comma-separated ONNX Runtime providers, e.g. cuda or cpu")
     p.add_argument("--precision", default="fp32", help="fp32, fp16, bf16")
     p.add_argument("--devices", type=_devices, default=[0], help="GPU indices, one worker each (default 0)")
+    p.add_argument(
+        "--batch-buckets",
+        type=_devices,
+        default=None,
+        help="batch sizes the engine runs (padded up to the next), e.g. 8,16,32,64: fewer shapes to compile",
+    )
+    p.add_argument("--no-warmup", action="store_true", help="do not run each engine at its batch sizes first")
+    p.add_argument(
+        "--single-process",
+        action="store_true",
+        help="with several --devices: one process with a worker thread per GPU (default: a process per GPU)",
+    )
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes
     p.set_defaults(fn=_run)

@@ -30,7 +30,12 @@ def _collectors() -> dict[str, Any]:
                     ["model"],
                     buckets=_LATENCY_BUCKETS,
                 ),
-                depth=Gauge("amdinfer_queue_depth", "Requests waiting in the batcher now", ["model"]),
+                depth=Gauge(
+                    "amdinfer_queue_depth",
+                    "Requests waiting in the batcher now",
+                    ["model"],
+                    multiprocess_mode="livesum",
+                ),
                 queue=Histogram(
                     "amdinfer_queue_seconds",
                     "Time a request waited in the batcher before its batch started",

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
@@ -22,7 +28,7 @@ from ._metrics import ServingMetrics
 from ._oip import AmdinferModel, FastDataPlane
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["Server", "build_model", "load_workers", "serve"]
+__all__ = ["Server", "build_model", "load_workers", "serve", "serve_processes"]
 
 logger = logging.getLogger("amdinfer.serve")
 
@@ -111,6 +117,75 @@ def build_model(
     return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
 
 
+def _reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket with ``SO_REUSEPORT`` for uvicorn (which has no such option of its own)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _multiprocess_metrics_route() -> None:
+    """``/metrics`` summed over the server processes (prometheus_client's multiprocess mode)."""
+    from kserve.model_server import app
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+    from starlette.responses import Response
+
+    async def metrics() -> Response:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.router.routes.insert(0, app.router.routes.pop())  # first match wins: ahead of KServe's own /metrics
+
+
+def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
+    """Run one server process per GPU on shared ports (``SO_REUSEPORT``) and supervise them.
+
+    Each child is ``python -m amdinfer serve ... --devices D --reuse-port``: its own event loop, its own
+    KServe stack and engine, so request decoding scales with the GPUs instead of sharing one process.
+    ``/metrics`` sums every process (prometheus_client multiprocess mode, in a temporary folder).
+    SIGINT/SIGTERM go to every child; a child that exits early stops the others.
+
+    Args:
+        child_argv: the ``amdinfer`` arguments of each child (after ``python -m amdinfer``).
+
+    Returns:
+        0 when every child stopped cleanly, else the first non-zero exit code.
+
+    Example:
+        >>> serve_processes([])
+        0
+    """
+    if not child_argv:
+        return 0
+    with tempfile.TemporaryDirectory(prefix="amdinfer-metrics-") as folder:
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=folder)
+        children = [subprocess.Popen([sys.executable, "-m", "amdinfer", *argv], env=env) for argv in child_argv]
+        stopping = False
+
+        def stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while any(c.poll() is None for c in children):
+                if not stopping and any(c.poll() not in (None, 0) for c in children):
+                    stop()  # one child failed (port taken, model error): stop the others
+                time.sleep(0.2)
+            return next((c.returncode for c in children if c.returncode), 0)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 class _GrpcServer:
     """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``)."""
 
@@ -125,7 +200,11 @@ class _GrpcServer:
         self._server = aio.server(
             futures.ThreadPoolExecutor(max_workers=4),
             interceptors=(ExceptionToStatusInterceptor(),),
-            options=[("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)],
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.so_reuseport", 1),  # one server process per GPU may share the port
+            ],
         )
         servicer = InferenceServicer(self._dataplane, self._ext)
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
@@ -154,6 +233,10 @@ class Server(ModelServer):
         http_port: REST port (0: any free port).
         grpc_port: gRPC port (``None``: no gRPC).
         grace_period: seconds that in-flight requests get at shutdown.
+        warmup: run each engine at the batch sizes it will see (see ``EngineWorker.warmup``) before the
+            server reports ready.
+        reuse_port: bind with ``SO_REUSEPORT`` so that several server processes (one per GPU) share the
+            ports; the kernel spreads connections over them (see :func:`serve_processes`).
 
     Example:
         >>> import amdinfer
@@ -170,6 +253,8 @@ class Server(ModelServer):
         http_port: int = 8080,
         grpc_port: int | None = 8081,
         grace_period: int = 30,
+        warmup: bool = True,
+        reuse_port: bool = False,
     ) -> None:
         super().__init__(
             http_port=http_port,
@@ -180,6 +265,8 @@ class Server(ModelServer):
             enable_latency_logging=False,
         )
         self.host = host
+        self.warmup = bool(warmup)
+        self.reuse_port = bool(reuse_port)
         self.dataplane = FastDataPlane(model_registry=self.registered_models)
         self._models: list[AmdinferModel] = []
         self._stopping: asyncio.Event | None = None
@@ -189,7 +276,17 @@ class Server(ModelServer):
         self._models = list(models)
         self._stopping = asyncio.Event()
         self._register_and_check_atleast_one_model_is_ready(self._models)
+        loop = asyncio.get_running_loop()
         for m in self._models:
+            if self.warmup:
+                # every worker at once (one device each), off the event loop; before the server is ready
+                jobs = [
+                    loop.run_in_executor(None, w.warmup, m.batcher.max_batch_size)
+                    for w in m.batcher.workers
+                    if hasattr(w, "warmup")
+                ]
+                sizes = await asyncio.gather(*jobs)
+                logger.info("amdinfer serve: %s warmed up at batch sizes %s", m.name, sizes[0] if sizes else [])
             await m.batcher.start()
         rest = RESTServer(
             "kserve.model_server:app",
@@ -201,17 +298,19 @@ class Server(ModelServer):
         )
         rest.config.host = self.host  # KServe binds 0.0.0.0
         rest.create_application()
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            _multiprocess_metrics_route()
         grpc = None
         if self.enable_grpc:
             grpc = _GrpcServer(self.host, self.grpc_port, self.dataplane, self.model_repository_extension, 5)
             await grpc.start()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, self.shutdown)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        rest_task = asyncio.create_task(rest._server.serve())
+        sockets = [_reuse_port_socket(self.host, self.http_port)] if self.reuse_port else None
+        rest_task = asyncio.create_task(rest._server.serve(sockets=sockets))
         while not rest._server.started and not rest_task.done():
             await asyncio.sleep(0.01)
         if rest_task.done():
@@ -256,6 +355,8 @@ def serve(
     devices: Sequence[int] = (0,),
     backend: str = "auto",
     precision: str = "fp32",
+    warmup: bool = True,
+    reuse_port: bool = False,
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -271,7 +372,9 @@ def serve(
         devices: GPU indices, one worker (engine) each.
         backend: ``amdinfer.load``'s backend.
         precision: ``amdinfer.load``'s precision.
-        **load_options: other ``amdinfer.load`` options (``providers=``, ``shapes=``, ...).
+        warmup: run each engine at its batch sizes before reporting ready.
+        reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
+        **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
 
     Example:
         >>> serve  # doctest: +ELLIPSIS
@@ -288,4 +391,4 @@ def serve(
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
     built = build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms)
-    Server(host=host, http_port=http_port, grpc_port=grpc_port).start([built])
+    Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port).start([built])

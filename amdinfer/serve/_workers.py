@@ -93,6 +93,29 @@ class EngineWorker:
         """:func:`check_request` against this engine's inputs."""
         check_request(self.inputs, feeds)
 
+    def warmup(self, max_rows: int, runs: int = 3) -> list[int]:
+        """Run zeros of each batch size a batch can reach, ``runs`` times, before serving.
+
+        The first runs of an input shape are the slow ones on a GPU (algorithm search, graph capture): with
+        ``batch_buckets`` the engine only ever sees the bucket sizes, so those are warmed up (up to
+        ``max_rows``); without, only 1 and ``max_rows``. Models with other dynamic axes are not warmed up.
+
+        Returns:
+            The batch sizes run.
+        """
+        if not self.batchable or any(not isinstance(d, int) for s in self.inputs for d in s.shape[1:]):
+            return []
+        buckets = self.engine.batch_buckets
+        if buckets:  # what a batch of 1..max_rows rows is padded to
+            sizes = [b for b in buckets if b < max_rows] + [next((b for b in buckets if b >= max_rows), buckets[-1])]
+        else:
+            sizes = sorted({1, max_rows})
+        for n in sizes:
+            feeds = {s.name: np.zeros((n, *s.shape[1:]), s.dtype) for s in self.inputs}
+            for _ in range(runs):
+                self.engine.run(feeds)
+        return sizes
+
     def key(self, feeds: Tensors) -> Hashable:
         if not self.batchable:
             return object()  # never shares a call

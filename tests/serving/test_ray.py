@@ -55,7 +55,12 @@ def _check(rows: list[dict], engine) -> None:
 def local_ray():
     os.environ.update(RAY_ENV)
     ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1"
+        address="local",  # a new instance, whatever cluster an earlier `ray start` left recorded in /tmp/ray
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _node_ip_address="127.0.0.1",
     )
     yield
     ray.shutdown()

@@ -116,7 +116,10 @@ class TestInfer:
         assert [(t.name, t.datatype, list(t.shape)) for t in gmeta.inputs] == [("input", "FP32", [-1, 3, 32, 32])]
 
     def test_binds_loopback_only(self, server):
-        listening = [c.laddr for c in psutil.Process(server.process.pid).connections("inet") if c.status == "LISTEN"]
+        # --devices 0,1 runs one server process per device under a supervisor: look at all of them
+        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+        assert len(processes) == 3  # the supervisor and one server per device
+        listening = [c.laddr for p in processes for c in p.connections("inet") if c.status == "LISTEN"]
         assert {a.port for a in listening} >= {int(server.http.split(":")[1]), int(server.grpc.split(":")[1])}
         # gRPC may listen on an IPv6 socket as ::ffff:127.0.0.1 (IPv4-mapped): still loopback only
         addresses = {ipaddress.ip_address(a.ip) for a in listening}
