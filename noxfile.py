@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests", "amd_wheels", "lint"]
+nox.options.sessions = ["tests", "amd_wheels", "lint", "mypy"]
 nox.options.error_on_missing_interpreters = False
 
 ROOT = Path(__file__).parent
@@ -39,7 +39,7 @@ def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     session.install(*pins, "--no-deps", RAPIDOCR)
     env = {**_sandbox_env(session), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
     session.run("python", "-m", "amdinfer", "doctor", env=env)
-    session.run("python", "tests/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
+    session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
     # One invocation: the tests and every public docstring's example, so one failure never hides another.
     # tests/serving, amdinfer.serve and amdinfer.ray need KServe and Ray: the `serve` session runs them.
     args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
@@ -83,7 +83,7 @@ def amd_wheels(session: nox.Session, wheel: str) -> None:
         "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}",
     }
     session.run("python", "-m", "amdinfer", "doctor", env=env)
-    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/test_amd_wheels.py"]
+    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/engines/test_amd_wheels.py"]
     session.run("pytest", *args, *session.posargs, env=env)
 
 
@@ -113,3 +113,10 @@ def examples(session: nox.Session) -> None:
         # Scripts that write pictures take --out; they write into the session's temporary folder.
         extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
         session.run("python", str(script), *extra, env=env)
+
+
+@nox.session
+def mypy(session: nox.Session) -> None:
+    """mypy on the package (configuration in pyproject.toml); must stay clean."""
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]", "mypy")
+    session.run("mypy", "amdinfer")

@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from ._load import load
+from .engines._dlpack import DeviceArray
 from .engines.base import Engine, EngineInfo
 from .engines.registry import backend_names, register_backend
 from .errors import (
@@ -38,6 +39,7 @@ __all__ = [
     "AmdinferError",
     "BackendUnavailableError",
     "CacheError",
+    "DeviceArray",
     "Engine",
     "EngineClosedError",
     "EngineInfo",
@@ -59,10 +61,12 @@ __all__ = [
 _LAZY = {
     "EnginePool": ("amdinfer.pool", "EnginePool"),
     "Pipeline": ("amdinfer.pipeline", "Pipeline"),
+    "FusedPipeline": ("amdinfer.fuse", "FusedPipeline"),
+    "yolo": ("amdinfer.recipes", "yolo"),
+    "class_names": ("amdinfer.recipes", "class_names"),
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
-    "DeviceArray": ("amdinfer.engines._ort_device", "DeviceArray"),
 }
 
 
@@ -70,6 +74,18 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
-    if name in ("reference", "verify", "testing", "preprocess", "postprocess", "quantize", "cache", "profile", "bench"):
+    if name in (
+        "reference",
+        "verify",
+        "testing",
+        "preprocess",
+        "postprocess",
+        "quantize",
+        "cache",
+        "profile",
+        "bench",
+        "fuse",
+        "recipes",
+    ):
         return importlib.import_module(f"amdinfer.{name}")
     raise AttributeError(f"module 'amdinfer' has no attribute {name!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 import os
@@ -88,6 +89,7 @@ def load(
         entry = get_backend(backend)
         return _construct(entry.name, entry.resolve(), model, common)
 
+    _check_auto_options(common)
     source = ModelSource.from_any(model)
     skipped: dict[str, str] = {}
     for entry in auto_order():
@@ -111,11 +113,56 @@ def load(
             engine.info.skipped.setdefault(name, why)
         return engine
     if skipped and all(why.startswith("does not take") for why in skipped.values()):
+        given = sorted(k for k in common if k not in ("device", "precision"))  # every backend takes these two
         raise OptionError(
-            f"options: no backend takes {sorted(common)}: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            f"options: no single backend takes all of {given}: " + "; ".join(f"{k} {v}" for k, v in skipped.items())
         )
     detail = "\n".join(f"  - {k}: {v}" for k, v in skipped.items())
     raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")
+
+
+def _options_of(names: set[str]) -> list[str]:
+    return sorted(names - {"self", "model"})
+
+
+def _did_you_mean(unknown: list[str], valid: set[str]) -> str:
+    """`` (did you mean 'threads'?)`` for each misspelt option with a close valid name."""
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, sorted(valid), n=1, cutoff=0.6)
+        if close:
+            hints.append((k, close[0]))
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f" (did you mean {hints[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{good!r} for {bad!r}" for bad, good in hints) + "?)"
+
+
+def _check_auto_options(options: dict[str, Any]) -> None:
+    """Under ``backend="auto"``: an option that no registered backend takes is a typo, reported before loading.
+
+    Backends whose module cannot be imported are left out of the check (their options are unknown), so a
+    backend that cannot load never turns a valid option into an error.
+    """
+    accepted: dict[str, set[str]] = {}
+    for entry in auto_order():
+        try:
+            names, var_kw = _accepted(entry.resolve())
+        except ImportError:
+            continue
+        if var_kw:
+            return
+        accepted[entry.name] = names
+    if not accepted:
+        return
+    valid = set().union(*accepted.values())
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        takes = "; ".join(f"{name} takes {_options_of(names)}" for name, names in accepted.items())
+        raise OptionError(
+            f"options: unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them ({takes})"
+        )
 
 
 def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any]) -> Engine:
@@ -123,6 +170,7 @@ def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any
     unknown = [k for k in options if k not in names] if not var_kw else []
     if unknown:
         raise OptionError(
-            f"backend {name!r}: unknown option(s) {unknown}; it takes {sorted(names - {'self', 'model'})}"
+            f"backend {name!r}: unknown option(s) {unknown}{_did_you_mean(unknown, names)}; "
+            f"it takes {_options_of(names)}"
         )
     return factory(model, **options)

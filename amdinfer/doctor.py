@@ -40,6 +40,8 @@ class DoctorReport:
     Attributes:
         python, platform: interpreter and OS.
         packages: name -> version of the packages that matter (numpy, onnx, ORT distributions, migraphx).
+        backends: every registered backend (plugins included) -> ``"ready"`` or its state, from its
+            ``diagnose``/``probe`` hook.
         ort_distributions: installed ONNX Runtime distributions (more than one is a broken install).
         providers: provider -> ``"loads"`` or the reason it does not.
         migraphx: ``"importable"`` or why not.
@@ -55,6 +57,7 @@ class DoctorReport:
     python: str
     platform: str
     packages: dict[str, str] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)
     ort_distributions: dict[str, str] = field(default_factory=dict)
     providers: dict[str, str] = field(default_factory=dict)
     migraphx: str = ""
@@ -66,32 +69,48 @@ class DoctorReport:
         """A JSON-friendly copy."""
         return asdict(self)
 
-    def format(self) -> str:
-        """Human-readable text, as the CLI prints it."""
-        lines = [f"Python        {self.python} ({self.platform})"]
+    def format(self, width: int = 100) -> str:
+        """Human-readable text, as the CLI prints it: long reasons wrapped to ``width`` columns, in full."""
+        lines = [f"Python                 {self.python} ({self.platform})"]
         for name, version in self.packages.items():
-            lines.append(f"{name:<13} {version}")
+            lines.append(f"{name:<22} {version}")
         lines.append("")
+        lines.append("Backends:")
+        for name, state in self.backends.items():
+            if name == "migraphx" and state == self.migraphx and len(state) > width:
+                state = state.split("; ", 1)[0] + " (in full below)"
+            lines += _wrap(f"  {name:<28} ", state, width)
         lines.append(
             "ONNX Runtime distributions: "
             + (", ".join(f"{k} {v}" for k, v in self.ort_distributions.items()) or "none")
         )
         for prov, state in self.providers.items():
-            lines.append(f"  {prov:<28} {state}")
-        lines.append(f"MIGraphX (native python module): {self.migraphx}")
+            lines += _wrap(f"  {prov:<28} ", state, width)
+        lines.append("MIGraphX (native Python module):")
+        lines += _wrap("  ", self.migraphx, width)
         lines.append("ROCm:")
         for k, v in self.rocm.items():
-            lines.append(f"  {k:<22} {v}")
-        lines.append("Environment:")
+            lines += _wrap(f"  {k:<22} ", str(v), width)
+        lines.append("Environment:" + ("" if self.env else " (none of the relevant variables is set)"))
         for k, v in self.env.items():
             lines.append(f"  {k}={v}")
         lines.append("")
         if self.problems:
             lines.append("Why a GPU would not be used:")
-            lines.extend(f"  - {p}" for p in self.problems)
+            for p in self.problems:
+                lines += _wrap("  - ", p, width)
         else:
             lines.append("No problems found.")
         return "\n".join(lines)
+
+
+def _wrap(prefix: str, text: str, width: int) -> list[str]:
+    """``prefix`` + ``text`` wrapped to ``width``, continuation lines indented under the text."""
+    import textwrap
+
+    return textwrap.wrap(
+        text, width=width, initial_indent=prefix, subsequent_indent=" " * len(prefix), break_on_hyphens=False
+    ) or [prefix.rstrip()]
 
 
 def _version(dist: str) -> str | None:
@@ -109,13 +128,6 @@ def _can_load(lib: str) -> str:
         return f"cannot load ({exc})"
 
 
-def _migraphx_state() -> str:
-    from .engines.migraphx import probe
-
-    why = probe()
-    return "importable" if why is None else why
-
-
 def diagnose() -> DoctorReport:
     """Inspect this machine. Never raises for a missing piece: each finding goes into the report.
 
@@ -123,42 +135,27 @@ def diagnose() -> DoctorReport:
         >>> isinstance(diagnose().ort_distributions, dict)
         True
     """
-    from .engines import ort as ort_engine
+    from .engines.ort import installed_ort_distributions
+    from .engines.registry import backend_entries, plugin_errors
 
     report = DoctorReport(python=sys.version.split()[0], platform=platform.platform())
     for dist in ("numpy", "onnx", "amdinfer-onnx", "migraphx"):
         v = _version(dist)
         if v:
             report.packages[dist] = v
-    report.ort_distributions = ort_engine.installed_ort_distributions()
-    if len(report.ort_distributions) > 1:
-        report.problems.append(
-            f"{len(report.ort_distributions)} ONNX Runtime distributions are installed together "
-            f"({', '.join(report.ort_distributions)}); they overwrite each other's files. Uninstall all of them, "
-            "then install exactly one (e.g. pip install 'amdinfer-onnx[migraphx]')"
-        )
-    try:
-        ort = ort_engine._import_ort()
-    except ImportError as exc:
-        report.problems.append(str(exc))
-        ort = None
-    if ort is not None:
-        report.packages["onnxruntime (module)"] = ort.__version__
-        available = ort.get_available_providers()
-        for prov in ort_engine.PROVIDER_ORDER:
-            if prov not in available:
-                report.providers[prov] = "not in this build"
-                continue
-            cause = ort_engine.probe_provider(prov)
-            report.providers[prov] = "loads" if cause is None else f"in the build but cannot load: {cause}"
-            if cause is not None:
-                report.problems.append(f"{prov}: {cause}. Fix: {ort_engine._FIX.get(prov, '')}")
-        if not any(p in available for p in ort_engine.AMD_PROVIDERS):
-            report.problems.append(
-                "this onnxruntime build has no AMD provider: pip uninstall onnxruntime, then "
-                "pip install 'amdinfer-onnx[migraphx]' (ROCm 6+) or 'amdinfer-onnx[rocm]' (ORT <= 1.22)"
-            )
-    report.migraphx = _migraphx_state()
+    report.ort_distributions = installed_ort_distributions()
+    for entry in backend_entries():
+        found = entry.run_diagnose()
+        report.backends[entry.name] = found.state
+        report.problems.extend(found.problems)
+        if entry.name == "ort":
+            report.providers = dict(found.details)
+            if found.state.startswith("onnxruntime "):
+                report.packages["onnxruntime (module)"] = found.state.split()[1]
+        elif entry.name == "migraphx":
+            report.migraphx = "importable" if found.state == "ready" else found.state
+    for ep, why in plugin_errors().items():
+        report.problems.append(f"backend plugin {ep} could not be loaded: {why}")
 
     rocm_path = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
     report.rocm["ROCm folder"] = str(rocm_path) if rocm_path.exists() else f"{rocm_path} (missing)"

@@ -20,41 +20,21 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import logging
-import queue
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._pipeline_map import MapSteps, PipelineMap
 from .engines.base import Engine
 from .errors import OptionError, StageError
 from .preprocess import stack
-from .stages import Postprocessor, Preprocessor, Sample, Stage
+from .stages import Postprocessor, Preprocessor, Sample, Stage, _stage_error
 
 __all__ = ["Pipeline", "PipelineMap"]
 
 log = logging.getLogger("amdinfer.pipeline")
-
-_POLL_S = 0.05
-_DONE = object()
-_STOPPED = object()
-
-
-def _stage_error(index: int, stage: str, exc: BaseException, *, count: int = 1) -> StageError:
-    """A :class:`StageError` naming the item (or batch) and the stage, with ``exc`` as its cause."""
-    if isinstance(exc, StageError) and getattr(exc, "index", None) is not None:
-        return exc  # already located
-    where = f"item {index}" if count == 1 else f"items {index}..{index + count - 1} (one batch)"
-    err = StageError(f"{where}: {stage}: {type(exc).__name__}: {exc}")
-    err.index = index  # type: ignore[attr-defined]
-    err.stage = stage  # type: ignore[attr-defined]
-    err.__cause__ = exc
-    return err
 
 
 def _check_stages(name: str, stages: Any, kind: type[Stage]) -> tuple[Any, ...]:
@@ -126,8 +106,8 @@ class Pipeline:
         backend: str = "auto",
         **load_options: Any,
     ) -> None:
-        self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)
-        self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)
+        self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)  # type: ignore[type-abstract]
+        self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)  # type: ignore[type-abstract]
         if isinstance(engine, Engine):
             given = sorted(load_options) + (["quantizer"] if quantizer is not None else [])
             given += ["backend"] if backend != "auto" else []
@@ -259,9 +239,22 @@ class Pipeline:
         workers = _positive_int("workers", workers, minimum=0)
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
             raise OptionError(f"items: got {type(items).__name__}, expected an iterable of inputs")
-        return PipelineMap(self, items, batch_size, workers)
+        return PipelineMap(self._map_steps(), items, batch_size, workers)
 
     # ------------------------------------------------------------------ steps (each names what failed)
+    def _map_steps(self) -> MapSteps:
+        """What the streaming executor needs from this pipeline (it sees nothing else of it)."""
+        return MapSteps(
+            engine=self._engine,
+            input_name=self._input.name,
+            preprocess_one=self._preprocess_one,
+            postprocess_one=self._postprocess_one,
+            infer_samples=self._infer_samples,
+            chunks=self._chunks,
+            cut=self._cut,
+            split=self._split,
+        )
+
     def _preprocess_one(self, index: int, item: Any) -> Sample:
         sample = Sample.wrap(item)
         for k, stage in enumerate(self._preprocess):
@@ -270,8 +263,8 @@ class Pipeline:
             except Exception as exc:
                 raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
         if not isinstance(sample.data, np.ndarray):
-            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")
-            raise _stage_error(index, "preprocess (result)", exc)
+            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")  # type: ignore[misc]
+            raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]
         return sample
 
     def _postprocess_one(self, index: int, sample: Sample) -> Any:
@@ -340,6 +333,95 @@ class Pipeline:
             return list(value)
         return [{k: v[i] for k, v in result.items()} for i in range(n)]
 
+    # ------------------------------------------------------------------ fusing
+    def fuse(
+        self, *, image_size: int | tuple[int, int] | None = None, nms_mode: str = "auto", **load_options: Any
+    ) -> Any:
+        """Compile the stages into the model: one ONNX graph from uint8 ``(N, H, W, C)`` images to answers.
+
+        See :mod:`amdinfer.fuse` for what fuses (``Letterbox``/``Resize``/``CenterCrop``, ``BgrToRgb``,
+        ``Normalize``, ``HwcToChw``, ``Cast`` before the model; ``YoloDecode`` + ``Nms`` [+ ``ScaleBoxes``] or
+        [``Softmax`` +] ``TopK`` after it) and how images of different sizes enter.
+
+        Args:
+            image_size: ``(height, width)`` (or one int) of every image: geometry runs in the graph,
+                bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
+                the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
+            nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets),
+                ``"host"`` (the graph ends at the decoded candidates; the pipeline's ``Nms``/``ScaleBoxes``
+                stages finish on the host), or ``"auto"``: on the CPU or the reference engine, offset when the
+                pipeline's ``Nms`` has a ``class_offset`` (the same arithmetic) else per-class; on a GPU, offset
+                (one ``NonMaxSuppression`` class: ORT's CUDA kernel costs ~0.5 ms per image and class; "host"
+                pays off when there are few candidates per image). See :func:`amdinfer.fuse.fuse_model`.
+            **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
+                providers and precision of this pipeline's engine (fp16 converts the model's own nodes only,
+                before fusing: the pre/post-processing stays float32, and the fused engine's
+                ``info.precision`` reads ``"fp32"``, the precision it was loaded with).
+
+        Returns:
+            A :class:`~amdinfer.fuse.FusedPipeline` with ``__call__``, ``run_batch``, ``map`` and ``close``;
+            it owns its engine.
+
+        Raises:
+            OptionError: a stage has no fused form, or the stages do not fit the model.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
+            >>> from amdinfer.postprocess import Softmax, TopK
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> pipe = amdinfer.Pipeline(preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
+            ...                          engine=tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"],
+            ...                          postprocess=[Softmax(), TopK(3)])
+            >>> fused = pipe.fuse(image_size=(48, 64))
+            >>> image = np.full((48, 64, 3), 7, np.uint8)
+            >>> fused(image).indices.tolist() == pipe(image).indices.tolist()
+            True
+            >>> fused.close(); pipe.close()
+        """
+        from ._load import load
+        from .fuse import FusedPipeline, _labels, fuse_model, split_host_stages
+
+        size = None
+        if image_size is not None:
+            from .preprocess import _hw
+
+            size = _hw("image_size", image_size)
+        host, _ = split_host_stages(self._preprocess, size)
+        proto = self._engine.model.proto
+        if not load_options:
+            info = self._engine.info
+            load_options = {"backend": info.backend}
+            if info.backend == "ort":
+                load_options["providers"] = list(info.requested_providers or info.providers)
+            migraphx_ep = any("MIGraphX" in p for p in info.providers)
+            if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and self._quantizer is None:
+                # Convert the model's own nodes (fp32 IO kept) before fusing, so the pre/post-processing
+                # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
+                import onnx
+
+                from .engines.ort._quant import default_quantizer
+
+                if not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+                    proto = default_quantizer("fp16").quantize(proto)  # what the engine's fp16 does, fp32 IO
+            elif info.precision != "fp32":
+                load_options["precision"] = info.precision
+        if nms_mode == "auto":
+            from .postprocess import Nms
+
+            providers = [str(p) for p in load_options.get("providers") or ()]
+            cpu = load_options.get("backend") == "reference" or (
+                bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
+            )
+            offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
+            nms_mode = ("offset" if offset_nms else "per-class") if cpu else "offset"
+        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
+        engine = load(model, **load_options)
+        host_post = self._postprocess[1:] if nms_mode == "host" else ()
+        return FusedPipeline(
+            model, engine, host, image_size=size, labels=_labels(self._postprocess), host_post=host_post
+        )
+
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:
         """Close the engine if this pipeline loaded it (an Engine you passed in stays open)."""
@@ -366,338 +448,3 @@ class Pipeline:
         lines += block("postprocess", self._postprocess)
         lines.append(")")
         return "\n".join(lines)
-
-
-class _Call:
-    """One engine call of :meth:`Pipeline.map`: a whole batch, or one chunk of it for a fixed-batch model."""
-
-    __slots__ = ("count", "feed", "first", "indices", "last", "metas", "size")
-
-    def __init__(
-        self, first: int, count: int, indices: list[int], metas: list[Any], feed: np.ndarray, size: int, last: bool
-    ) -> None:
-        self.first = first  # index of the batch's first item
-        self.count = count  # items in the whole batch
-        self.indices = indices
-        self.metas = metas
-        self.feed = feed
-        self.size = size  # real items in this call (the rest is padding)
-        self.last = last  # the batch's last chunk
-
-
-class _MapState:
-    """What the map threads share; they never hold the :class:`PipelineMap` itself, so it can be collected."""
-
-    def __init__(self, pipe: Pipeline, items: Iterable[Any], batch_size: int, workers: int) -> None:
-        self.pipe = pipe
-        self.iterator = iter(items)
-        self.batch_size = batch_size
-        self.stop = threading.Event()
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="amdinfer-map-worker")
-        depth = 2 * max(workers, batch_size)
-        self.q_pre: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.q_post: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.threads = [
-            threading.Thread(target=self._feed, name="amdinfer-map-feed", daemon=True),
-            threading.Thread(target=self._run_engine, name="amdinfer-map-engine", daemon=True),
-        ]
-
-    # queue helpers that give up once stop is set
-    def put(self, q: queue.Queue[Any], item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                q.put(item, timeout=_POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def get(self, q: queue.Queue[Any]) -> Any:
-        while True:
-            try:
-                return q.get(timeout=_POLL_S)
-            except queue.Empty:
-                if self.stop.is_set():
-                    return _STOPPED
-
-    def wait(self, fut: Future[Any]) -> bool:
-        while not fut.done():
-            if self.stop.is_set():
-                return False
-            wait_futures([fut], timeout=_POLL_S)
-        return True
-
-    def submit(self, fn: Any, *args: Any) -> Future[Any] | None:
-        try:
-            return self.pool.submit(fn, *args)
-        except RuntimeError:  # the pool was shut down by close()
-            return None
-
-    @staticmethod
-    def failed(exc: BaseException) -> Future[Any]:
-        fut: Future[Any] = Future()
-        fut.set_exception(exc)
-        return fut
-
-    # thread bodies
-    def _feed(self) -> None:
-        index = 0
-        try:
-            while not self.stop.is_set():
-                try:
-                    item = next(self.iterator)
-                except StopIteration:
-                    break
-                except Exception as exc:
-                    self.put(self.q_pre, (index, self.failed(_stage_error(index, "input iterable", exc))))
-                    return
-                fut = self.submit(self.pipe._preprocess_one, index, item)
-                if fut is None or not self.put(self.q_pre, (index, fut)):
-                    return
-                index += 1
-        finally:
-            self.put(self.q_pre, _DONE)
-
-    def _run_engine(self) -> None:
-        """Batch preprocessed items and run them through ``engine.run_many``, then hand each item's output
-        to a postprocessing worker.
-
-        ``run_many`` may read batches ahead of the result it yields (on a GPU the ORT engine copies batch k+1
-        while batch k computes), so the batches generator never raises: a failure while batching (an item's
-        preprocessing, stacking) ends the stream and is reported after the results of the batches before it.
-        ``inflight`` lists the engine calls handed over whose results have not come back, oldest first: an
-        error out of ``run_many`` belongs to its first entry.
-        """
-        inflight: collections.deque[_Call] = collections.deque()
-        failure: list[tuple[int, Future[Any]]] = []
-        feeds = self._batches(inflight, failure)
-        results: Any = None
-        engine = self.pipe._engine
-        stage = f"engine {type(engine).__name__}"
-        upcoming = 0  # the first item whose result has not been handed on
-
-        def fail(exc: BaseException) -> None:
-            # An error before run_many read any batch belongs to the next item.
-            first, count = (inflight[0].first, inflight[0].count) if inflight else (upcoming, 1)
-            self.put(self.q_post, (first, self.failed(_stage_error(first, stage, exc, count=count))))
-
-        try:
-            parts: list[dict[str, Any]] = []
-            try:
-                results = iter(engine.run_many(feeds, prefetch=2))
-            except Exception as exc:
-                fail(exc)
-                return
-            while True:
-                try:
-                    out = next(results)
-                except StopIteration:
-                    break
-                except Exception as exc:
-                    fail(exc)
-                    return
-                if not inflight:
-                    raise StageError(f"{type(engine).__name__}.run_many yielded more results than it was given batches")
-                call = inflight.popleft()
-                if self.stop.is_set():
-                    return
-                try:
-                    parts.append(self.pipe._cut(out, call.feed, call.size))
-                    if not call.last:
-                        continue
-                    outputs = self.pipe._split(parts, call.count)
-                except Exception as exc:
-                    err = _stage_error(call.first, f"engine {type(engine).__name__}", exc, count=call.count)
-                    self.put(self.q_post, (call.first, self.failed(err)))
-                    return
-                parts = []
-                for k, (index, meta) in enumerate(zip(call.indices, call.metas)):
-                    fut = self.submit(self.pipe._postprocess_one, index, Sample(outputs[k], meta))
-                    if fut is None or not self.put(self.q_post, (index, fut)):
-                        return
-                upcoming = call.first + call.count
-            if self.stop.is_set():
-                return
-            if inflight:
-                fail(StageError(f"{type(engine).__name__}.run_many ended before the results of every batch"))
-                return
-            self.put(self.q_post, failure[0] if failure else _DONE)
-        except BaseException as exc:  # a bug here must reach the consumer, not vanish with the thread
-            self.put(self.q_post, (-1, self.failed(exc)))
-        finally:
-            close = getattr(results, "close", None)
-            if close is not None:
-                close()  # an overriding run_many may hold threads or device buffers for batches read ahead
-            feeds.close()
-
-    def _batches(self, inflight: collections.deque[_Call], failure: list[tuple[int, Future[Any]]]) -> Iterator[Any]:
-        """The engine feeds, in order: preprocessed items stacked ``batch_size`` at a time (in chunks of a
-        fixed model batch); each one is recorded in ``inflight``. Ends, never raises, at the first failure,
-        which it leaves in ``failure``."""
-        pipe = self.pipe
-        batch: list[tuple[int, Sample]] = []
-        done = False
-        while not done:
-            got = self.get(self.q_pre)
-            if got is _STOPPED:
-                return
-            if got is _DONE:
-                done = True
-            else:
-                index, fut = got
-                if not self.wait(fut) or self.stop.is_set():
-                    return
-                if fut.exception() is not None:
-                    failure.append((index, fut))
-                    done = True  # the items before it still run
-                else:
-                    batch.append((index, fut.result()))
-                    if len(batch) < self.batch_size:
-                        continue
-            if not batch:
-                continue
-            first, count = batch[0][0], len(batch)
-            try:
-                stacked, metas = stack([s for _, s in batch])
-                chunks = pipe._chunks(stacked)
-            except Exception as exc:
-                failure[:] = [(first, self.failed(_stage_error(first, "stack", exc, count=count)))]
-                return
-            indices = [i for i, _ in batch]
-            batch = []
-            for k, (feed, size) in enumerate(chunks):
-                call = _Call(first, count, indices, metas, feed, size, last=k == len(chunks) - 1)
-                inflight.append(call)
-                yield {pipe._input.name: feed}
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def shutdown(self) -> None:
-        self.stop.set()
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for t in self.threads:
-            if t.is_alive():
-                # The feed thread can only be stuck inside the caller's iterator; the engine thread finishes
-                # its current engine call.
-                t.join(timeout=None if t.name.endswith("engine") else 5.0)
-                if t.is_alive():
-                    log.warning("Pipeline.map: thread %s still running after close (blocked in the input)", t.name)
-        self.pool.shutdown(wait=True)
-
-
-class PipelineMap(Iterator[Any]):
-    """The iterator :meth:`Pipeline.map` returns: results in input order; ``close()`` stops its threads.
-
-    Example:
-        >>> import amdinfer
-        >>> from amdinfer.preprocess import HwcToChw, Cast
-        >>> from amdinfer.testing.models import tiny_cnn
-        >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
-        ...                          backend="ort", providers=["CPUExecutionProvider"])
-        >>> results = pipe.map([np.zeros((32, 32, 3), np.uint8)] * 10)
-        >>> next(results).shape
-        (10,)
-        >>> results.close()  # stops the threads before the end
-    """
-
-    def __init__(self, pipe: Pipeline, items: Iterable[Any], batch_size: int, workers: int) -> None:
-        self._closed = False
-        self._started = False
-        self._sync: Iterator[Any] | None = None
-        self._state: _MapState | None = None
-        if workers == 0:
-            self._sync = self._sequential(pipe, iter(items), batch_size)
-        else:
-            self._state = _MapState(pipe, items, batch_size, workers)
-
-    @staticmethod
-    def _sequential(pipe: Pipeline, iterator: Iterator[Any], batch_size: int) -> Iterator[Any]:
-        index = 0
-        while True:
-            samples = []
-            first = index
-            error: StageError | None = None
-            while len(samples) < batch_size:
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    break
-                except Exception as exc:
-                    error = _stage_error(index, "input iterable", exc)
-                    break
-                try:
-                    samples.append(pipe._preprocess_one(index, item))
-                except StageError as exc:
-                    error = exc
-                    break
-                index += 1
-            if samples:
-                # The items before a failure still come out, as with threads.
-                for k, sample in enumerate(pipe._infer_samples(first, samples)):
-                    yield pipe._postprocess_one(first + k, sample)
-            if error is not None:
-                raise error
-            if not samples:
-                return
-
-    def __iter__(self) -> PipelineMap:
-        return self
-
-    def __next__(self) -> Any:
-        if self._closed:
-            raise StopIteration
-        if self._sync is not None:
-            try:
-                return next(self._sync)
-            except BaseException:
-                self.close()
-                raise
-        state = self._state
-        assert state is not None
-        if not self._started:
-            self._started = True
-            state.start()
-        while True:
-            try:
-                got = state.q_post.get(timeout=_POLL_S)
-                break
-            except queue.Empty:
-                if not state.threads[1].is_alive() and state.q_post.empty():
-                    self.close()
-                    raise StageError("Pipeline.map: the engine thread ended without a result") from None
-        if got is _DONE:
-            self.close()
-            raise StopIteration
-        _, fut = got
-        try:
-            return fut.result()
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Stop the threads and drop what is in flight. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._sync is not None:
-            self._sync.close()  # type: ignore[attr-defined]
-        if self._state is not None:
-            if self._started:
-                self._state.shutdown()
-            else:
-                self._state.pool.shutdown(wait=True)
-
-    def __enter__(self) -> PipelineMap:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass

@@ -252,7 +252,7 @@ class YoloDecode(Postprocessor):
         layout = self.layout if self.layout != "auto" else detect_layout(x.shape, meta.get("input_shape"))
         if layout == "e2e" and x.shape[-1] != 6:
             raise InputError(f"YoloDecode(layout='e2e'): got shape {x.shape}, expected (k, 6)")
-        ((boxes, scores, classes),) = yolo_decode(x[None], layout, self.conf_threshold)
+        ((boxes, scores, classes),) = yolo_decode(x[None], layout, self.conf_threshold)  # type: ignore[arg-type]
         meta["yolo"] = {"prediction": x, "layout": layout, "conf_threshold": self.conf_threshold, "labels": self.labels}
         return Detections(boxes, scores, classes, _names_for(self, self.labels, classes), meta.get("input_shape"))
 
@@ -276,6 +276,10 @@ class Nms(Postprocessor):
             right before it.
         classes: keep only these class indices (``None``: all).
         max_nms: most candidates that enter NMS, by score.
+        class_offset: ``None`` (default): exact per-class IoUs. A number (Ultralytics uses ``7680``): NMS runs
+            once over the boxes shifted by ``class * class_offset`` in float32, Ultralytics' arithmetic exactly
+            (the shifted coordinates lose bits, so a pair at the IoU threshold may go the other way than the
+            exact IoU says; use it to reproduce Ultralytics bit for bit). :func:`amdinfer.yolo` sets 7680.
 
     Raises:
         OptionError: a parameter has the wrong type or range.
@@ -299,7 +303,11 @@ class Nms(Postprocessor):
         multi_label: bool = False,
         classes: Sequence[int] | None = None,
         max_nms: int = 30000,
+        class_offset: float | None = None,
     ) -> None:
+        if class_offset is not None:
+            class_offset = _number("class_offset", class_offset, 1.0, 1e6)
+        self.class_offset = class_offset
         self.iou_threshold = _number("iou_threshold", iou_threshold, 0.0, 1.0)
         for name, value in (("max_det", max_det), ("max_nms", max_nms)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -313,7 +321,7 @@ class Nms(Postprocessor):
         self.multi_label = bool(multi_label)
         if classes is not None:
             if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
-                classes = [classes]
+                classes = [classes]  # type: ignore[list-item]
             if (
                 isinstance(classes, (str, bytes))
                 or not isinstance(classes, Sequence)
@@ -345,6 +353,9 @@ class Nms(Postprocessor):
             det = det.select(np.argsort(-det.scores, kind="stable")[: self.max_nms])
         if self.agnostic:
             keep = nms(det.boxes, det.scores, self.iou_threshold)
+        elif self.class_offset is not None:
+            shift = (det.classes.astype(np.float32) * np.float32(self.class_offset))[:, None]
+            keep = nms(det.boxes.astype(np.float32) + shift, det.scores, self.iou_threshold)
         else:
             keep = batched_nms(det.boxes, det.scores, det.classes, self.iou_threshold)
         return det.select(keep[: self.max_det])
@@ -354,8 +365,8 @@ class ScaleBoxes(Postprocessor):
     """Map boxes from model-input pixels back to the original image, undoing Letterbox/Resize/CenterCrop.
 
     Uses the ``"affine"`` and ``"orig_shape"`` metadata recorded by the geometric stages (for a letterbox:
-    subtract the left/top padding, divide by the ratio, as :func:`amdinfer.reference.scale_boxes` and
-    Ultralytics' ``scale_boxes`` do; chains such as ``Resize -> CenterCrop`` are inverted as a whole), then
+    subtract the left/top padding, divide by the per-axis gains ``round(w * r) / w`` and ``round(h * r) / h``,
+    as Ultralytics >= 8.4 ``scale_boxes`` does; chains such as ``Resize -> CenterCrop`` are inverted as a whole), then
     clips the boxes to the image (:func:`amdinfer.reference.clip_boxes`).
 
     Args:
@@ -368,10 +379,10 @@ class ScaleBoxes(Postprocessor):
         >>> from amdinfer.preprocess import Letterbox
         >>> from amdinfer.results import Detections
         >>> from amdinfer.stages import Sample
-        >>> meta = Letterbox(64)(np.zeros((32, 48, 3), np.uint8)).meta  # ratio 4/3, content from row 10
-        >>> det = Detections([[0, 10, 32, 42]], [0.9], [0])
-        >>> ScaleBoxes()(Sample(det, meta)).data.boxes.tolist()
-        [[0.0, 0.0, 24.0, 24.0]]
+        >>> meta = Letterbox(64)(np.zeros((32, 48, 3), np.uint8)).meta  # 48x32 -> 64x43, content from row 10
+        >>> det = Detections([[0, 10, 32, 53]], [0.9], [0])
+        >>> ScaleBoxes()(Sample(det, meta)).data.boxes.tolist()  # per-axis gains 64/48 and 43/32
+        [[0.0, 0.0, 24.0, 32.0]]
     """
 
     output_type = Detections

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,12 @@ __all__ = [
     "CenterCrop",
     "HwcToChw",
     "Letterbox",
+    "LetterboxGeometry",
     "LoadImage",
     "Normalize",
     "Resize",
+    "letterbox_geometry",
+    "opencv_available",
     "stack",
 ]
 
@@ -82,15 +86,55 @@ def _record_geometry(meta: dict[str, Any], before: np.ndarray, after: np.ndarray
     meta["input_shape"] = (int(after.shape[0]), int(after.shape[1]))
 
 
-# ---------------------------------------------------------------------------------------------- decoding
-_DECODERS = ("auto", "pillow", "opencv")
-_MODES = ("RGB", "BGR", "L")
+_RESIZE_BACKENDS = ("auto", "opencv", "numpy")
 
 
 def _have(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def opencv_available() -> bool:
+    """Whether ``cv2`` can be imported (geometric stages with ``backend="auto"`` then use it).
+
+    Example:
+        >>> isinstance(opencv_available(), bool)
+        True
+    """
+    return _have("cv2")
+
+
+def _resize_backend(value: Any) -> str:
+    if value not in _RESIZE_BACKENDS:
+        raise OptionError(f"backend: got {value!r}, expected one of {_RESIZE_BACKENDS}")
+    if value == "opencv" and not _have("cv2"):
+        raise BackendUnavailableError(
+            "backend='opencv': OpenCV is not installed; pip install opencv-python-headless", backend="opencv"
+        )
+    return str(value)
+
+
+def _use_opencv(backend: str) -> bool:
+    return backend == "opencv" or (backend == "auto" and _have("cv2"))
+
+
+def _resize(image: np.ndarray, size_wh: tuple[int, int], backend: str) -> np.ndarray:
+    """Bilinear resize to ``(w, h)``: ``cv2.resize`` when OpenCV is used, else the NumPy kernel (within 1 of it)."""
+    if _use_opencv(backend) and image.dtype in (np.uint8, np.float32) and image.ndim in (2, 3) and image.shape[-1] <= 4:
+        import cv2
+
+        return np.asarray(cv2.resize(image, size_wh, interpolation=cv2.INTER_LINEAR)).reshape(
+            size_wh[1], size_wh[0], *image.shape[2:]
+        )
+    from .reference import resize_bilinear
+
+    return resize_bilinear(image, size_wh)
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+_DECODERS = ("auto", "pillow", "opencv")
+_MODES = ("RGB", "BGR", "L")
 
 
 class LoadImage(Preprocessor):
@@ -185,6 +229,72 @@ class LoadImage(Preprocessor):
 
 
 # ---------------------------------------------------------------------------------------------- geometry
+@dataclass(frozen=True)
+class LetterboxGeometry:
+    """Where :class:`Letterbox` puts an image of a given size (see :func:`letterbox_geometry`).
+
+    Attributes:
+        resized: ``(height, width)`` of the resized content.
+        pads: ``(top, bottom, left, right)`` padding in pixels.
+        shape: ``(height, width)`` of the result.
+        ratio: the kernel's ``(ratio_w, ratio_h)``.
+        pad: the kernel's half paddings ``(dw, dh)`` (``(0, 0)`` without ``center``).
+        affine: ``(sx, sy, tx, ty)`` with per-axis gains ``sx = round(w * r) / w``, ``sy = round(h * r) / h``
+            (Ultralytics >= 8.4 ``scale_boxes``) and the integer padding offsets.
+
+    Example:
+        >>> letterbox_geometry((427, 640), Letterbox(320)).resized
+        (214, 320)
+    """
+
+    resized: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    shape: tuple[int, int]
+    ratio: tuple[float, float]
+    pad: tuple[float, float]
+    affine: tuple[float, float, float, float]
+
+
+def letterbox_geometry(image_shape: tuple[int, int], stage: Letterbox) -> LetterboxGeometry:
+    """The sizes, paddings and box mapping :class:`Letterbox` uses for an image of ``(height, width)``; the
+    same arithmetic as :func:`amdinfer.reference.letterbox`.
+
+    Example:
+        >>> g = letterbox_geometry((480, 640), Letterbox(320))
+        >>> g.resized, g.pads, g.shape, g.affine
+        ((240, 320), (40, 40, 0, 0), (320, 320), (0.5, 0.5, 0.0, 40.0))
+    """
+    h, w = int(image_shape[0]), int(image_shape[1])
+    new_h, new_w = stage.new_shape
+    r = min(new_h / h, new_w / w)
+    if not stage.scaleup:
+        r = min(r, 1.0)
+    ratio = (r, r)
+    unpad_w, unpad_h = round(w * r), round(h * r)
+    dw: float = new_w - unpad_w
+    dh: float = new_h - unpad_h
+    if stage.auto:
+        dw, dh = dw % stage.stride, dh % stage.stride
+    elif stage.scale_fill:
+        dw, dh = 0.0, 0.0
+        unpad_w, unpad_h = new_w, new_h
+        ratio = (new_w / w, new_h / h)
+    if stage.center:
+        dw /= 2
+        dh /= 2
+    top, bottom = (round(dh - 0.1) if stage.center else 0), round(dh + 0.1)
+    left, right = (round(dw - 0.1) if stage.center else 0), round(dw + 0.1)
+    pad = (float(dw), float(dh)) if stage.center else (0.0, 0.0)
+    return LetterboxGeometry(
+        resized=(unpad_h, unpad_w),
+        pads=(top, bottom, left, right),
+        shape=(unpad_h + top + bottom, unpad_w + left + right),
+        ratio=(float(ratio[0]), float(ratio[1])),
+        pad=pad,
+        affine=(unpad_w / w, unpad_h / h, float(left), float(top)),
+    )
+
+
 class Letterbox(Preprocessor):
     """Resize keeping the aspect ratio, then pad to ``new_shape``: Ultralytics' ``LetterBox`` exactly.
 
@@ -203,16 +313,23 @@ class Letterbox(Preprocessor):
         center: split the padding on both sides (``False``: pad right and bottom only).
         stride: model stride for ``auto``.
         color: pad value per channel.
+        backend: ``"auto"`` (OpenCV's ``cv2.resize``/``cv2.copyMakeBorder`` when OpenCV is installed, as
+            Ultralytics does, else the NumPy kernel), ``"opencv"`` or ``"numpy"``. The NumPy kernel is the
+            reference: it rounds where OpenCV's x86 SIMD path truncates, so the two differ by at most 1.
+
+    The box mapping recorded in ``"affine"`` uses per-axis gains ``round(w * r) / w`` and ``round(h * r) / h``
+    (the exact scale of the resized content, as Ultralytics >= 8.4 ``scale_boxes``).
 
     Raises:
         OptionError: a parameter has the wrong type or range.
+        BackendUnavailableError: ``backend="opencv"`` without OpenCV.
 
     Example:
         >>> out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
         >>> out.data.shape, out.meta["letterbox"]["ratio"], out.meta["letterbox"]["pad"]
         ((64, 64, 3), (1.3333333333333333, 1.3333333333333333), (0.0, 10.5))
-        >>> out.meta["affine"]  # x * 4/3 + 0, y * 4/3 + 10: the content starts at row round(10.5 - 0.1)
-        (1.3333333333333333, 1.3333333333333333, 0.0, 10.0)
+        >>> out.meta["affine"]  # x * 64/48, y * 43/32 (round(32 * 4/3) rows) + 10: content from row round(10.5 - 0.1)
+        (1.3333333333333333, 1.34375, 0.0, 10.0)
     """
 
     def __init__(
@@ -225,7 +342,9 @@ class Letterbox(Preprocessor):
         center: bool = True,
         stride: int = 32,
         color: tuple[int, ...] = (114, 114, 114),
+        backend: str = "auto",
     ) -> None:
+        self.backend = _resize_backend(backend)
         self.new_shape = _hw("new_shape", new_shape)
         self.auto = _flag("auto", auto)
         self.scale_fill = _flag("scale_fill", scale_fill)
@@ -247,30 +366,26 @@ class Letterbox(Preprocessor):
         self.color = tuple(color)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        from .reference import letterbox
-
         image = _image(self, data)
         if image.ndim == 3 and len(self.color) not in (1, image.shape[2]):
             raise InputError(
                 f"Letterbox: got an image with {image.shape[2]} channels, expected {len(self.color)} "
                 f"(color={self.color})"
             )
-        out, ratio, pad = letterbox(
-            image,
-            self.new_shape,
-            auto=self.auto,
-            scale_fill=self.scale_fill,
-            scaleup=self.scaleup,
-            center=self.center,
-            stride=self.stride,
-            color=self.color,
-        )
-        ratio = (float(ratio[0]), float(ratio[1]))
-        pad = (float(pad[0]), float(pad[1]))
-        meta["letterbox"] = {"ratio": ratio, "pad": pad}
+        geo = letterbox_geometry(image.shape[:2], self)
+        h, w = image.shape[:2]
+        content = image if geo.resized == (h, w) else _resize(image, (geo.resized[1], geo.resized[0]), self.backend)
+        top, bottom, left, right = geo.pads
+        fill = np.asarray(self.color)
+        if fill.ndim and (image.ndim != 3 or image.shape[2] != fill.size):
+            fill = fill.ravel()[0]  # Ultralytics pads multispectral and grey images with the first value
+        out = np.empty((*geo.shape, *image.shape[2:]), dtype=image.dtype)
+        if top or bottom or left or right:
+            out[...] = fill.astype(image.dtype)
+        out[top : top + geo.resized[0], left : left + geo.resized[1]] = content
+        meta["letterbox"] = {"ratio": geo.ratio, "pad": geo.pad}
         _record_geometry(meta, image, out)
-        # The kernel returns half paddings; the content really starts at round(pad - 0.1) (Ultralytics).
-        compose_affine(meta, ratio[0], ratio[1], float(round(pad[0] - 0.1)), float(round(pad[1] - 0.1)))
+        compose_affine(meta, *geo.affine)
         return out
 
 
@@ -283,9 +398,12 @@ class Resize(Preprocessor):
 
     Args:
         size: the shorter side (int) or the exact ``(height, width)``.
+        backend: ``"auto"`` (``cv2.resize`` when OpenCV is installed, else the NumPy kernel), ``"opencv"`` or
+            ``"numpy"`` (the reference; within 1 of OpenCV on uint8).
 
     Raises:
         OptionError: ``size`` is not a positive int or pair.
+        BackendUnavailableError: ``backend="opencv"`` without OpenCV.
 
     Example:
         >>> Resize(16)(np.zeros((32, 64, 3), np.uint8)).data.shape
@@ -294,7 +412,8 @@ class Resize(Preprocessor):
         (10, 20, 3)
     """
 
-    def __init__(self, size: int | tuple[int, int]) -> None:
+    def __init__(self, size: int | tuple[int, int], *, backend: str = "auto") -> None:
+        self.backend = _resize_backend(backend)
         _hw("size", size)
         self.size = int(size) if isinstance(size, (int, np.integer)) else (int(size[0]), int(size[1]))
 
@@ -312,12 +431,10 @@ class Resize(Preprocessor):
         return (new_short, new_long) if height <= width else (new_long, new_short)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        from .reference import resize_bilinear
-
         image = _image(self, data)
         h, w = image.shape[:2]
         th, tw = self.target(h, w)
-        out = image if (th, tw) == (h, w) else resize_bilinear(image, (tw, th))
+        out = image if (th, tw) == (h, w) else _resize(image, (tw, th), self.backend)
         _record_geometry(meta, image, out)
         compose_affine(meta, tw / w, th / h, 0.0, 0.0)
         return out
@@ -360,6 +477,10 @@ class CenterCrop(Preprocessor):
 class BgrToRgb(Preprocessor):
     """Reverse the channel order of an ``(H, W, 3)`` image (BGR <-> RGB; the same flip both ways).
 
+    Free: the result is a view with a negative channel stride (no copy); the next stage that copies
+    (a resize, ``HwcToChw``, ``Normalize``) folds the flip into its own pass, and a fused graph does it with one
+    ``Gather`` on the device.
+
     Example:
         >>> BgrToRgb()(np.array([[[1, 2, 3]]])).data.tolist()
         [[[3, 2, 1]]]
@@ -372,7 +493,7 @@ class BgrToRgb(Preprocessor):
         image = _image(self, data)
         if image.ndim != 3 or image.shape[2] != 3:
             raise InputError(f"BgrToRgb: got shape {image.shape}, expected (H, W, 3)")
-        return np.ascontiguousarray(image[..., ::-1])
+        return image[..., ::-1]
 
 
 class HwcToChw(Preprocessor):
@@ -411,7 +532,9 @@ class Normalize(Preprocessor):
     Args:
         mean: subtracted after scaling; a number or one per channel (``None``: 0).
         std: divisor after subtracting; a number or one per channel (``None``: 1). No zeros.
-        scale: multiplier applied first, e.g. ``1 / 255``.
+        scale: multiplier applied first, e.g. ``1 / 255``. When ``1 / scale`` is a whole number (``1 / 255``),
+            the pixels are divided by it instead (``x / 255.0``, as Ultralytics and torchvision do; multiplying
+            by the rounded ``1 / 255`` differs in the last bit for some values).
         channel_axis: the channel axis of the image: ``-1`` for ``(H, W, C)`` (the default, as images are
             decoded), ``0`` after :class:`HwcToChw`.
         dtype: floating dtype of the result.
@@ -454,12 +577,30 @@ class Normalize(Preprocessor):
         self.channel_axis = int(channel_axis)
         self.dtype = dt
 
+    @property
+    def divisor(self) -> float | None:
+        """The whole number the pixels are divided by (``1 / scale``), or ``None`` when ``scale`` multiplies.
+
+        Example:
+            >>> Normalize(scale=1 / 255).divisor, Normalize(scale=0.5).divisor, Normalize().divisor
+            (255.0, 2.0, None)
+        """
+        if self.scale in (0.0, 1.0):
+            return None
+        inv = 1.0 / self.scale
+        return float(round(inv)) if abs(inv - round(inv)) < 1e-9 * abs(inv) and abs(inv) > 1 else None
+
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
         if not isinstance(data, np.ndarray) or data.dtype.kind not in "fiub":
             shown = f"array of {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
             raise InputError(f"Normalize: got {shown}, expected a numeric numpy array")
         work = np.float64 if self.dtype == np.float64 else np.float32
-        x = data.astype(work) if self.scale == 1.0 else data.astype(work) * work(self.scale)
+        divisor = self.divisor
+        if divisor is not None:
+            x = data.astype(work)
+            x /= work(divisor)
+        else:
+            x = data.astype(work) if self.scale == 1.0 else data.astype(work) * work(self.scale)
         for name, values in (("mean", self.mean), ("std", self.std)):
             if values is None:
                 continue

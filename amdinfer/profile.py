@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._progress import progress_bar
 from .engines.base import Engine
 from .errors import OptionError
 
@@ -81,6 +83,7 @@ class ProfileReport:
     providers: list[str]
     runs: int
     notes: list[str] = field(default_factory=list)
+    trace: str | None = None
 
     @property
     def total_us(self) -> float:
@@ -113,18 +116,69 @@ class ProfileReport:
             "nodes": [vars(n) for n in self.nodes],
             "cpu_nodes": [n.name for n in self.cpu_nodes],
             "notes": self.notes,
+            "trace": self.trace,
         }
 
-    def __repr__(self) -> str:
+    def format(self, top: int = 10) -> str:
+        """Text report: the ``top`` slowest nodes (time, share, provider), time per operator type, CPU nodes.
+
+        Example:
+            >>> node = NodeTiming("a", "Relu", "CPUExecutionProvider", 5.0, 1)
+            >>> r = ProfileReport([node], ["CPUExecutionProvider"], 1)
+            >>> print(r.format())  # doctest: +NORMALIZE_WHITESPACE
+            ProfileReport(1 nodes, 0.005 ms/run, providers ['CPUExecutionProvider'])
+              slowest nodes:
+                node  op    provider  mean_us  share
+                a     Relu  CPU           5.0  100.0%
+              time per operator type:
+                op    nodes  total_us  share
+                Relu      1       5.0  100.0%
+        """
+        total = self.total_us or 1.0
         lines = [
             f"ProfileReport({len(self.nodes)} nodes, {self.total_us / 1000:.3f} ms/run, providers {self.providers})"
         ]
-        for r in self.by_op()[:10]:
-            lines.append(f"  {r.op_type:<24} {r.nodes:4d} nodes {r.total_us:10.1f} us  {100 * r.share:5.1f}%")
+        shown = self.nodes[: max(0, top)]
+        if shown:
+            lines.append(
+                f"  slowest nodes{f' ({len(shown)} of {len(self.nodes)})' if len(shown) < len(self.nodes) else ''}:"
+            )
+            rows = [
+                [
+                    n.name,
+                    n.op_type,
+                    n.provider.replace("ExecutionProvider", ""),
+                    f"{n.mean_us:.1f}",
+                    f"{100 * n.mean_us / total:.1f}%",
+                ]
+                for n in shown
+            ]
+            lines += _table(["node", "op", "provider", "mean_us", "share"], rows, right={3, 4})
+        ops = self.by_op()[: max(top, 10)]
+        if ops:
+            lines.append("  time per operator type:")
+            rows = [[r.op_type, str(r.nodes), f"{r.total_us:.1f}", f"{100 * r.share:.1f}%"] for r in ops]
+            lines += _table(["op", "nodes", "total_us", "share"], rows, right={1, 2, 3})
         if self.cpu_nodes:
             names = ", ".join(f"{n.name} ({n.op_type})" for n in self.cpu_nodes[:10])
             lines.append(f"  ran on the CPU: {names}{' ...' if len(self.cpu_nodes) > 10 else ''}")
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.trace:
+            lines.append(f"  Chrome trace: {self.trace} (open in chrome://tracing or https://ui.perfetto.dev)")
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.format()
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def fmt(row: list[str]) -> str:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        return "    " + "  ".join(cells).rstrip()
+
+    return [fmt(header)] + [fmt(r) for r in rows]
 
 
 def _node_events(path: str) -> list[dict[str, Any]]:
@@ -133,7 +187,15 @@ def _node_events(path: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
 
 
-def profile(engine: Engine, feeds: Mapping[str, Any] | Any, *, runs: int = 10, warmup: int = 2) -> ProfileReport:
+def profile(
+    engine: Engine,
+    feeds: Mapping[str, Any] | Any,
+    *,
+    runs: int = 10,
+    warmup: int = 2,
+    trace: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> ProfileReport:
     """Profile an ONNX Runtime engine's model with its providers and provider options.
 
     A separate profiling session is created (profiling slows every call), so ``engine`` is untouched.
@@ -143,6 +205,9 @@ def profile(engine: Engine, feeds: Mapping[str, Any] | Any, *, runs: int = 10, w
         feeds: inputs, as for ``engine.run``.
         runs: profiled runs (node times are averaged over them).
         warmup: runs before profiling starts counting.
+        trace: write ONNX Runtime's profile of the measured runs here: Chrome trace event format, for
+            ``chrome://tracing`` or Perfetto.
+        progress: show a tqdm bar over the profiled runs on a terminal's stderr.
 
     Raises:
         OptionError: the engine is not an ONNX Runtime engine.
@@ -187,9 +252,17 @@ def profile(engine: Engine, feeds: Mapping[str, Any] | Any, *, runs: int = 10, w
         first = len(_node_events(warm.end_profiling()))
         prof = ort.InferenceSession(model, options(prefix), providers=providers, provider_options=opts)
         prof.run(None, checked)
-        for _ in range(runs):
-            prof.run(None, checked)
-        events = _node_events(prof.end_profiling())
+        with progress_bar("amdinfer profile", total=runs, unit="run", enabled=progress) as bar:
+            for _ in range(runs):
+                prof.run(None, checked)
+                bar.update()
+        prof_file = prof.end_profiling()
+        events = _node_events(prof_file)
+        if trace is not None:
+            try:
+                shutil.copyfile(prof_file, trace)
+            except OSError as exc:
+                raise OptionError(f"trace: cannot write {os.fspath(trace)!r}: {exc.strerror or exc}") from None
     # Drop the new session's first run (one-time work) from every node's events.
     seen: set[str] = set()
     kept = []
@@ -209,4 +282,4 @@ def profile(engine: Engine, feeds: Mapping[str, Any] | Any, *, runs: int = 10, w
     nodes = [NodeTiming(n, op, prov, total / runs, calls) for n, (op, prov, total, calls) in acc.items()]
     nodes.sort(key=lambda n: -n.mean_us)
     notes = [] if first else ["the provider reported no per-node events (fused into one compiled graph?)"]
-    return ProfileReport(nodes, providers, runs, notes)
+    return ProfileReport(nodes, providers, runs, notes, os.fspath(trace) if trace is not None else None)

@@ -241,3 +241,15 @@ class Postprocessor(Stage):
         if output is not None and not isinstance(data, np.ndarray):
             raise StageError(f"{type(stage).__name__}: output={output!r} given, but the input is not a dict of outputs")
         return data
+
+
+def _stage_error(index: int, stage: str, exc: BaseException, *, count: int = 1) -> StageError:
+    """A :class:`StageError` naming the item (or batch) and the stage, with ``exc`` as its cause."""
+    if isinstance(exc, StageError) and getattr(exc, "index", None) is not None:
+        return exc  # already located
+    where = f"item {index}" if count == 1 else f"items {index}..{index + count - 1} (one batch)"
+    err = StageError(f"{where}: {stage}: {type(exc).__name__}: {exc}")
+    err.index = index  # type: ignore[attr-defined]
+    err.stage = stage  # type: ignore[attr-defined]
+    err.__cause__ = exc
+    return err

@@ -408,7 +408,7 @@ def _gpu_proof(torch: Any, path: Path) -> dict[str, Any]:
     With one GPU, both engines are on device 0 (the capture race is the same: one process, two threads)
     and the cross-device DLPack case is not run.
     """
-    from amdinfer.engines import _ort_device as dev
+    from amdinfer.engines import _dlpack as dev
 
     out: dict[str, Any] = {}
     gpus = (0, 1) if torch.cuda.device_count() > 1 else (0, 0)

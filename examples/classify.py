@@ -6,7 +6,7 @@ mechanics of a classification pipeline: resize, centre crop, ImageNet normalizat
 call, softmax and top-5. Swap in a trained export (``engine="resnet50.onnx"``) and pass the ImageNet class
 names as ``labels=`` to get real answers.
 
-The photos ship inside scikit-image (``pip install scikit-image``); pass your own with ``--image``.
+The photos ship inside scikit-image (``pip install 'amdinfer-onnx[examples]'``); pass your own with ``--image``.
 
     python examples/classify.py
     python examples/classify.py --image cat.jpg --backend migraphx
@@ -32,7 +32,9 @@ def sample_images() -> dict[str, np.ndarray]:
     try:
         from skimage import data
     except ImportError:
-        raise SystemExit("the sample photos need scikit-image: pip install scikit-image (or pass --image)") from None
+        raise SystemExit(
+            "the sample photos need scikit-image: pip install 'amdinfer-onnx[examples]' (or pass --image)"
+        ) from None
     return {name: getattr(data, name)() for name in ("chelsea", "coffee", "astronaut")}
 
 

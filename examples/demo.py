@@ -26,7 +26,7 @@ def main() -> None:
     engine = amdinfer.load(model)  # backend="auto": MIGraphX -> ORT MIGraphX EP -> ROCm EP -> CUDA EP -> CPU
     info = engine.info
     print(f"backend: {info.backend} on {info.device}, providers used: {info.providers}")
-    for name, why in info.skipped.items():
+    for name, why in info.short_skipped().items():  # full reasons: info.skipped, or `amdinfer doctor`
         print(f"  passed over {name}: {why}")
 
     rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ The model comes from ``amdinfer.testing.models.yolov8``: the real YOLOv8n graph 
 inference, decoding, NMS and boxes mapped back to each original image. Swap in a trained export
 (``engine="yolov8n.onnx"``) and the same code gives real detections.
 
-The photos ship inside scikit-image (``pip install scikit-image``); pass your own with ``--image``.
+The photos ship inside scikit-image (``pip install 'amdinfer-onnx[examples]'``); pass your own with ``--image``.
 
     python examples/detect.py                                  # skimage's astronaut, coffee, chelsea
     python examples/detect.py --image street.jpg --backend migraphx
@@ -37,7 +37,9 @@ def sample_images() -> dict[str, np.ndarray]:
     try:
         from skimage import data
     except ImportError:
-        raise SystemExit("the sample photos need scikit-image: pip install scikit-image (or pass --image)") from None
+        raise SystemExit(
+            "the sample photos need scikit-image: pip install 'amdinfer-onnx[examples]' (or pass --image)"
+        ) from None
     return {name: getattr(data, name)() for name in ("astronaut", "coffee", "chelsea")}
 
 

@@ -21,6 +21,9 @@ SANDBOXED = (
     "JUPYTER_RUNTIME_DIR",
     "JUPYTER_DATA_DIR",
     "JUPYTER_CONFIG_DIR",
+    # hypothesis (tests/robustness/test_fuzz.py) writes its example database and a cache of the constants
+    # it collects from source files under ./.hypothesis unless told otherwise
+    "HYPOTHESIS_STORAGE_DIRECTORY",
 )
 
 

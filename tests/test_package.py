@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "amdinfer.engines.ort",
     "amdinfer.engines.registry",
     "amdinfer.bench",
+    "amdinfer.cli",
     "amdinfer.doctor",
     "amdinfer.profile",
     "amdinfer.stages",

@@ -40,7 +40,7 @@ def test_tests_that_write_the_default_cache_leave_home_and_cwd_untouched(tmp_pat
         str(ROOT),
         "-c",
         str(ROOT / "pyproject.toml"),
-        str(ROOT / "tests" / "test_quantize.py"),
+        str(ROOT / "tests" / "quantize" / "test_quantize.py"),
         "-k",
         "test_qdq_model_close_to_float or test_exclude_nodes_and_keep_last_n",
     ]

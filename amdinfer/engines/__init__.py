@@ -6,7 +6,19 @@ Example:
     True
 """
 
+from ._dlpack import DeviceArray, DeviceFeed, DlpackOnly, device_feed, register_device_value
 from .base import Engine, EngineInfo
 from .registry import backend_names, get_backend, register_backend
 
-__all__ = ["Engine", "EngineInfo", "backend_names", "get_backend", "register_backend"]
+__all__ = [
+    "DeviceArray",
+    "DeviceFeed",
+    "DlpackOnly",
+    "Engine",
+    "EngineInfo",
+    "backend_names",
+    "device_feed",
+    "get_backend",
+    "register_backend",
+    "register_device_value",
+]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,8 @@ from typing import Any, final
 import numpy as np
 
 from .._files import check_allocation
+from .._quant_protocol import Quantizer
+from .._validate import check_int
 from ..errors import EngineClosedError, InputError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
@@ -81,6 +82,47 @@ class EngineInfo:
         """A JSON-friendly copy."""
         return asdict(self)
 
+    def short_skipped(self, width: int = 100) -> dict[str, str]:
+        """:attr:`skipped` with each reason cut to its first line or sentence (at most ``width`` characters).
+
+        The full reasons stay in :attr:`skipped` (and ``amdinfer doctor`` prints them); this is what the
+        command line and the demo show.
+
+        Example:
+            >>> info = EngineInfo(backend="ort", skipped={"migraphx": "cannot import migraphx. Install it: ..."})
+            >>> info.short_skipped()
+            {'migraphx': 'cannot import migraphx'}
+        """
+        return {name: _first_sentence(why, width) for name, why in self.skipped.items()}
+
+    def __repr__(self) -> str:
+        compile_part = f"compile {self.compile_seconds:.3f} s, cache {'hit' if self.cache_hit else 'miss'}"
+        rows = [
+            ("backend", self.backend + (f" (target {self.target})" if self.target else "")),
+            ("device", self.device),
+            ("providers", ", ".join(self.providers) or "-"),
+            ("precision", self.precision),
+            ("load", f"{self.load_seconds:.3f} s ({compile_part})"),
+            ("runtime", self.runtime_version or "-"),
+        ]
+        if self.requested_providers and self.requested_providers != self.providers:
+            rows.append(("requested", ", ".join(self.requested_providers)))
+        rows += [("skipped", f"{k}: {v}") for k, v in self.short_skipped().items()]
+        rows += [("note", _first_sentence(n, 100)) for n in self.notes]
+        if self.settings:
+            rows.append(("settings", ", ".join(sorted(self.settings)) + " (see .settings)"))
+        return "EngineInfo(\n" + "\n".join(f"  {k:<10} {v}" for k, v in rows) + "\n)"
+
+
+def _first_sentence(text: str, width: int) -> str:
+    """The first line of ``text`` up to its first sentence end, cut to ``width`` characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    for stop in (". ", "; "):
+        if stop in line:
+            line = line.split(stop, 1)[0]
+    line = line.rstrip(".:; ")
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
+
 
 def _pad_batch(arr: Any, n: int) -> np.ndarray:
     """Pad axis 0 to ``n`` rows by repeating the last row (keeps values in range, unlike zeros)."""
@@ -91,10 +133,16 @@ def _pad_batch(arr: Any, n: int) -> np.ndarray:
 class Engine(abc.ABC):
     """Runs an ONNX model; one subclass per backend.
 
-    Subclasses call ``super().__init__(model, ...)`` first, build their runtime object, then call
-    :meth:`_finish_init` with the specs and info, and implement :meth:`_run` (and :meth:`_close` when
-    they hold resources). Engines are context managers and pickle by model bytes and options (the
-    copy is rebuilt, not shared).
+    Construction is a template: :meth:`__init__` validates the options every engine shares (model,
+    precision, device, shapes, batch buckets, quantizer), keeps the backend's own options object,
+    lets :meth:`_prepare` apply a quantizer that the backend has no native knob for, and calls the
+    one abstract step, :meth:`_load`, which builds the runtime object and returns the input and
+    output specs and the :class:`EngineInfo`. Nothing overridable runs before the backend's options
+    are in place. A backend's ``__init__`` only turns its keyword arguments into an options object
+    and calls ``super().__init__(model, ..., options=...)``. Backends implement :meth:`_run` (and
+    :meth:`_close` when they hold resources); :meth:`run` is final, enforced when a subclass is
+    created. Engines are context managers and pickle by model bytes and options (the copy is rebuilt,
+    not shared).
 
     Example:
         >>> import numpy as np, amdinfer
@@ -109,6 +157,20 @@ class Engine(abc.ABC):
     backend_name: str = ""
     #: Whether ``run(..., outputs="all")`` is supported.
     supports_all_outputs: bool = False
+    #: Whether the backend maps a quantizer's :class:`~amdinfer.quantize.QuantizationSpec` to its own
+    #: knobs in :meth:`_load` (``False``: the base runs the model the quantizer rewrote).
+    native_quantization: bool = False
+    #: The positional and keyword arguments the engine was built with (pickling rebuilds from them).
+    _init_args: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _FINAL:
+            if name in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__qualname__} overrides Engine.{name}, which is final: backends implement "
+                    f"_{name} (Engine.{name} checks state and inputs, then calls it)"
+                )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Engine:
         self = super().__new__(cls)
@@ -124,16 +186,14 @@ class Engine(abc.ABC):
         device: int = 0,
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
-        quantizer: Any = None,
+        quantizer: Quantizer | None = None,
+        options: Any = None,
     ) -> None:
         self._t_start = time.perf_counter()
         self._closed = True  # until _finish_init
-        self._lock = threading.Lock()
         self._source = ModelSource.from_any(model)
         self._precision = normalize_precision(precision)
-        if not isinstance(device, (int, np.integer)) or isinstance(device, bool) or device < 0:
-            raise OptionError(f"device: got {device!r}, expected a GPU index >= 0")
-        self._device = int(device)
+        self._device = check_int("device", device, minimum=0, what="a GPU index >= 0")
         self._bounds: dict[str, ShapeBounds] = parse_shapes(shapes)
         unknown = set(self._bounds) - {s.name for s in self._source.inputs}
         if unknown:
@@ -141,10 +201,14 @@ class Engine(abc.ABC):
                 f"shapes: got inputs {sorted(unknown)}, expected names among {[s.name for s in self._source.inputs]}"
             )
         self._buckets: tuple[int, ...] = self._parse_buckets(batch_buckets)
-        self._quantizer = quantizer
-        if quantizer is not None:
-            self._apply_quantizer(quantizer)
+        self._quantizer = _check_quantizer(quantizer)
+        if self._quantizer is not None:
+            self._precision = normalize_precision(self._quantizer.precision)
+        self._options = options
         self._n_runs = 0
+        self._source = self._prepare(self._source)
+        inputs, outputs, info = self._load(self._source)
+        self._finish_init(inputs, outputs, info)
 
     @staticmethod
     def _parse_buckets(buckets: Sequence[int] | None) -> tuple[int, ...]:
@@ -158,14 +222,14 @@ class Engine(abc.ABC):
             raise OptionError(f"batch_buckets: got {buckets!r}, expected a non-empty list of positive ints")
         return out
 
-    def _apply_quantizer(self, quantizer: Any) -> None:
-        """Default quantizer plug-in: rewrite the model. Backends with native knobs override this."""
-        quantized = quantizer.quantize(self._source.proto)
-        self._source = ModelSource.from_any(quantized)
-        self._precision = getattr(quantizer, "precision", self._precision)
+    def _prepare(self, source: ModelSource) -> ModelSource:
+        """The model :meth:`_load` builds: the quantizer's rewrite unless the backend quantizes natively."""
+        if self._quantizer is None or self.native_quantization:
+            return source
+        return ModelSource.from_any(self._quantizer.quantize(source.proto))
 
-    def _finish_init(self, inputs: list[TensorSpec], outputs: list[TensorSpec], info: Any) -> None:
-        """Record specs and info; backends call this at the end of their ``__init__``."""
+    def _finish_init(self, inputs: list[TensorSpec], outputs: list[TensorSpec], info: EngineInfo) -> None:
+        """Record specs and info (the last step of :meth:`__init__`)."""
         self._inputs = list(inputs)
         self._outputs = list(outputs)
         self._input_names = tuple(s.name for s in inputs)
@@ -297,8 +361,7 @@ class Engine(abc.ABC):
         """The checks :meth:`run_many` makes at the call (state, ``prefetch``, ``outputs``)."""
         if self._closed:
             raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
-        if not isinstance(prefetch, (int, np.integer)) or isinstance(prefetch, bool) or prefetch < 1:
-            raise OptionError(f"prefetch: got {prefetch!r}, expected an int >= 1")
+        check_int("prefetch", prefetch, minimum=1)
         return self._select_outputs(outputs)
 
     def close(self) -> None:
@@ -334,9 +397,17 @@ class Engine(abc.ABC):
         if kwargs.get("quantizer") is not None:
             raise TypeError(f"{type(self).__name__} with a quantizer cannot be pickled; pickle the quantized model")
         original = args[0] if args else kwargs.get("model")
-        return ModelSource.from_any(original, check=False).to_bytes()
+        return ModelSource.from_any(original, check=False).to_bytes()  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ backend hooks
+    @abc.abstractmethod
+    def _load(self, source: ModelSource) -> tuple[list[TensorSpec], list[TensorSpec], EngineInfo]:
+        """Build the runtime object for ``source``; return the input specs, output specs and info.
+
+        Called once by :meth:`__init__`, after the shared options are validated and
+        ``self._options`` (the backend's own options) is set.
+        """
+
     @abc.abstractmethod
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         """Run checked feeds; return the requested outputs (``None``: the model's outputs) by name."""
@@ -521,11 +592,26 @@ class Engine(abc.ABC):
                     )
             res = self._run(part, names)
             self._n_runs += 1
-            cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}
+            cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}  # type: ignore[arg-type]
             chunks.append({k: (v[:size] if k in cut else v) for k, v in res.items()})
         if len(chunks) == 1:
             return chunks[0]
         return {k: chunks[0][k] if k in fixed else np.concatenate([c[k] for c in chunks], axis=0) for k in chunks[0]}
+
+
+#: Methods of :class:`Engine` that subclasses may not override (checked in ``__init_subclass__``).
+_FINAL = ("run",)
+
+
+def _check_quantizer(quantizer: Any) -> Quantizer | None:
+    """``quantizer`` if it follows the :class:`~amdinfer.quantize.Quantizer` protocol."""
+    if quantizer is None or isinstance(quantizer, Quantizer):
+        return quantizer
+    raise OptionError(
+        f"quantizer: got a {type(quantizer).__name__}, expected an amdinfer.quantize.Quantizer (Fp16Quantizer, "
+        "Int8Quantizer, AutoMixedPrecision, or an object with precision, describe, quantize, calibration_feeds "
+        "and settings)"
+    )
 
 
 def _fmt(spec: TensorSpec) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -238,6 +239,12 @@ def _unsupported_ops(model: onnx.ModelProto, new_ops: Sequence[type]) -> list[st
 
 
 # ---------------------------------------------------------------------------------------------- the engine
+@dataclass(frozen=True)
+class _ReferenceOptions:
+    fast: bool = True
+    keep_fp64: bool = False
+
+
 class ReferenceEngine(Engine):
     """Runs a model on ``onnx.reference.ReferenceEvaluator`` with amdinfer's fast NumPy kernels.
 
@@ -280,6 +287,7 @@ class ReferenceEngine(Engine):
     """
 
     backend_name = "reference"
+    _options: _ReferenceOptions
     supports_all_outputs = True
 
     def __init__(
@@ -306,11 +314,19 @@ class ReferenceEngine(Engine):
         if keep_fp64 and wanted != "fp64":
             raise OptionError(f"keep_fp64=True: needs precision='fp64', got precision={precision!r}")
         super().__init__(
-            model, precision=precision, device=device, shapes=shapes, batch_buckets=batch_buckets, quantizer=quantizer
+            model,
+            precision=precision,
+            device=device,
+            shapes=shapes,
+            batch_buckets=batch_buckets,
+            quantizer=quantizer,
+            options=_ReferenceOptions(fast=bool(fast), keep_fp64=bool(keep_fp64)),
         )
+
+    def _load(self, source: ModelSource) -> tuple[list[TensorSpec], list[TensorSpec], EngineInfo]:
         from onnx.reference import ReferenceEvaluator
 
-        source = self._source
+        fast, keep_fp64, device = self._options.fast, self._options.keep_fp64, self._device
         _check_opsets(source)
         if self._precision == "fp16" and not _has_float16(source.proto):
             raise OptionError(
@@ -359,7 +375,7 @@ class ReferenceEngine(Engine):
         outputs = source.outputs
         if self._keep_fp64:
             outputs = [TensorSpec(s.name, np.dtype(np.float64), s.shape) if s.dtype.kind == "f" else s for s in outputs]
-        self._finish_init(source.inputs, outputs, info)
+        return list(source.inputs), list(outputs), info
 
     # ------------------------------------------------------------------ running
     @property

@@ -12,26 +12,101 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib.metadata
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["BackendEntry", "auto_order", "backend_names", "get_backend", "register_backend"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BackendEntry",
+    "ConformanceKind",
+    "Diagnosis",
+    "auto_order",
+    "backend_entries",
+    "backend_names",
+    "get_backend",
+    "plugin_errors",
+    "register_backend",
+]
+
+log = logging.getLogger("amdinfer.registry")
 
 Factory = Callable[..., Any] | str
+#: The entry-point group third-party backends register under (``[project.entry-points."amdinfer.backends"]``).
+ENTRY_POINT_GROUP = "amdinfer.backends"
+
+
+def _resolve(ref: Any) -> Any:
+    if isinstance(ref, str):
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return ref
+
+
+@dataclass(frozen=True)
+class ConformanceKind:
+    """One way to build a backend's engine for the conformance suites (``amdinfer.testing.conformance``).
+
+    Attributes:
+        name: the test id (``"ort-cpu"``).
+        options: keyword arguments for :func:`amdinfer.load`.
+        precision: the precision the tolerances are chosen for.
+        excludes: ONNX node-test case name (or regex) -> why the kind is excused; a ``"module:attr"``
+            string is imported when the suite needs it.
+        node_tests: whether the ONNX backend node tests run on this kind (CPU kinds: thousands of cases).
+
+    Example:
+        >>> ConformanceKind("ort-cpu", {"backend": "ort", "providers": ["CPUExecutionProvider"]}).precision
+        'fp32'
+    """
+
+    name: str
+    options: dict[str, Any]
+    precision: str = "fp32"
+    excludes: Mapping[str, str] | str = field(default_factory=dict)
+    node_tests: bool = False
+
+    def resolved_excludes(self) -> dict[str, str]:
+        """The excludes, imported if given as ``"module:attr"``."""
+        return dict(_resolve(self.excludes))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a backend's ``diagnose`` hook tells ``amdinfer doctor``.
+
+    Attributes:
+        state: one line: ``"ready"``, or why the backend cannot run.
+        details: component -> state (e.g. ONNX Runtime provider -> ``"loads"``).
+        problems: findings that explain why a GPU would not be used, each with its fix.
+
+    Example:
+        >>> Diagnosis("ready").problems
+        []
+    """
+
+    state: str
+    details: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
 class BackendEntry:
-    """One registered backend.
+    """One registered backend and its hooks.
 
     Attributes:
         name: registry name.
         factory: the engine class (or a ``"module:attr"`` string resolved on first use).
         auto_priority: position in ``backend="auto"`` (lower first); ``None`` keeps it out of auto.
         description: one line for ``amdinfer doctor``.
+        probe: ``() -> None | str``: ``None`` when the backend's runtime imports here, else why not
+            (a ``"module:attr"`` string is resolved on first use).
+        diagnose: ``() -> Diagnosis`` for ``amdinfer doctor`` (default: from ``probe``).
+        conformance: the kinds the conformance suites build for this backend.
 
     Example:
         >>> BackendEntry("x", "pkg.mod:Engine").auto_priority is None
@@ -42,19 +117,46 @@ class BackendEntry:
     factory: Factory
     auto_priority: int | None = None
     description: str = ""
+    probe: Factory | None = None
+    diagnose: Factory | None = None
+    conformance: tuple[ConformanceKind, ...] = ()
 
     def resolve(self) -> Callable[..., Any]:
         """Import and return the factory."""
-        if isinstance(self.factory, str):
-            module, _, attr = self.factory.partition(":")
-            self.factory = getattr(importlib.import_module(module), attr)
-        return self.factory
+        self.factory = _resolve(self.factory)
+        return self.factory  # type: ignore[return-value]
+
+    def run_diagnose(self) -> Diagnosis:
+        """The backend's diagnosis; a hook that raises is reported, never propagated.
+
+        Example:
+            >>> get_backend("reference").run_diagnose().state
+            'ready'
+        """
+        try:
+            if self.diagnose is not None:
+                return _resolve(self.diagnose)()
+            why = _resolve(self.probe)() if self.probe is not None else None
+        except Exception as exc:  # a plugin's bug must not take doctor down
+            return Diagnosis(f"diagnose failed: {type(exc).__name__}: {exc}")
+        return Diagnosis("ready" if why is None else why)
 
 
 _REGISTRY: dict[str, BackendEntry] = {}
+_PLUGINS: dict[str, str] = {}  # entry point -> error while loading it
+_plugins_loaded = False
 
 
-def register_backend(name: str, factory: Factory, *, auto_priority: int | None = None, description: str = "") -> None:
+def register_backend(
+    name: str,
+    factory: Factory,
+    *,
+    auto_priority: int | None = None,
+    description: str = "",
+    probe: Factory | None = None,
+    diagnose: Factory | None = None,
+    conformance: tuple[ConformanceKind, ...] = (),
+) -> BackendEntry:
     """Register an engine factory under ``name``.
 
     Args:
@@ -63,31 +165,84 @@ def register_backend(name: str, factory: Factory, *, auto_priority: int | None =
             ``"module:attr"`` string imported on first use.
         auto_priority: where the backend stands in ``backend="auto"`` (lower is tried first).
         description: one line shown by ``amdinfer doctor``.
+        probe, diagnose, conformance: the hooks of :class:`BackendEntry`.
+
+    Returns:
+        The new entry.
 
     Raises:
         OptionError: ``name`` is already registered.
 
     Example:
-        >>> register_backend("ort", "amdinfer.engines.ort:OrtEngine")
+        >>> register_backend("ort", "amdinfer.engines.ort:OrtEngine")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        amdinfer.errors.OptionError: backend 'ort' is already registered (amdinfer.engines.ort:OrtEngine)
+        amdinfer.errors.OptionError: backend 'ort' is already registered (amdinfer.engines.ort...:OrtEngine)
     """
     if name in _REGISTRY:
         prev = _REGISTRY[name].factory
         shown = prev if isinstance(prev, str) else f"{prev.__module__}:{prev.__qualname__}"
         raise OptionError(f"backend {name!r} is already registered ({shown})")
-    _REGISTRY[name] = BackendEntry(name, factory, auto_priority, description)
+    entry = BackendEntry(name, factory, auto_priority, description, probe, diagnose, tuple(conformance))
+    _REGISTRY[name] = entry
+    return entry
+
+
+def _load_plugins() -> None:
+    """Register the backends of installed packages (entry-point group ``amdinfer.backends``), once.
+
+    Each entry point names a :class:`BackendEntry` or a callable returning one. A plugin that fails to
+    load is logged and listed by :func:`plugin_errors` (and ``amdinfer doctor``); it never breaks amdinfer.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            entry = obj if isinstance(obj, BackendEntry) else obj()
+            if not isinstance(entry, BackendEntry):
+                raise TypeError(f"got {type(entry).__name__}, expected an amdinfer BackendEntry")
+            if entry.name in _REGISTRY:
+                raise OptionError(f"backend {entry.name!r} is already registered")
+            _REGISTRY[entry.name] = entry
+        except Exception as exc:
+            _PLUGINS[f"{ep.name} = {ep.value}"] = f"{type(exc).__name__}: {exc}"
+            log.warning("amdinfer backend plugin %s = %s could not be loaded: %s", ep.name, ep.value, exc)
+
+
+def plugin_errors() -> dict[str, str]:
+    """Entry points of group ``amdinfer.backends`` that could not be loaded, and why.
+
+    Example:
+        >>> isinstance(plugin_errors(), dict)
+        True
+    """
+    _load_plugins()
+    return dict(_PLUGINS)
 
 
 def backend_names() -> list[str]:
-    """Registered backend names.
+    """Registered backend names (plugins included).
 
     Example:
         >>> sorted(backend_names())[:2]
         ['migraphx', 'ort']
     """
+    _load_plugins()
     return list(_REGISTRY)
+
+
+def backend_entries() -> list[BackendEntry]:
+    """Every registered backend, plugins included, in registration order.
+
+    Example:
+        >>> [e.name for e in backend_entries()][:3]
+        ['migraphx', 'ort', 'reference']
+    """
+    _load_plugins()
+    return list(_REGISTRY.values())
 
 
 def get_backend(name: str) -> BackendEntry:
@@ -100,6 +255,7 @@ def get_backend(name: str) -> BackendEntry:
         >>> get_backend("ort").name
         'ort'
     """
+    _load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -110,26 +266,56 @@ def auto_order() -> list[BackendEntry]:
     """Backends tried by ``backend="auto"``, best first.
 
     Example:
-        >>> [e.name for e in auto_order()]
+        >>> [e.name for e in auto_order()][:2]
         ['migraphx', 'ort']
     """
-    return sorted((e for e in _REGISTRY.values() if e.auto_priority is not None), key=lambda e: e.auto_priority)
+    _load_plugins()
+    ranked = [e for e in _REGISTRY.values() if e.auto_priority is not None]
+    return sorted(ranked, key=lambda e: e.auto_priority if e.auto_priority is not None else 0)
 
 
+_EXCLUDES = "amdinfer.testing._node_excludes"
 register_backend(
     "migraphx",
     "amdinfer.engines.migraphx:MigraphxEngine",
     auto_priority=10,
     description="AMD MIGraphX through its own Python module (parse -> compile -> run)",
+    probe="amdinfer.engines.migraphx:probe",
+    conformance=(
+        ConformanceKind("migraphx-ref", {"backend": "migraphx", "target": "ref"}),
+        ConformanceKind("migraphx-gpu", {"backend": "migraphx", "target": "gpu"}),
+    ),
 )
 register_backend(
     "ort",
     "amdinfer.engines.ort:OrtEngine",
     auto_priority=20,
     description="ONNX Runtime: MIGraphX EP -> ROCm EP -> CUDA EP -> CPU",
+    diagnose="amdinfer.engines.ort._diagnose:diagnose",
+    conformance=(
+        ConformanceKind(
+            "ort-cpu",
+            {"backend": "ort", "providers": ["CPUExecutionProvider"], "threads": 1},
+            excludes=f"{_EXCLUDES}:ORT_CPU",
+            node_tests=True,
+        ),
+        ConformanceKind("ort-migraphx", {"backend": "ort", "providers": ["MIGraphXExecutionProvider"]}),
+        ConformanceKind("ort-rocm", {"backend": "ort", "providers": ["ROCMExecutionProvider"]}),
+        # TF32 off: the CUDA EP's default TF32 matmuls are ~1e-3 relative, beyond the fp32 elementwise check.
+        ConformanceKind("ort-cuda", {"backend": "ort", "providers": ["CUDAExecutionProvider"], "tf32": False}),
+        ConformanceKind(
+            "ort-cuda-fp16",
+            {"backend": "ort", "providers": ["CUDAExecutionProvider"], "precision": "fp16"},
+            precision="fp16",
+        ),
+    ),
 )
 register_backend(
     "reference",
     "amdinfer.engines.reference:ReferenceEngine",
     description="NumPy reference on onnx.reference with fast kernels (the oracle)",
+    conformance=(
+        ConformanceKind("reference", {"backend": "reference"}, excludes=f"{_EXCLUDES}:REFERENCE", node_tests=True),
+        ConformanceKind("reference-fp64", {"backend": "reference", "precision": "fp64"}, precision="fp64"),
+    ),
 )

@@ -1,10 +1,11 @@
 """Quantization: fp16 and calibrated int8, accuracy reports, and automatic mixed precision.
 
-One quantizer object serves every backend: engines without a native knob call
-:meth:`~Quantizer.quantize` (ONNX Runtime's float16 converter, or ``quantize_static`` in QDQ format), the
-native MIGraphX engine applies :meth:`~Quantizer.migraphx_plan` (``migraphx.quantize_fp16`` /
-``quantize_int8``), and the ONNX Runtime MIGraphX EP gets :meth:`~Quantizer.ort_migraphx_options`. What a
-path cannot honour is reported in ``engine.info.notes``. :func:`evaluate` measures what quantization cost
+One quantizer object serves every backend through the :class:`Quantizer` protocol: engines without a
+native knob call :meth:`~Quantizer.quantize` (ONNX Runtime's float16 converter, or ``quantize_static`` in
+QDQ format); engines with one read :meth:`~Quantizer.describe` (a :class:`QuantizationSpec`) and map it
+to their knobs (``migraphx.quantize_fp16`` / ``quantize_int8``; the ONNX Runtime MIGraphX EP's
+``migraphx_fp16_enable`` / int8 calibration table). What a path cannot honour is reported in
+``engine.info.notes``. :func:`evaluate` measures what quantization cost
 against the float model; :class:`AutoMixedPrecision` keeps the fewest layers in float that meet a tolerance.
 
 Example:
@@ -24,12 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
-from ._base import MigraphxQuantPlan, Quantizer
+from ._base import QuantizationSpec, Quantizer, QuantizerBase
+from ._evaluate import evaluate
 from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
+from ._metrics import box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
-from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport, box_agreement, evaluate
+from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -48,7 +52,9 @@ __all__ = [
     "MixedPrecisionResult",
     "OutputError",
     "QuantizationReport",
+    "QuantizationSpec",
     "Quantizer",
+    "QuantizerBase",
     "box_agreement",
     "default_fp16_op_block_list",
     "evaluate",

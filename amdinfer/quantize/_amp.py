@@ -22,11 +22,11 @@ int8 calibration ranges are computed once and reused by every evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,11 @@ import onnx
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ..verify import rms_error, topk_agreement
-from ._base import MigraphxQuantPlan, Quantizer
+from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, materialize, to_feeds
+from ._evaluate import _is_engine, _load_cpu, _run_all
+from ._metrics import _classifier_scores, _collect_boxes, _concat, box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
-from ._report import _classifier_scores, _collect_boxes, _concat, _is_engine, _load_cpu, _run_all, box_agreement
 
 __all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
 
@@ -192,7 +193,7 @@ def layer_groups(proto: onnx.ModelProto) -> dict[str, list[str]]:
     return groups
 
 
-class AutoMixedPrecision(Quantizer):
+class AutoMixedPrecision(QuantizerBase):
     """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``.
 
     Works for :class:`~amdinfer.quantize.Fp16Quantizer` and :class:`~amdinfer.quantize.Int8Quantizer`.
@@ -234,7 +235,7 @@ class AutoMixedPrecision(Quantizer):
 
     def __init__(
         self,
-        quantizer: Quantizer,
+        quantizer: QuantizerBase,
         data: Iterable[Any],
         *,
         tolerance: float,
@@ -248,7 +249,7 @@ class AutoMixedPrecision(Quantizer):
         input_name: str | None = None,
         progress: bool = True,
     ) -> None:
-        if not isinstance(quantizer, Quantizer) or isinstance(quantizer, AutoMixedPrecision):
+        if not isinstance(quantizer, QuantizerBase) or isinstance(quantizer, AutoMixedPrecision):
             raise OptionError(f"quantizer: got {quantizer!r}, expected an Fp16Quantizer or Int8Quantizer")
         if (
             not isinstance(tolerance, (int, float))
@@ -299,7 +300,7 @@ class AutoMixedPrecision(Quantizer):
 
     # ------------------------------------------------------------------ search
     def _evaluate(
-        self, q: Quantizer, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
+        self, q: QuantizerBase, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
     ) -> tuple[float, onnx.ModelProto]:
         proto = q._quantize_prepared(prepared)
         engine = _load_cpu(proto)
@@ -325,16 +326,41 @@ class AutoMixedPrecision(Quantizer):
         if self._items is None:
             self._items = materialize(self._data, what="data", progress=False)
         feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name)
-        if self.reference is not None:
-            ref = _run_all(self.reference, feeds)
-        else:
-            engine = _load_cpu(src)
-            try:
-                ref = _run_all(engine, feeds)
-            finally:
-                engine.close()
-
+        ref = self._reference_outputs(src, feeds)
         op_of = {n.name: n.op_type for n in prepared.graph.node}
+        trials = _Trials(self, base, self._candidate_groups(prepared, base, op_of), prepared, feeds, ref)
+        cands = [k for k, v in trials.groups.items() if v]
+
+        full_error, full_model = trials.error()
+        trials.full_error = full_error
+        log.info(
+            "mixed precision: all quantized, %s = %.4g (tolerance %.4g)", self.metric_name, full_error, self.tolerance
+        )
+        if full_error <= self.tolerance or not cands:
+            return self._finish(trials, full_model, [], full_error, full_error <= self.tolerance, full_error, [])
+
+        order = sorted(self._sensitivities(trials, cands, op_of, full_error), key=lambda x: -x.sensitivity)
+        names = [x.node for x in order]
+        float_error, best_model = trials.error(keep=names)
+        if float_error > self.tolerance:
+            return self._finish(trials, best_model, order, float_error, False, float_error, order)
+        kept, best_err, best_model = self._fewest_float_layers(trials, names, float_error, best_model)
+        by_name = {x.node: x for x in order}
+        kept_layers = [by_name[k] for k in names if k in kept]
+        return self._finish(trials, best_model, kept_layers, best_err, True, float_error, order)
+
+    def _reference_outputs(self, src: ModelSource, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """The float outputs every trial is compared with: ``reference=``'s, else ONNX Runtime CPU's."""
+        if self.reference is not None:
+            return _run_all(self.reference, feeds)
+        engine = _load_cpu(src)
+        try:
+            return _run_all(engine, feeds)
+        finally:
+            engine.close()
+
+    def _candidate_groups(self, prepared: onnx.ModelProto, base: Any, op_of: Mapping[str, str]) -> dict[str, list[str]]:
+        """Candidate name -> the nodes kept in float with it, minus those the quantizer already excludes."""
         if self.candidates is None:
             groups = layer_groups(prepared)
         elif self.candidates == "all":
@@ -348,69 +374,32 @@ class AutoMixedPrecision(Quantizer):
                 )
             groups = {c: [c] for c in self.candidates}
         already = set(getattr(base, "exclude_nodes", [])) | set(getattr(base, "node_block_list", []))
-        groups = {k: [n for n in v if n not in already] for k, v in groups.items() if k not in already}
-        cands = [k for k, v in groups.items() if v]
-        evaluations = 0
+        return {k: [n for n in v if n not in already] for k, v in groups.items() if k not in already}
 
-        def err_of(keep: Sequence[str] = (), only: Sequence[str] | None = None) -> tuple[float, onnx.ModelProto]:
-            nonlocal evaluations
-            evaluations += 1
-            keep_nodes = [n for c in keep for n in groups[c]]
-            only_nodes = None if only is None else [n for c in only for n in groups[c]]
-            return self._evaluate(base._with_float_nodes(keep=keep_nodes, only=only_nodes), prepared, feeds, ref)
-
-        full_error, full_model = err_of()
-        log.info(
-            "mixed precision: all quantized, %s = %.4g (tolerance %.4g)", self.metric_name, full_error, self.tolerance
-        )
-
-        def done(
-            model: onnx.ModelProto,
-            kept: list[LayerSensitivity],
-            error: float,
-            passed: bool,
-            float_error: float,
-            sensitivities: list[LayerSensitivity],
-        ) -> MixedPrecisionResult:
-            self.result = MixedPrecisionResult(
-                model,
-                kept,
-                error,
-                self.tolerance,
-                passed,
-                full_error,
-                float_error,
-                sensitivities,
-                self.metric_name,
-                self.mode,
-                evaluations,
-            )
-            return self.result
-
-        if full_error <= self.tolerance or not cands:
-            return done(full_model, [], full_error, full_error <= self.tolerance, full_error, [])
-
+    def _sensitivities(
+        self, trials: _Trials, cands: Sequence[str], op_of: Mapping[str, str], full_error: float
+    ) -> list[LayerSensitivity]:
+        """How much each candidate alone moves the error (``mode``: kept in float, or quantized alone)."""
         sens: list[LayerSensitivity] = []
         with Progress("amdinfer: layer sensitivity", len(cands), enabled=self.progress) as bar:
             for c in cands:
                 if self.mode == "only":
-                    s, _ = err_of(only=[c])
+                    s, _ = trials.error(only=[c])
                 else:
-                    e, _ = err_of(keep=[c])
+                    e, _ = trials.error(keep=[c])
                     s = full_error - e
                 sens.append(LayerSensitivity(c, op_of[c], float(s)))
                 bar.update()
-        order = sorted(sens, key=lambda x: -x.sensitivity)
-        names = [x.node for x in order]
+        return sens
 
-        float_error, best_model = err_of(keep=names)
-        if float_error > self.tolerance:
-            return done(best_model, order, float_error, False, float_error, order)
+    def _fewest_float_layers(
+        self, trials: _Trials, names: list[str], best_err: float, best_model: onnx.ModelProto
+    ) -> tuple[list[str], float, onnx.ModelProto]:
+        """Bisect the shortest prefix of ``names`` (most sensitive first) that meets the tolerance, then prune."""
         lo, hi = 0, len(names)
-        best_err = float_error
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            e, m = err_of(keep=names[:mid])
+            e, m = trials.error(keep=names[:mid])
             if e <= self.tolerance:
                 hi, best_err, best_model = mid, e, m
             else:
@@ -421,11 +410,35 @@ class AutoMixedPrecision(Quantizer):
                 trial = [k for k in kept if k != name]
                 if not trial:
                     break
-                e, m = err_of(keep=trial)
+                e, m = trials.error(keep=trial)
                 if e <= self.tolerance:
                     kept, best_err, best_model = trial, e, m
-        by_name = {x.node: x for x in order}
-        return done(best_model, [by_name[k] for k in names if k in kept], best_err, True, float_error, order)
+        return kept, best_err, best_model
+
+    def _finish(
+        self,
+        trials: _Trials,
+        model: onnx.ModelProto,
+        kept: list[LayerSensitivity],
+        error: float,
+        passed: bool,
+        float_error: float,
+        sensitivities: list[LayerSensitivity],
+    ) -> MixedPrecisionResult:
+        self.result = MixedPrecisionResult(
+            model,
+            kept,
+            error,
+            self.tolerance,
+            passed,
+            trials.full_error,
+            float_error,
+            sensitivities,
+            self.metric_name,
+            self.mode,
+            trials.evaluations,
+        )
+        return self.result
 
     # ------------------------------------------------------------------ protocol
     def quantize(self, model: Any) -> onnx.ModelProto:
@@ -446,19 +459,42 @@ class AutoMixedPrecision(Quantizer):
     def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
         return self.quantize(prepared)
 
-    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Quantizer:
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> QuantizerBase:
         raise OptionError("AutoMixedPrecision cannot be nested")
 
     def _note(self) -> str:
         kept = self.result.kept_nodes if self.result is not None else "(search not run)"
         return f"mixed precision keeps {kept} in float; the native path quantizes every layer of the chosen kinds"
 
-    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
-        """The wrapped quantizer's plan; the kept layers are listed as not honoured."""
-        plan = self.quantizer.migraphx_plan(input_names)
-        return MigraphxQuantPlan(plan.kind, plan.ins_names, plan.calibration, [*plan.unhonoured, self._note()])
+    def describe(self) -> QuantizationSpec:
+        """The wrapped quantizer's description, marked as mixed precision (the kept layers in ``notes``)."""
+        return dataclasses.replace(self.quantizer.describe(), mixed=True, notes=(self._note(),))
 
-    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
-        """The wrapped quantizer's EP options; the kept layers are listed as not honoured."""
-        opts, unhonoured = self.quantizer.ort_migraphx_options(model, workdir)
-        return opts, [*unhonoured, self._note()]
+    def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
+        """The wrapped quantizer's calibration feeds."""
+        return self.quantizer.calibration_feeds(model)
+
+
+class _Trials:
+    """The trial models of one search: each keeps some candidate groups in float and is scored once."""
+
+    def __init__(
+        self,
+        amp: AutoMixedPrecision,
+        base: Any,
+        groups: dict[str, list[str]],
+        prepared: onnx.ModelProto,
+        feeds: list[dict[str, np.ndarray]],
+        ref: list[dict[str, np.ndarray]],
+    ) -> None:
+        self.amp, self.base, self.groups, self.prepared, self.feeds, self.ref = amp, base, groups, prepared, feeds, ref
+        self.evaluations = 0
+        self.full_error = math.nan
+
+    def error(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> tuple[float, onnx.ModelProto]:
+        """(error, model) with the nodes of ``keep`` in float, or only those of ``only`` quantized."""
+        self.evaluations += 1
+        keep_nodes = [n for c in keep for n in self.groups[c]]
+        only_nodes = None if only is None else [n for c in only for n in self.groups[c]]
+        quantizer = self.base._with_float_nodes(keep=keep_nodes, only=only_nodes)
+        return self.amp._evaluate(quantizer, self.prepared, self.feeds, self.ref)

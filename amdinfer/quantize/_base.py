@@ -1,9 +1,17 @@
-"""The :class:`Quantizer` protocol and the plan handed to the native MIGraphX engine.
+"""The :class:`Quantizer` protocol, the :class:`QuantizationSpec` it describes itself with, and :class:`QuantizerBase`.
 
-A quantizer serves three paths with one object: it rewrites a model (:meth:`Quantizer.quantize`, used by
-every engine that has no native knob), hands MIGraphX's Python API a plan (:meth:`Quantizer.migraphx_plan`)
-and gives the ONNX Runtime MIGraphX EP its provider options (:meth:`Quantizer.ort_migraphx_options`).
-Settings a path cannot express are listed, never dropped silently.
+Engines meet quantizers at one typed seam: a quantizer rewrites a model (:meth:`Quantizer.quantize`, used
+by every engine that has no native knob) and describes what it asks for in a plain, frozen
+:class:`QuantizationSpec` (precision, calibration method, block lists, ...). Each engine maps that
+description onto its own knobs (MIGraphX ``quantize_fp16``/``quantize_int8``, the ONNX Runtime MIGraphX
+EP's ``migraphx_fp16_enable``/calibration table) and lists in ``engine.info.notes`` what it cannot
+honour. Quantizers hold no per-backend code.
+
+Example:
+    >>> from amdinfer.quantize import Fp16Quantizer
+    >>> spec = Fp16Quantizer(keep_last_n=1).describe()
+    >>> spec.precision, spec.keep_last_n, spec.calibration
+    ('fp16', 1, False)
 """
 
 from __future__ import annotations
@@ -12,53 +20,25 @@ import abc
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-__all__ = ["MigraphxQuantPlan", "Quantizer"]
+from .._quant_protocol import QuantizationSpec, Quantizer
+
+__all__ = ["QuantizationSpec", "Quantizer", "QuantizerBase"]
 
 
-@dataclass(frozen=True)
-class MigraphxQuantPlan:
-    """What the native MIGraphX engine applies between ``parse_onnx`` and ``compile``.
+class QuantizerBase(abc.ABC):
+    """Base class of amdinfer's quantizers: :class:`Quantizer` plus what mixed-precision search needs.
 
-    Attributes:
-        kind: ``"fp16"`` (``migraphx.quantize_fp16``) or ``"int8"`` (``migraphx.quantize_int8``).
-        ins_names: MIGraphX instruction names to quantize (``["all"]``, ``["dot", "convolution"]``), or
-            ``None`` for MIGraphX's default.
-        calibration: the feeds for ``migraphx.quantize_int8`` (``None`` for fp16).
-        unhonoured: settings MIGraphX cannot express; the engine puts them in ``info.notes``.
-
-    Example:
-        >>> plan = MigraphxQuantPlan(kind="fp16", ins_names=["all"])
-        >>> plan.kind, plan.calibration, plan.unhonoured
-        ('fp16', None, [])
-    """
-
-    kind: str
-    ins_names: list[str] | None = None
-    calibration: list[dict[str, np.ndarray]] | None = None
-    unhonoured: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("fp16", "int8"):
-            raise ValueError(f"MigraphxQuantPlan.kind: got {self.kind!r}, expected 'fp16' or 'int8'")
-
-
-class Quantizer(abc.ABC):
-    """Base class of :class:`~amdinfer.quantize.Fp16Quantizer` and :class:`~amdinfer.quantize.Int8Quantizer`.
-
-    Subclasses set :attr:`precision` and implement :meth:`quantize`, :meth:`migraphx_plan`,
-    :meth:`ort_migraphx_options` and :meth:`settings`. A quantizer plugs into
-    ``amdinfer.load(model, quantizer=q)``: engines without a native knob call :meth:`quantize`.
+    Subclasses set :attr:`precision` and implement :meth:`quantize`, :meth:`describe` and
+    :meth:`settings`. A quantizer plugs into ``amdinfer.load(model, quantizer=q)``.
 
     Example:
         >>> from amdinfer.quantize import Fp16Quantizer
-        >>> isinstance(Fp16Quantizer(), Quantizer)
+        >>> isinstance(Fp16Quantizer(), QuantizerBase)
         True
     """
 
@@ -70,19 +50,19 @@ class Quantizer(abc.ABC):
         """Return the rewritten model (the input is not modified)."""
 
     @abc.abstractmethod
-    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
-        """The plan the native MIGraphX engine applies (see :class:`MigraphxQuantPlan`)."""
+    def describe(self) -> QuantizationSpec:
+        """What this quantizer asks for (see :class:`QuantizationSpec`)."""
 
-    @abc.abstractmethod
-    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
-        """Provider options for the ONNX Runtime MIGraphX EP, and the settings it cannot honour."""
+    def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
+        """Calibration feeds for ``model`` (none by default)."""
+        return []
 
     @abc.abstractmethod
     def settings(self) -> dict[str, Any]:
         """The settings that change the result, JSON-friendly (part of cache keys and reports)."""
 
     @abc.abstractmethod
-    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Quantizer:
+    def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> QuantizerBase:
         """A copy that also keeps ``keep`` in float, or quantizes ``only`` those nodes (mixed precision)."""
 
     @abc.abstractmethod

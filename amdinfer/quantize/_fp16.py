@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import onnx
 
 from ..errors import BackendUnavailableError, OptionError
-from ._base import MigraphxQuantPlan, Quantizer
+from ._base import QuantizationSpec, QuantizerBase
 from ._prepare import prepare_model, tail_nodes
 
 __all__ = ["NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer", "default_fp16_op_block_list"]
@@ -142,7 +141,7 @@ def _drop_cast_round_trips(model: onnx.ModelProto) -> int:
     return rewired
 
 
-class Fp16Quantizer(Quantizer):
+class Fp16Quantizer(QuantizerBase):
     """Convert a model to fp16 with ONNX Runtime's ``convert_float_to_float16``.
 
     Args:
@@ -156,9 +155,10 @@ class Fp16Quantizer(Quantizer):
         prepare: run :func:`~amdinfer.quantize.prepare_model` first (folds ``Constant`` weights and batch
             norms, upgrades old opsets); turn off for a model you prepared yourself.
 
-    On MIGraphX native the same object maps to ``migraphx.quantize_fp16(prog, ins_names=["all"])``; on the
-    ONNX Runtime MIGraphX EP to ``migraphx_fp16_enable``. Neither can keep single ops or nodes in fp32, so
-    block lists and ``keep_last_n`` are reported as not honoured there.
+    Engines with a native fp16 knob read :meth:`describe`: MIGraphX native maps it to
+    ``migraphx.quantize_fp16(prog, ins_names=["all"])``, the ONNX Runtime MIGraphX EP to
+    ``migraphx_fp16_enable``. Neither can keep single ops or nodes in fp32, so block lists and
+    ``keep_last_n`` are reported as not honoured there.
 
     Example:
         >>> import numpy as np, amdinfer
@@ -269,39 +269,21 @@ class Fp16Quantizer(Quantizer):
         _topological_sort(converted.graph)
         return converted
 
-    def _unhonoured(self) -> list[str]:
-        out = []
-        if self.op_block_list:
-            out.append(f"op_block_list={sorted(self.op_block_list)} (MIGraphX converts every instruction to fp16)")
-        if self.node_block_list:
-            out.append(f"node_block_list={self.node_block_list} (MIGraphX cannot keep single nodes in fp32)")
-        if self.keep_last_n:
-            out.append(f"keep_last_n={self.keep_last_n} (MIGraphX cannot keep single layers in fp32)")
-        if self._only is not None:
-            out.append("mixed precision: MIGraphX quantizes every instruction")
-        if not self.keep_io_types:
-            out.append("keep_io_types=False (MIGraphX keeps the model's input and output types)")
-        return out
-
-    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
-        """``migraphx.quantize_fp16(prog, ins_names=["all"])``; block lists are listed as not honoured.
+    def describe(self) -> QuantizationSpec:
+        """What this quantizer asks for, for engines with native fp16 knobs.
 
         Example:
-            >>> plan = Fp16Quantizer(op_block_list=[]).migraphx_plan(["input"])
-            >>> plan.kind, plan.ins_names, plan.unhonoured
-            ('fp16', ['all'], [])
+            >>> Fp16Quantizer(op_block_list=[], node_block_list=["fc"]).describe().node_block_list
+            ('fc',)
         """
-        return MigraphxQuantPlan(kind="fp16", ins_names=["all"], calibration=None, unhonoured=self._unhonoured())
-
-    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
-        """``{"migraphx_fp16_enable": "1"}`` and the settings the EP cannot honour.
-
-        Example:
-            >>> from pathlib import Path
-            >>> Fp16Quantizer(op_block_list=[]).ort_migraphx_options(None, Path("."))
-            ({'migraphx_fp16_enable': '1'}, [])
-        """
-        return {"migraphx_fp16_enable": "1"}, self._unhonoured()
+        return QuantizationSpec(
+            precision="fp16",
+            keep_io_types=self.keep_io_types,
+            op_block_list=tuple(self.op_block_list),
+            node_block_list=tuple(self.node_block_list),
+            keep_last_n=self.keep_last_n,
+            mixed=self._only is not None,
+        )
 
     def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Fp16Quantizer:
         clone = Fp16Quantizer(

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 
 from ..errors import BackendUnavailableError, CacheError, InputError, OptionError
-from ..model import ModelSource, min_ir_version
-from ._base import MigraphxQuantPlan, Quantizer
+from ..model import ModelSource
+from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, data_hash, input_specs, materialize, to_feeds
 from ._fp16 import _check_nodes, _str_list
 from ._prepare import prepare_model, tail_nodes
@@ -34,7 +34,6 @@ QUANT_FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
 QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
 
 #: ONNX op types and the MIGraphX instructions ``migraphx.quantize_int8`` quantizes for them.
-_MIGRAPHX_INS = {"Conv": "convolution", "ConvTranspose": "convolution", "MatMul": "dot", "Gemm": "dot"}
 
 
 def _choice(name: str, value: Any, table: dict[str, str]) -> str:
@@ -81,7 +80,7 @@ class _Shared:
         return Path(self._tmp.name)
 
 
-class Int8Quantizer(Quantizer):
+class Int8Quantizer(QuantizerBase):
     """Static int8 quantization with calibration data, through ONNX Runtime's ``quantize_static``.
 
     Calibration data is required: int8 without it gives wrong answers. The defaults are the fastest
@@ -260,7 +259,7 @@ class Int8Quantizer(Quantizer):
         quantization = _import_quantization()
         progress = self.progress
 
-        class _Reader(quantization.CalibrationDataReader):
+        class _Reader(quantization.CalibrationDataReader):  # type: ignore[name-defined]
             def __init__(self) -> None:
                 self._it = iter(feeds)
                 self._bar = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress).__enter__()
@@ -425,104 +424,31 @@ class Int8Quantizer(Quantizer):
                 )
             return onnx.load_model(str(out))
 
-    # ------------------------------------------------------------------ native paths
-    def _unhonoured(self) -> list[str]:
-        out = []
-        if self.method != "minmax":
-            out.append(f"method={self.method!r} (MIGraphX calibrates with its own max-abs ranges)")
-        if self.per_channel:
-            out.append("per_channel=True (MIGraphX quantize_int8 uses per-tensor scales)")
-        if self.reduce_range:
-            out.append("reduce_range=True (MIGraphX uses the full int8 range)")
-        if self.activation_type != "int8" or self.weight_type != "int8":
-            out.append(
-                f"activation_type={self.activation_type!r}, weight_type={self.weight_type!r} "
-                "(MIGraphX quantizes to symmetric int8)"
-            )
-        if self.format != "qdq":
-            out.append(f"format={self.format!r} (MIGraphX quantizes the float program itself)")
-        if self.exclude_nodes:
-            out.append(f"exclude_nodes={self.exclude_nodes} (MIGraphX cannot keep single nodes in float)")
-        if self.keep_last_n:
-            out.append(f"keep_last_n={self.keep_last_n} (MIGraphX cannot keep single layers in float)")
-        if self._only is not None:
-            out.append("mixed precision: MIGraphX quantizes every instruction of the chosen kinds")
-        unmapped = [t for t in (self.op_types or []) if t not in _MIGRAPHX_INS]
-        if unmapped:
-            out.append(f"op_types {unmapped} (MIGraphX int8 quantizes only convolution and dot)")
-        return out
-
-    def _ins_names(self) -> list[str]:
-        if self.op_types is None:
-            return ["dot", "convolution"]
-        return list(dict.fromkeys(_MIGRAPHX_INS[t] for t in self.op_types if t in _MIGRAPHX_INS))
-
-    def migraphx_plan(self, input_names: Sequence[str]) -> MigraphxQuantPlan:
-        """``migraphx.quantize_int8`` with the calibration feeds and ``ins_names`` from ``op_types``.
-
-        Args:
-            input_names: the program's parameter names; single-array samples feed the only one (or
-                ``input_name``).
+    # ------------------------------------------------------------------ description
+    def describe(self) -> QuantizationSpec:
+        """What this quantizer asks for, for engines with native int8 knobs (calibration data included).
 
         Example:
             >>> q = Int8Quantizer(calibration=[np.ones((1, 3, 4, 4), np.float32)], progress=False, cache=False)
-            >>> plan = q.migraphx_plan(["input"])
-            >>> plan.kind, plan.ins_names, list(plan.calibration[0])
-            ('int8', ['dot', 'convolution'], ['input'])
+            >>> spec = q.describe()
+            >>> spec.precision, spec.calibration, spec.method
+            ('int8', True, 'minmax')
         """
-        names = list(input_names)
-        feeds = []
-        for i, item in enumerate(self.calibration_items()):
-            if isinstance(item, dict):
-                feeds.append({k: np.ascontiguousarray(v) for k, v in item.items()})
-                continue
-            target = self.input_name or (names[0] if len(names) == 1 else None)
-            if target is None:
-                raise OptionError(f"calibration[{i}]: one array for a program with inputs {names}; give input_name=")
-            feeds.append({target: np.ascontiguousarray(item)})
-        return MigraphxQuantPlan(
-            kind="int8", ins_names=self._ins_names(), calibration=feeds, unhonoured=self._unhonoured()
+        return QuantizationSpec(
+            precision="int8",
+            node_block_list=tuple(self.exclude_nodes),
+            keep_last_n=self.keep_last_n,
+            mixed=self._only is not None,
+            calibration=True,
+            method=self.method,
+            percentile=self.percentile if self.method == "percentile" else None,
+            per_channel=self.per_channel,
+            reduce_range=self.reduce_range,
+            activation_type=self.activation_type,
+            weight_type=self.weight_type,
+            format=self.format,
+            op_types=None if self.op_types is None else tuple(self.op_types),
         )
-
-    def ort_migraphx_options(self, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
-        """``migraphx_int8_enable`` plus a calibration table computed from the calibration data.
-
-        The table is ONNX Runtime's own (``write_calibration_table``: ``calibration.flatbuffers`` under
-        ``workdir``, tensor name -> range), read by the EP with ``migraphx_int8_use_native_calibration_table=0``.
-        """
-        quantization = _import_quantization()
-        from onnxruntime.quantization.calibrate import create_calibrator
-        from onnxruntime.quantization.quant_utils import write_calibration_table
-
-        src = ModelSource.from_any(model, check=False)
-        # The calibrator runs the model on the installed ONNX Runtime, which may read only older IR versions
-        # than the onnx that wrote it; the lowest IR that holds the model is safe for both.
-        src = src.with_ir_version(min_ir_version(src.proto))
-        feeds = self.calibration_feeds(src.proto)
-        self._check_histogram_shapes(feeds)
-        workdir = Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        path = workdir / "calibration_model.onnx"
-        onnx.save_model(src.proto, str(path))
-        extra = {"percentile": self.percentile} if self.method == "percentile" else {}
-        calibrator = create_calibrator(
-            path,
-            None,
-            augmented_model_path=str(workdir / "calibration_augmented.onnx"),
-            calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
-            extra_options=extra,
-        )
-        with _ort_prints_to_log():
-            calibrator.collect_data(self._reader(feeds))
-            ranges = calibrator.compute_data()
-        write_calibration_table({k: v for k, v in ranges.items()}, dir=str(workdir))
-        table = workdir / "calibration.flatbuffers"
-        opts = {
-            "migraphx_int8_enable": "1",
-            "migraphx_int8_calibration_table_name": str(table),
-            "migraphx_int8_use_native_calibration_table": "0",
-        }
-        return opts, self._unhonoured()
 
     def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Int8Quantizer:
         clone = object.__new__(Int8Quantizer)

@@ -114,12 +114,12 @@ def pad_constant(
         return x if x.dtype == dtype else x.astype(dtype)
     # Negative pads crop the input first, so the rest of the function deals with non-negative pads only.
     crop = tuple(slice(max(0, -b), x.shape[lead + i] - max(0, -e)) for i, (b, e) in enumerate(zip(begin, end)))
-    x = x[(Ellipsis, *crop)]
+    x = x[tuple([Ellipsis, *crop])]  # type: ignore[list-item]
     begin = [max(0, b) for b in begin]
     end = [max(0, e) for e in end]
     shape = x.shape[:lead] + tuple(x.shape[lead + i] + begin[i] + end[i] for i in range(nd))
     out = np.full(shape, value, dtype=dtype)
-    out[(Ellipsis, *(slice(b, b + x.shape[lead + i]) for i, b in enumerate(begin)))] = x
+    out[tuple([Ellipsis, *(slice(b, b + x.shape[lead + i]) for i, b in enumerate(begin))])] = x  # type: ignore[index]
     return out
 
 

@@ -75,7 +75,7 @@ def _im2col(
             index: list[slice] = [slice(None)] * (2 + nd)
             index[2 + axis] = part
             plane[tuple(index)] = 0
-        plane[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
+        plane[tuple([slice(None), slice(None), *dst])] = x[tuple([slice(None), slice(None), *src])]
     return cols
 
 
@@ -135,7 +135,7 @@ def conv(
         xs = x[start : start + chunk]
         if ksize == 1 and not any(begin) and not any(end):
             index = tuple(window_slice(0, s, o) for s, o in zip(strides, out))
-            cols = xs[(slice(None), slice(None), *index)].astype(ct, copy=False)
+            cols = xs[tuple([slice(None), slice(None), *index])].astype(ct, copy=False)
         else:
             cols = _im2col(xs, kernel, strides, dilations, begin, out, ct)
         cols = cols.reshape(len(xs), group, cg * ksize, length)
@@ -222,9 +222,9 @@ def conv_transpose(
     canvas = np.zeros((n, m, *(hi[i] - lo[i] for i in range(nd))), dtype=ct)
     for k, offset in enumerate(itertools.product(*(range(kk) for kk in kernel))):
         index = tuple(window_slice(offset[i] * dilations[i] - lo[i], strides[i], in_shape[i]) for i in range(nd))
-        canvas[(slice(None), slice(None), *index)] += cols[:, :, k]
+        canvas[tuple([slice(None), slice(None), *index])] += cols[:, :, k]
     crop = tuple(slice(begin[i] - lo[i], begin[i] - lo[i] + size[i]) for i in range(nd))
-    y = canvas[(slice(None), slice(None), *crop)]
+    y = canvas[tuple([slice(None), slice(None), *crop])]
     if b is not None:
         y = y + b.astype(ct, copy=False).reshape(-1, *(1,) * nd)
     return np.ascontiguousarray(y.astype(x.dtype, copy=False))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["letterbox", "resize_bilinear", "resize_nearest"]
+__all__ = ["letterbox", "linear_taps_fixed", "resize_bilinear", "resize_nearest"]
 
 # OpenCV's INTER_LINEAR on 8-bit images uses 11-bit fixed-point weights.
 _COEF_BITS = 11
@@ -25,6 +25,18 @@ def _linear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return lo, np.minimum(lo + 1, n_in - 1), f
 
 
+def linear_taps_fixed(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV's 8-bit INTER_LINEAR taps along one axis: source indices ``i0, i1`` and 11-bit integer weights
+    ``w0, w1`` (``w0 + w1 == 2048``), as ``cv2.resize`` computes them.
+
+    Example:
+        >>> [a.tolist() for a in linear_taps_fixed(2, 4)]
+        [[0, 0, 0, 1], [1, 1, 1, 1], [2048, 1536, 512, 2048], [0, 512, 1536, 0]]
+    """
+    lo, hi, f = _linear_taps(n_in, n_out)
+    return lo, hi, np.rint((1 - f) * _COEF_SCALE).astype(np.int64), np.rint(f * _COEF_SCALE).astype(np.int64)
+
+
 def _new_size(size: tuple[int, int]) -> tuple[int, int]:
     """``(new_w, new_h)`` as positive ints."""
     new_w, new_h = int(size[0]), int(size[1])
@@ -33,7 +45,7 @@ def _new_size(size: tuple[int, int]) -> tuple[int, int]:
     return new_w, new_h
 
 
-def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+def resize_bilinear(image: np.ndarray, size: tuple[int, int], *, rounding: str = "round") -> np.ndarray:
     """Bilinear resize matching ``cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)``.
 
     Half-pixel centres (``src = (dst + 0.5) * in / out - 0.5``), clamped at the borders. Float images are
@@ -43,6 +55,10 @@ def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     Args:
         image: (H, W) or (H, W, C) image.
         size: ``(new_w, new_h)``, in OpenCV's order.
+        rounding: for uint8, how the vertical pass rounds: ``"round"`` (OpenCV's scalar path,
+            ``(v + 2**21) >> 22``) or ``"simd"`` (OpenCV's SIMD path ``VResizeLinearVec_32s8u``, which x86 builds
+            use: ``((((S0 >> 4) * b0) >> 16) + (((S1 >> 4) * b1) >> 16) + 2) >> 2``, a truncation that comes out
+            up to 1 lower; what ``cv2.resize`` returns on x86, and what a fused graph computes).
 
     Returns:
         The resized image, same dtype and channel layout.
@@ -63,6 +79,12 @@ def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         ay0 = np.rint((1 - fy) * _COEF_SCALE).astype(np.int64)
         src = image.astype(np.int64)
         rows = src[:, x0] * ax0.reshape(1, -1, *extra) + src[:, x1] * ax1.reshape(1, -1, *extra)
+        if rounding == "simd":
+            t0 = ((rows[y0] >> 4) * ay0.reshape(-1, 1, *extra)) >> 16
+            t1 = ((rows[y1] >> 4) * ay1.reshape(-1, 1, *extra)) >> 16
+            return ((t0 + t1 + 2) >> 2).clip(0, 255).astype(np.uint8)
+        if rounding != "round":
+            raise ValueError(f"rounding: got {rounding!r}, expected 'round' or 'simd'")
         out = rows[y0] * ay0.reshape(-1, 1, *extra) + rows[y1] * ay1.reshape(-1, 1, *extra)
         shift = 2 * _COEF_BITS
         return ((out + (1 << (shift - 1))) >> shift).clip(0, 255).astype(np.uint8)

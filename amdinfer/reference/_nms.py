@@ -37,7 +37,7 @@ def _threshold_below(threshold: float, dtype: np.dtype) -> np.floating:
     t = np.asarray(threshold, dtype=dtype)[()]
     if float(t) > threshold:
         t = np.nextafter(t, dtype.type(-np.inf))
-    return t
+    return t  # type: ignore[return-value]
 
 
 class _Boxes:
@@ -74,7 +74,7 @@ class _Boxes:
             if len(classes) and 0 <= classes.min() and classes.max() < 32767:
                 self.classes = classes.astype(np.int16)
             else:
-                self.classes = np.unique(classes, return_inverse=True)[1].ravel()
+                self.classes = np.unique(classes, return_inverse=True)[1].ravel()  # type: ignore[assignment]
 
     def suppressed_by(self, kept: np.ndarray, cand: np.ndarray, threshold: np.floating) -> np.ndarray:
         """Bool (len(kept), len(cand)) matrix: box ``kept[j]`` has IoU above the threshold with box ``cand[i]``.

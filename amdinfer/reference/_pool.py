@@ -134,7 +134,7 @@ def _max_pool_with_indices(
     best_pos = None
     for offset in itertools.product(*(range(k) for k in kernel)):
         index = tuple(window_slice(offset[i] * dilations[i], strides[i], out[i]) for i in range(nd))
-        value = xp[(slice(None), slice(None), *index)]
+        value = xp[tuple([slice(None), slice(None), *index])]
         # Spatial position (in the unpadded input) of this kernel offset for every output pixel.
         pos = np.zeros(out, dtype=np.int64)
         for i in range(nd):
@@ -146,7 +146,7 @@ def _max_pool_with_indices(
             continue
         better = value > best
         np.copyto(best, value, where=better)
-        np.copyto(best_pos, pos, where=better)
+        np.copyto(best_pos, pos, where=better)  # type: ignore[arg-type]
     assert best is not None and best_pos is not None
     plane = int(np.prod(in_shape))
     base = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *(1,) * nd) * plane

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 from amdinfer.reference._boxes import box_iou, clip_boxes, scale_boxes, xywh2xyxy, xyxy2xywh
-from amdinfer.reference._image import letterbox, resize_bilinear, resize_nearest
+from amdinfer.reference._image import letterbox, linear_taps_fixed, resize_bilinear, resize_nearest
 from amdinfer.reference._nms import batched_nms, nms
 from amdinfer.reference._yolo import Layout, non_max_suppression, resolve_layout, yolo_decode
 
@@ -21,6 +21,7 @@ __all__ = [
     "box_iou",
     "clip_boxes",
     "letterbox",
+    "linear_taps_fixed",
     "nms",
     "non_max_suppression",
     "resize_bilinear",

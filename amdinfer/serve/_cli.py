@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_parser"]
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "serve"
+HELP = "serve a model over the Open Inference Protocol v2 (REST + gRPC) on KServe, one engine per GPU"
 
 
 def _devices(text: str) -> list[int]:
@@ -34,7 +37,8 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
     return argv
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; the exit code (0: stopped cleanly)."""
     from . import _kserve_module
 
     _server = _kserve_module("_server")
@@ -63,18 +67,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    """Add ``serve`` to the ``amdinfer`` subcommands (``sub`` is ``add_subparsers()``'s result).
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``serve`` flags (registered by ``amdinfer.cli``; see docs/serving.md).
 
     Example:
-        >>> import argparse
-        >>> parser = argparse.ArgumentParser(prog="amdinfer")
-        >>> add_parser(parser.add_subparsers(dest="command"))
-        >>> args = parser.parse_args(["serve", "m.onnx", "--devices", "0,1", "--max-batch-size", "64"])
+        >>> from amdinfer.cli import build_parser
+        >>> args = build_parser().parse_args(["serve", "m.onnx", "--devices", "0,1", "--max-batch-size", "64"])
         >>> args.devices, args.max_batch_size, args.host
         ([0, 1], 64, '127.0.0.1')
     """
-    p = sub.add_parser("serve", help="serve a model over Open Inference Protocol v2 (REST + gRPC) with KServe")
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0: all)")
@@ -99,4 +100,3 @@ def add_parser(sub: Any) -> None:
         help="with several --devices: one process with a worker thread per GPU (default: a process per GPU)",
     )
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes
-    p.set_defaults(fn=_run)

@@ -1,8 +1,10 @@
-"""The engine conformance suite's building blocks: which engines exist here and how to build them.
+"""The engine conformance suites' building blocks: which engine kinds exist and how to build them.
 
-``tests/test_engine_contract.py`` runs one contract suite over every engine kind listed in
-:data:`ENGINE_KINDS`; a kind whose backend cannot run here is skipped with the reason the backend
-gave. A third-party backend plugs in with :func:`register_engine_kind`.
+Each backend registers its conformance kinds with :func:`~amdinfer.register_backend` (``conformance=``,
+third-party backends through the ``amdinfer.backends`` entry-point group); this module collects them
+from the registry. ``tests/engines/test_engine_contract.py`` runs one contract suite over every kind,
+``tests/engines/test_onnx_conformance.py`` runs ONNX's node tests over the kinds with ``node_tests=True``, with
+each kind's ``excludes``. A kind whose backend cannot run here is skipped with the reason the backend gave.
 
 Select kinds with the environment variable ``AMDINFER_TEST_ENGINES`` (comma separated), e.g.
 ``AMDINFER_TEST_ENGINES=ort-cuda`` on a GPU machine.
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -25,63 +26,59 @@ import numpy as np
 
 from .._load import load
 from ..engines.base import Engine
-from ..errors import BackendUnavailableError
+from ..engines.registry import ConformanceKind, backend_entries
+from ..errors import BackendUnavailableError, OptionError
 
-__all__ = ["ENGINE_KINDS", "EngineKind", "availability", "make_engine", "register_engine_kind", "selected_kinds"]
+__all__ = [
+    "ENGINE_KINDS",
+    "EngineKind",
+    "availability",
+    "make_engine",
+    "node_test_excludes",
+    "register_engine_kind",
+    "selected_kinds",
+]
 
-
-@dataclass(frozen=True)
-class EngineKind:
-    """How to build one kind of engine for the conformance suite.
-
-    Attributes:
-        name: the test id (``"ort-cpu"``).
-        options: keyword arguments for :func:`amdinfer.load`.
-        precision: the precision the tolerances are chosen for.
-        excludes: case name -> reason the kind is excused from it.
-
-    Example:
-        >>> EngineKind("ort-cpu", {"backend": "ort", "providers": ["CPUExecutionProvider"]}).precision
-        'fp32'
-    """
-
-    name: str
-    options: dict[str, Any]
-    precision: str = "fp32"
-    excludes: dict[str, str] = field(default_factory=dict)
-
+#: One way to build an engine for the suites (the registry's :class:`~amdinfer.engines.registry.ConformanceKind`).
+EngineKind = ConformanceKind
 
 ENGINE_KINDS: dict[str, EngineKind] = {}
 
 
 def register_engine_kind(kind: EngineKind) -> None:
-    """Add an engine kind to the suite.
+    """Add an engine kind to the suites (backends usually register theirs with ``register_backend``).
+
+    Raises:
+        OptionError: a kind of that name exists.
 
     Example:
         >>> register_engine_kind(EngineKind("ort-cpu-1t", {"backend": "ort", "providers": ["cpu"], "threads": 1}))
         >>> "ort-cpu-1t" in ENGINE_KINDS
         True
+        >>> register_engine_kind(EngineKind("ort-cpu", {"backend": "ort"}))
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: engine kind 'ort-cpu' is already registered (backend 'ort')
     """
+    if kind.name in ENGINE_KINDS:
+        backend = ENGINE_KINDS[kind.name].options.get("backend")
+        raise OptionError(f"engine kind {kind.name!r} is already registered (backend {backend!r})")
     ENGINE_KINDS[kind.name] = kind
 
 
-for _kind in (
-    EngineKind("ort-cpu", {"backend": "ort", "providers": ["CPUExecutionProvider"]}),
-    EngineKind("reference", {"backend": "reference"}),
-    EngineKind("reference-fp64", {"backend": "reference", "precision": "fp64"}, precision="fp64"),
-    EngineKind("ort-migraphx", {"backend": "ort", "providers": ["MIGraphXExecutionProvider"]}),
-    EngineKind("ort-rocm", {"backend": "ort", "providers": ["ROCMExecutionProvider"]}),
-    # TF32 off: the CUDA EP's default TF32 matmuls are ~1e-3 relative, beyond the fp32 elementwise check.
-    EngineKind("ort-cuda", {"backend": "ort", "providers": ["CUDAExecutionProvider"], "tf32": False}),
-    EngineKind(
-        "ort-cuda-fp16",
-        {"backend": "ort", "providers": ["CUDAExecutionProvider"], "precision": "fp16"},
-        precision="fp16",
-    ),
-    EngineKind("migraphx-ref", {"backend": "migraphx", "target": "ref"}),
-    EngineKind("migraphx-gpu", {"backend": "migraphx", "target": "gpu"}),
-):
-    register_engine_kind(_kind)
+for _entry in backend_entries():
+    for _kind in _entry.conformance:
+        register_engine_kind(_kind)
+
+
+def node_test_excludes() -> dict[str, dict[str, str]]:
+    """Kinds the ONNX node tests run on -> their excludes (case name or regex -> reason).
+
+    Example:
+        >>> sorted(node_test_excludes())[:2]
+        ['ort-cpu', 'reference']
+    """
+    return {name: kind.resolved_excludes() for name, kind in ENGINE_KINDS.items() if kind.node_tests}
 
 
 def selected_kinds() -> list[str]:

@@ -621,7 +621,7 @@ def yolov8(
     x1y1 = g.node("Sub", [anchor_points, lt], "model.22.x1y1")
     x2y2 = g.node("Add", [anchor_points, rb], "model.22.x2y2")
     c_xy = g.node("Add", [x1y1, x2y2], "model.22.cxy_sum")
-    half = g.const("model.22.half", 0.5, np.float32)
+    half = g.const("model.22.half", 0.5, np.float32)  # type: ignore[arg-type]
     c_xy = g.node("Mul", [c_xy, half], "model.22.cxy")
     wh = g.node("Sub", [x2y2, x1y1], "model.22.wh")
     dbox = g.node("Concat", [c_xy, wh], "model.22.dbox", axis=1)
@@ -724,10 +724,10 @@ def yolov5(
         g.node("Split", [y, split], f"{p}.split_xywh", outputs=[xy, wh, conf], axis=4)
         yv, xv = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
         grid = np.stack([xv, yv], -1)[None, None] - 0.5  # (1, 1, ny, nx, 2)
-        two = g.const(f"{p}.two", 2.0, np.float32)
+        two = g.const(f"{p}.two", 2.0, np.float32)  # type: ignore[arg-type]
         xy = g.node("Mul", [xy, two], f"{p}.xy_mul")
         xy = g.node("Add", [xy, g.const(f"{p}.grid", grid, np.float32)], f"{p}.xy_grid")
-        xy = g.node("Mul", [xy, g.const(f"{p}.stride", float(stride), np.float32)], f"{p}.xy")
+        xy = g.node("Mul", [xy, g.const(f"{p}.stride", float(stride), np.float32)], f"{p}.xy")  # type: ignore[arg-type]
         wh = g.node("Mul", [wh, two], f"{p}.wh_mul")
         wh = g.node("Pow", [wh, two], f"{p}.wh_pow")
         anchor_grid = np.asarray(_YOLOV5_ANCHORS[i], np.float32).reshape(1, na, 1, 1, 2)
@@ -821,10 +821,10 @@ def transformer_encoder(
 
     heads_shape = g.const("heads_shape", [0, 0, num_heads, head_dim], np.int64)
     merge_shape = g.const("merge_shape", [0, 0, d_model], np.int64)
-    sqrt_dk = g.const("sqrt_head_dim", math.sqrt(head_dim), np.float32)
-    sqrt2 = g.const("sqrt2", math.sqrt(2.0), np.float32)
-    one = g.const("one", 1.0, np.float32)
-    half = g.const("half", 0.5, np.float32)
+    sqrt_dk = g.const("sqrt_head_dim", math.sqrt(head_dim), np.float32)  # type: ignore[arg-type]
+    sqrt2 = g.const("sqrt2", math.sqrt(2.0), np.float32)  # type: ignore[arg-type]
+    one = g.const("one", 1.0, np.float32)  # type: ignore[arg-type]
+    half = g.const("half", 0.5, np.float32)  # type: ignore[arg-type]
 
     x = "input"
     for layer in range(num_layers):

@@ -9,161 +9,14 @@ import numpy as np
 
 from ..errors import InputError, OptionError
 from ..types import normalize_precision
-from ._metrics import DEFAULT_TOLERANCES, Tolerance, _cosine, _max_rel, _rms, as_float64, topk_agreement
+from ._metrics import DEFAULT_TOLERANCES
 from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
+from ._tensor import TolSpec, _compare_one
 
 __all__ = ["compare", "compare_engines", "compare_layers"]
 
-#: A tolerance for every output, or one per output name (names not listed get the default).
-TolSpec = float | Mapping[str, float] | None
-
 # Precisions from tightest to loosest default tolerance.
 _LOOSENESS = {"fp64": 0, "fp32": 1, "bf16": 2, "fp16": 3, "int8": 4}
-
-
-def _is_16bit(arr: np.ndarray) -> bool:
-    return arr.dtype == np.float16 or arr.dtype.name == "bfloat16"
-
-
-def _pick(spec: TolSpec, name: str, default: float, what: str) -> float:
-    if spec is None:
-        return default
-    if isinstance(spec, Mapping):
-        value = spec.get(name, default)
-    else:
-        value = spec
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or value < 0:
-        raise OptionError(f"{what}: got {value!r} for {name!r}, expected a number >= 0")
-    return float(value)
-
-
-def _to_numpy(x: Any, what: str) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    try:
-        return np.asarray(x)
-    except Exception as exc:  # device tensors (CuPy, CUDA torch) refuse implicit copies
-        raise InputError(
-            f"{what}: got {type(x).__name__} that NumPy cannot read ({exc}); copy it to the host"
-        ) from None
-
-
-def _kind(arr: np.ndarray) -> str:
-    """``"f"`` for floats (bfloat16 and other ml_dtypes included), ``"i"`` for integers, else the dtype's kind."""
-    kind = arr.dtype.kind
-    return "f" if kind in "fV" else ("i" if kind in "iu" else kind)
-
-
-def _compare_one(
-    name: str,
-    actual: Any,
-    expected: Any,
-    *,
-    precision: str | None,
-    atol: TolSpec,
-    rtol: TolSpec,
-    rms_tol: TolSpec,
-    elementwise: bool,
-    topk: int | None,
-) -> TensorReport:
-    a_raw = _to_numpy(actual, f"actual {name!r}")
-    b_raw = _to_numpy(expected, f"expected {name!r}")
-    if a_raw.shape != b_raw.shape:
-        raise InputError(f"output {name!r}: actual has shape {a_raw.shape}, expected shape {b_raw.shape}")
-    ka, kb = _kind(a_raw), _kind(b_raw)
-    if ka != kb:
-        raise InputError(
-            f"output {name!r}: actual has dtype {a_raw.dtype}, expected {b_raw.dtype}; "
-            "float, integer and bool tensors are not comparable with each other"
-        )
-    a = as_float64(a_raw, f"actual {name!r}")
-    b = as_float64(b_raw, f"expected {name!r}")
-    if precision is None:
-        prec = "fp16" if (_is_16bit(a_raw) or _is_16bit(b_raw)) else "fp32"
-    else:
-        prec = precision
-    default = DEFAULT_TOLERANCES[prec]
-    if ka != "f":  # integer and bool tensors agree exactly unless told otherwise
-        default = Tolerance(rms=0.0, atol=0.0, rtol=0.0)
-    tol = Tolerance(
-        rms=_pick(rms_tol, name, default.rms, "rms_tol"),
-        atol=_pick(atol, name, default.atol, "atol"),
-        rtol=_pick(rtol, name, default.rtol, "rtol"),
-    )
-
-    na, nb = np.isnan(a), np.isnan(b)
-    ia, ib = np.isinf(a), np.isinf(b)
-    finite = ~(na | nb | ia | ib)
-    all_finite = bool(finite.all())
-    af, bf = (a.ravel(), b.ravel()) if all_finite else (a[finite], b[finite])
-    n = af.size
-    cosine: float | None
-    if n:
-        diff = af - bf
-        absdiff = np.abs(diff)
-        worst = int(np.argmax(absdiff))
-        max_abs = float(absdiff[worst])
-        max_rel = _max_rel(absdiff, bf)
-        rms = _rms(af, bf, diff)
-        cosine = _cosine(af, bf)
-        bad_elems = int(np.count_nonzero(absdiff > tol.atol + tol.rtol * np.abs(bf)))
-        flat_pos = worst if all_finite else int(np.flatnonzero(finite.ravel())[worst])
-        worst_index = tuple(int(i) for i in np.unravel_index(flat_pos, a.shape)) if a.ndim else ()
-        worst_actual, worst_expected = float(af[worst]), float(bf[worst])
-    else:
-        max_abs = max_rel = rms = 0.0
-        cosine = None if a.size == 0 else 1.0
-        bad_elems = 0
-        worst_index, worst_actual, worst_expected = None, None, None
-
-    nan_mismatch = int(np.count_nonzero(na != nb))
-    inf_mismatch = int(np.count_nonzero((ia | ib) & ~(na | nb) & (a != b)))
-    mismatches = bad_elems + nan_mismatch + inf_mismatch
-
-    reasons = []
-    if rms > tol.rms:
-        reasons.append(f"rms {rms:.3e} > rms_tol {tol.rms:.3e}")
-    if elementwise and bad_elems:
-        reasons.append(f"{bad_elems}/{a.size} elements outside atol {tol.atol:.1e} + rtol {tol.rtol:.1e}*|expected|")
-    if nan_mismatch:
-        reasons.append(f"NaN at {nan_mismatch} position(s) where the other has none")
-    if inf_mismatch:
-        reasons.append(f"Inf differs at {inf_mismatch} position(s)")
-
-    agreement = None
-    if topk is not None:
-        agreement = topk_agreement(a, b, k=topk)
-
-    return TensorReport(
-        name=name,
-        shape=tuple(a.shape),
-        actual_dtype=str(a_raw.dtype),
-        expected_dtype=str(b_raw.dtype),
-        size=int(a.size),
-        max_abs=max_abs,
-        max_rel=max_rel,
-        rms=rms,
-        cosine=cosine,
-        mismatches=mismatches,
-        worst_index=worst_index,
-        worst_actual=worst_actual,
-        worst_expected=worst_expected,
-        nan_actual=int(na.sum()),
-        nan_expected=int(nb.sum()),
-        nan_mismatch=nan_mismatch,
-        inf_actual=int(ia.sum()),
-        inf_expected=int(ib.sum()),
-        inf_mismatch=inf_mismatch,
-        rms_tol=tol.rms,
-        atol=tol.atol,
-        rtol=tol.rtol,
-        precision=prec if ka == "f" else "exact",
-        elementwise=elementwise,
-        topk=topk,
-        topk_agreement=agreement,
-        passed=not reasons,
-        reasons=reasons,
-    )
 
 
 def _norm_precision(precision: str | None) -> str | None:
@@ -238,13 +91,26 @@ def compare(
             f"compare: got actual as {type(actual).__name__} and expected as {type(expected).__name__}; "
             "pass two arrays or two dicts"
         )
+    tolerances = (("atol", atol), ("rtol", rtol), ("rms_tol", rms_tol))
     if not a_map:
-        for what, spec in (("atol", atol), ("rtol", rtol), ("rms_tol", rms_tol)):
+        for what, spec in tolerances:
             if isinstance(spec, Mapping):
                 raise OptionError(f"{what}: per-output tolerances need dicts of outputs, got arrays")
         if outputs is not None:
             raise OptionError("outputs: only applies when comparing dicts of outputs")
         return _compare_one(name, actual, expected, **kw)
+    names = _output_names(actual, expected, outputs)
+    for what, spec in tolerances:
+        if isinstance(spec, Mapping):
+            unknown = [k for k in spec if k not in names]
+            if unknown:
+                raise OptionError(f"{what}: got tolerances for {unknown}, expected names among {names}")
+    reports = {n: _compare_one(n, actual[n], expected[n], **kw) for n in names}
+    return ComparisonReport(reports, precision=prec or _auto_precision(reports.values()))
+
+
+def _output_names(actual: Mapping[str, Any], expected: Mapping[str, Any], outputs: Sequence[str] | None) -> list[str]:
+    """The names to compare: ``outputs``, else all of ``actual``'s; both dicts must hold them (and no others)."""
     names = list(outputs) if outputs is not None else list(actual)
     missing_a = [n for n in names if n not in actual]
     missing_b = [n for n in names if n not in expected]
@@ -258,13 +124,7 @@ def compare(
         if extra_b:
             parts.append(f"only in expected: {extra_b}")
         raise InputError("compare: the outputs differ; " + "; ".join(parts) + " (pass outputs=[...] to pick)")
-    for what, spec in (("atol", atol), ("rtol", rtol), ("rms_tol", rms_tol)):
-        if isinstance(spec, Mapping):
-            unknown = [k for k in spec if k not in names]
-            if unknown:
-                raise OptionError(f"{what}: got tolerances for {unknown}, expected names among {names}")
-    reports = {n: _compare_one(n, actual[n], expected[n], **kw) for n in names}
-    return ComparisonReport(reports, precision=prec or _auto_precision(reports.values()))
+    return names
 
 
 def _auto_precision(reports: Any) -> str:

@@ -7,6 +7,7 @@ tagged ``tests``); the main session passes ``--ignore=tests/serving``.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,6 +21,12 @@ from pathlib import Path
 
 import onnx
 import pytest
+
+# Ray (2.60) turns token authentication on and, without a token in the environment, writes a new one to
+# ~/.ray/auth_token. Give every Ray process of this session a fresh token through the environment instead,
+# before any test module imports ray.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 
 
 def free_port() -> int:

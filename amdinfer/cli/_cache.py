@@ -1,0 +1,76 @@
+"""``amdinfer cache list|clear``: the compiled-model cache as a table."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ._common import add_output_args, emit
+
+NAME = "cache"
+HELP = "list (as a table) or clear the compiled-model cache"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["list", "clear"])
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: $AMDINFER_CACHE_DIR or ~/.cache/amdinfer)")
+    add_output_args(p)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)  # pragma: no cover
+
+
+def _when(created: float) -> str:
+    iso = _iso(created)
+    return iso[:16].replace("T", " ") if iso else "?"
+
+
+def _iso(created: float) -> str | None:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(created))) if created else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import cache
+
+    root = cache.resolve_cache_dir(args.cache_dir)
+    if args.action == "clear":
+        removed = cache.clear(args.cache_dir)
+        emit(args, {"cache_dir": str(root), "removed": removed}, f"removed {removed} entries from {root}")
+        return 0
+    entries = cache.list_entries(args.cache_dir)
+    rows = []
+    for e in entries:
+        parts = e.parts
+        model = str(e.meta.get("model") or parts.get("model", "?"))
+        rows.append(
+            [
+                e.key[:12],
+                e.backend,
+                str(parts.get("precision", "-")),
+                model if len(model) <= 24 else model[:23] + "…",
+                _size(e.size_bytes),
+                _when(e.created),
+                e.problem or "ok",
+            ]
+        )
+    total = sum(e.size_bytes for e in entries)
+    if rows:
+        header = ["key", "backend", "precision", "model", "size", "created (UTC)", "state"]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+        lines.append(f"{len(rows)} entries, {_size(total)} in {root}")
+        text = "\n".join(lines)
+    else:
+        text = f"(cache is empty: {root})"
+    listed = [{**e.to_dict(), "created_utc": _iso(e.created)} for e in entries]
+    payload = {"cache_dir": str(root), "total_bytes": total, "entries": listed}
+    emit(args, payload, text)
+    return 0

@@ -1,0 +1,102 @@
+"""``amdinfer inspect``: what a model is and where it can run, before anything is compiled."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import OptionError
+from ._common import add_output_args, emit, feed_shapes, model_specs, parse_input_shapes, positive_int
+
+NAME = "inspect"
+HELP = "inputs, outputs, nodes, parameters, size, opsets, op histogram, FLOPs estimate, op coverage per backend"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument(
+        "--input-shapes",
+        type=parse_input_shapes,
+        action="append",
+        metavar="NAME:1x3x224x224,...",
+        help="shapes for the FLOPs estimate (dynamic axes other than the batch need one)",
+    )
+    p.add_argument("--batch", type=positive_int, default=None, help="batch size for the estimate (default 1)")
+    p.add_argument("--no-coverage", action="store_true", help="skip the per-backend op coverage checks")
+    add_output_args(p)
+
+
+def _count(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f}"
+
+
+def _bytes(n: float) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _shape(shape: list[Any]) -> str:
+    return "(" + ", ".join(str(d) if d is not None else "?" for d in shape) + ")"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ._stats import migraphx_coverage, model_stats, ort_placement
+
+    source = model_specs(args.model)
+    overrides: dict[str, tuple[int, ...]] = {}
+    for v in args.input_shapes or []:
+        overrides.update(v)
+    try:
+        shapes = feed_shapes(source.inputs, overrides, args.batch)
+        why_no_estimate = None
+    except OptionError as exc:
+        if overrides:
+            raise
+        shapes, why_no_estimate = None, str(exc)
+    stats = model_stats(source, shapes)
+    if not args.no_coverage:
+        stats["coverage"] = {"migraphx": migraphx_coverage(source), "ort": ort_placement(source)}
+    lines = [
+        f"model      {stats['name']}  ({_bytes(stats['file_bytes'])}, IR {stats['ir_version']}, "
+        f"opsets {stats['opsets']}, sha256 {stats['sha256'][:16]})",
+        f"graph      {stats['nodes']} nodes, {_count(stats['parameters'])} parameters "
+        f"({_bytes(stats['parameter_bytes'])})",
+    ]
+    for kind in ("inputs", "outputs"):
+        for s in stats[kind]:
+            lines.append(f"{kind[:-1]:<10} {s['name']}: {s['dtype']} {_shape(s['shape'])}")
+    if stats["dynamic"]:
+        dyn = "; ".join(
+            f"{name} " + ", ".join(f"axis {a} {d!r}" for a, d in v["axes"].items())
+            for name, v in stats["dynamic"].items()
+        )
+        lines.append(f"dynamic    {dyn}")
+    hist = stats["op_histogram"]
+    lines.append(f"ops        {len(hist)} types: " + ", ".join(f"{op} {n}" for op, n in hist.items()))
+    est = stats.get("estimate")
+    if est is not None:
+        at = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in est["input_shapes"].items())
+        unknown = f", {est['unknown_nodes']} nodes of unknown shape" if est["unknown_nodes"] else ""
+        lines.append(
+            f"estimate   at {at}: {_count(est['macs'])}MACs, {_count(est['flops'])}FLOPs, "
+            f"{_bytes(est['bytes'])} weights + activations{unknown}"
+        )
+    else:
+        lines.append(f"estimate   none: {why_no_estimate}")
+    cov = stats.get("coverage")
+    if cov is not None:
+        mgx = cov["migraphx"]
+        state = "every op has a parser" if mgx["supported"] else f"no parser for {mgx['unsupported']}"
+        lines.append(f"migraphx   {state} (operators from {mgx['operators_from']})")
+        ort = cov["ort"]
+        for prov, what in ort["providers"].items():
+            lines.append(f"ort        {prov}: {what}")
+        if ort.get("note"):
+            lines.append(f"ort        {ort['note']}")
+    emit(args, stats, "\n".join(lines))
+    return 0

@@ -1,0 +1,136 @@
+"""``amdinfer quantize``: an fp16 or calibrated int8 model, and what it cost in accuracy."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ..errors import OptionError
+from ._common import (
+    add_output_args,
+    check_writable,
+    emit,
+    feed_shapes,
+    load_samples,
+    make_feeds,
+    model_specs,
+    note,
+    parse_input_shapes,
+    positive_int,
+    progress_enabled,
+)
+
+NAME = "quantize"
+HELP = "write an fp16 or int8 (calibrated) model and its accuracy report against the float model"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to a float .onnx file")
+    p.add_argument("--precision", required=True, choices=["fp16", "int8"], help="fp16 or int8")
+    p.add_argument("--out", required=True, metavar="OUT.onnx", help="where the quantized model goes")
+    p.add_argument(
+        "--calibration", metavar="PATH", help="int8 calibration data: a folder of images or an .npz (axis 0 = samples)"
+    )
+    p.add_argument(
+        "--eval",
+        metavar="PATH",
+        help="held-out data for the report (images or .npz); default: the last quarter of --calibration "
+        "(kept out of calibration), else seeded random inputs",
+    )
+    p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"], help="int8 calibrator")
+    p.add_argument("--keep-last", type=int, default=0, metavar="N", help="keep the last N weighted layers in float")
+    p.add_argument("--task", default="auto", choices=["auto", "classifier", "generic"], help="report metrics")
+    p.add_argument("--per-layer", action="store_true", help="per-layer errors in the report (implied by --plot)")
+    p.add_argument("--plot", metavar="OUT.png", help="per-layer error along the graph (matplotlib)")
+    p.add_argument(
+        "--input-shapes",
+        type=parse_input_shapes,
+        action="append",
+        metavar="NAME:1x3x224x224,...",
+        help="input shapes (image size for --calibration folders, random data)",
+    )
+    p.add_argument("--batch", type=positive_int, default=None, help="batch of the random evaluation inputs (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random evaluation inputs")
+    add_output_args(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..quantize import Fp16Quantizer, Int8Quantizer, evaluate
+
+    out = check_writable(args.out, "--out")
+    plot = check_writable(args.plot, "--plot") if args.plot else None
+    if args.keep_last < 0:
+        raise OptionError(f"--keep-last: got {args.keep_last}, expected an int >= 0")
+    source = model_specs(args.model)
+    overrides: dict[str, tuple[int, ...]] = {}
+    for v in args.input_shapes or []:
+        overrides.update(v)
+    shapes = feed_shapes(source.inputs, overrides, args.batch)
+    calib: list[Any] = []
+    if args.calibration:
+        calib = load_samples(args.calibration, source.inputs, shapes, "--calibration")
+    held_out: list[Any] | None = load_samples(args.eval, source.inputs, shapes, "--eval") if args.eval else None
+    data_note = f"--eval {args.eval}" if args.eval else ""
+    if args.precision == "int8":
+        if not calib:
+            raise OptionError(
+                "--precision int8: give calibration data with --calibration FOLDER_OF_IMAGES or data.npz "
+                "(uncalibrated int8 gives wrong answers)"
+            )
+        if held_out is None and len(calib) >= 4:
+            cut = len(calib) - max(1, len(calib) // 4)
+            calib, held_out = calib[:cut], calib[cut:]
+            data_note = f"last {len(held_out)} of --calibration (held out of calibration)"
+        quantizer: Any = Int8Quantizer(
+            calibration=calib, method=args.method, keep_last_n=args.keep_last, progress=progress_enabled(args)
+        )
+    else:
+        if args.method != "minmax":
+            raise OptionError("--method: only used with --precision int8")
+        quantizer = Fp16Quantizer(keep_last_n=args.keep_last)
+        if held_out is None and calib:
+            held_out, data_note = calib, f"--calibration {args.calibration}"
+    if held_out is None:
+        held_out = [make_feeds(source.inputs, shapes, args.seed + i) for i in range(8)]
+        data_note = "8 batches of seeded random inputs (give --eval for a meaningful report)"
+    note(
+        args,
+        f"quantizing {source.name} to {args.precision}" + (f" with {len(calib)} calibration samples" if calib else ""),
+    )
+    t0 = time.perf_counter()
+    qmodel = quantizer.quantize(source.proto)
+    seconds = time.perf_counter() - t0
+    import onnx
+
+    onnx.save(qmodel, str(out))
+    note(args, f"evaluating on {len(held_out)} samples")
+    report = evaluate(qmodel, source.proto, held_out, task=args.task, per_layer=bool(args.per_layer or plot))
+    if plot is not None:
+        report.plot(plot)
+    size_in = source.path.stat().st_size if source.path else len(source.to_bytes())
+    size_out = out.stat().st_size
+    lines = [
+        f"quantize  {source.name} -> {out} ({args.precision}, {seconds:.2f} s)",
+        f"size      {size_in / 1e6:.2f} MB -> {size_out / 1e6:.2f} MB ({size_out / size_in:.0%})",
+        f"data      calibration: {f'{len(calib)} samples' if calib else 'none'}; report on {data_note}",
+        repr(report),
+    ]
+    if plot is not None:
+        lines.append(f"plot      {plot}")
+    lines.append("result    " + ("PASSED" if report.passed else "FAILED the tolerance (exit 1); the model was written"))
+    payload = {
+        "model": source.name,
+        "precision": args.precision,
+        "out": str(out),
+        "quantize_s": seconds,
+        "size_bytes": {"in": size_in, "out": size_out},
+        "calibration_samples": len(calib),
+        "eval_data": data_note,
+        "settings": quantizer.settings() if callable(getattr(quantizer, "settings", None)) else {},
+        "passed": report.passed,
+        "report": report.to_dict(),
+        "plot": str(plot) if plot else None,
+    }
+    emit(args, payload, "\n".join(lines))
+    return 0 if report.passed else 1

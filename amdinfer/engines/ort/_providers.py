@@ -1,0 +1,463 @@
+"""What amdinfer knows about each ONNX Runtime execution provider: one frozen record per provider.
+
+Every table the ORT backend needs (short names, provider libraries, wheels, fix hints, device types,
+the typed knobs' option names, amdinfer's tuned defaults) is derived from :data:`PROVIDERS`; the option
+names come from ONNX Runtime's own sources (``migraphx_execution_provider_info.h``,
+``rocm_execution_provider_info.cc``, ``cuda_execution_provider_info.cc``). :func:`provider_options`
+maps amdinfer's typed options without importing ONNX Runtime, so it is testable anywhere.
+
+Example:
+    >>> PROVIDERS["ROCMExecutionProvider"].short, PROVIDERS["ROCMExecutionProvider"].distribution
+    ('rocm', 'onnxruntime-rocm')
+    >>> provider_options("CUDAExecutionProvider", exhaustive_tune=False, prefer_nhwc=True)
+    {'device_id': '0', 'cudnn_conv_algo_search': 'HEURISTIC', 'prefer_nhwc': '1'}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..._validate import flag
+from ...errors import BackendUnavailableError, OptionError
+
+__all__ = [
+    "AMD_PROVIDERS",
+    "CPU_EP",
+    "CUDA_EP",
+    "GPU_PROVIDERS",
+    "MIGRAPHX_EP",
+    "ORT_DISTRIBUTIONS",
+    "PROVIDERS",
+    "PROVIDER_ORDER",
+    "ROCM_EP",
+    "ExecutionProvider",
+    "Option",
+    "TunedDefault",
+    "installed_ort_distributions",
+    "ort_device_type",
+    "probe_provider",
+    "provider_options",
+    "resolve_provider_name",
+]
+
+
+def _exhaustive_cudnn(value: Any) -> str:
+    return "EXHAUSTIVE" if value else "HEURISTIC"
+
+
+def _as_int(value: Any) -> str:
+    return str(int(value))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ONNX Runtime provider option a typed knob sets.
+
+    Attributes:
+        name: ONNX Runtime's option name.
+        encode: typed value -> option string (default: ``"1"``/``"0"``).
+        fixed: a constant written whenever the knob is set (``encode`` is then ignored).
+
+    Example:
+        >>> Option("prefer_nhwc").encode(True), Option("cudnn_conv_algo_search", _exhaustive_cudnn).encode(False)
+        ('1', 'HEURISTIC')
+    """
+
+    name: str
+    encode: Callable[[Any], str] = flag
+    fixed: str | None = None
+
+    def value(self, typed: Any) -> str:
+        """The option string for ``typed``."""
+        return self.fixed if self.fixed is not None else self.encode(typed)
+
+
+@dataclass(frozen=True)
+class TunedDefault:
+    """amdinfer's default for a tunable knob on one provider, and why (``value=None``: the provider's own).
+
+    Example:
+        >>> TunedDefault(True, "faster").value
+        True
+    """
+
+    value: bool | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ExecutionProvider:
+    """Everything amdinfer knows about one ONNX Runtime execution provider.
+
+    Attributes:
+        name: ONNX Runtime's name (``"MIGraphXExecutionProvider"``).
+        short: the short name accepted in ``providers=`` (``"migraphx"``).
+        label: the device label in ``engine.info.device`` (``"migraphx:0"``).
+        library: the provider's shared library inside ``onnxruntime/capi`` (``None``: built in).
+        distribution: the wheel that ships it.
+        fix: what to do when it cannot load.
+        device_type: the device name ONNX Runtime's Python API uses for its memory (``OrtValue``
+            and IOBinding): ``"cuda"`` for CUDA and ROCm (ROCm builds map their GPU to ``"cuda"``),
+            ``"gpu"`` for MIGraphX (a generic GPU device with AMD's vendor id), ``"cpu"``. The AMD
+            mappings follow ONNX Runtime's sources and are not verified on AMD hardware.
+        options: typed knob -> the provider options it sets (knobs absent here do not exist there).
+        precision: precision -> provider options that make the provider convert the model itself.
+        tuned: tunable knob -> :class:`TunedDefault` (see :mod:`amdinfer.engines.ort._tuning`).
+
+    Example:
+        >>> PROVIDERS["MIGraphXExecutionProvider"].precision["fp16"]
+        {'migraphx_fp16_enable': '1'}
+    """
+
+    name: str
+    short: str
+    label: str
+    library: str | None
+    distribution: str
+    fix: str
+    device_type: str = "cpu"
+    options: Mapping[str, tuple[Option, ...]] = field(default_factory=dict)
+    precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    tuned: Mapping[str, TunedDefault] = field(default_factory=dict)
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the provider's memory is on a GPU (IO bound on the device by default)."""
+        return self.device_type != "cpu"
+
+    def option_names(self, knob: str) -> tuple[str, ...]:
+        """The provider options ``knob`` sets here (empty: the provider has no such option)."""
+        return tuple(o.name for o in self.options.get(knob, ()))
+
+
+_NOT_OFFERED = "the provider has no such option"
+
+MIGRAPHX_EP = "MIGraphXExecutionProvider"
+ROCM_EP = "ROCMExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+
+_MIGRAPHX = ExecutionProvider(
+    name=MIGRAPHX_EP,
+    short="migraphx",
+    label="migraphx",
+    library="libonnxruntime_providers_migraphx.so",
+    distribution="onnxruntime-migraphx",
+    fix="install ROCm with MIGraphX (libmigraphx_c.so.3 must be on the loader path, e.g. /opt/rocm/lib) "
+    "and `pip install 'amdinfer-onnx[migraphx]'`; check with `amdinfer doctor`",
+    device_type="gpu",
+    options={
+        "exhaustive_tune": (Option("migraphx_exhaustive_tune"),),
+        "memory_limit": (Option("migraphx_mem_limit", _as_int),),
+        "model_cache_dir": (Option("migraphx_model_cache_dir", str),),
+        "int8_calibration_table": (
+            Option("migraphx_int8_calibration_table_name", str),
+            Option("migraphx_int8_use_native_calibration_table", fixed="0"),
+        ),
+    },
+    precision={
+        "fp16": {"migraphx_fp16_enable": "1"},
+        "bf16": {"migraphx_bf16_enable": "1"},
+        "int8": {"migraphx_int8_enable": "1"},
+    },
+    tuned={
+        "prefer_nhwc": TunedDefault(None, "MIGraphX chooses layouts itself while compiling"),
+        "exhaustive_tune": TunedDefault(
+            True,
+            "MIGraphX benchmarks kernel configurations while compiling (slower compile: keep "
+            "model_cache_dir so it happens once)",
+        ),
+        "gpu_graphs": TunedDefault(
+            None, "the MIGraphX EP runs one compiled program per shape; it has no graph-capture option"
+        ),
+        "tunable_ops": TunedDefault(None, _NOT_OFFERED),
+        "tf32": TunedDefault(None, _NOT_OFFERED),
+    },
+)
+
+_ROCM = ExecutionProvider(
+    name=ROCM_EP,
+    short="rocm",
+    label="rocm",
+    library="libonnxruntime_providers_rocm.so",
+    distribution="onnxruntime-rocm",
+    fix="install ROCm (libamdhip64, MIOpen, rocBLAS on the loader path, e.g. /opt/rocm/lib) and "
+    "`pip install 'amdinfer-onnx[rocm]'` (the ROCm EP exists up to onnxruntime 1.22); check with `amdinfer doctor`",
+    device_type="cuda",
+    options={
+        "exhaustive_tune": (Option("miopen_conv_exhaustive_search"),),
+        "tunable_ops": (Option("tunable_op_enable"), Option("tunable_op_tuning_enable")),
+        "memory_limit": (Option("gpu_mem_limit", _as_int),),
+        "gpu_graphs": (Option("enable_hip_graph"),),
+    },
+    tuned={
+        "prefer_nhwc": TunedDefault(None, "the ROCm EP has no NHWC option (MIOpen layout is fixed by ONNX Runtime)"),
+        "exhaustive_tune": TunedDefault(
+            True, "MIOpen searches convolution solutions once per shape and caches them in its user database"
+        ),
+        "gpu_graphs": TunedDefault(
+            True,
+            "IO is bound to fixed device buffers per input shape, so each shape is captured once "
+            "as a HIP graph and replayed",
+        ),
+        "tunable_ops": TunedDefault(
+            True, "ROCm's TunableOp picks among rocBLAS/hipBLASLt/composable-kernel implementations per shape"
+        ),
+        "tf32": TunedDefault(None, _NOT_OFFERED),
+    },
+)
+
+_CUDA = ExecutionProvider(
+    name=CUDA_EP,
+    short="cuda",
+    label="cuda",
+    library="libonnxruntime_providers_cuda.so",
+    distribution="onnxruntime-gpu",
+    fix="install the CUDA and cuDNN libraries onnxruntime-gpu was built for (or `import torch` first) and "
+    "`pip install 'amdinfer-onnx[cuda]'`; check with `amdinfer doctor`",
+    device_type="cuda",
+    options={
+        "exhaustive_tune": (Option("cudnn_conv_algo_search", _exhaustive_cudnn),),
+        "tunable_ops": (Option("tunable_op_enable"), Option("tunable_op_tuning_enable")),
+        "memory_limit": (Option("gpu_mem_limit", _as_int),),
+        "gpu_graphs": (Option("enable_cuda_graph"),),
+        "prefer_nhwc": (Option("prefer_nhwc"),),
+        "tf32": (Option("use_tf32"),),
+    },
+    tuned={
+        "prefer_nhwc": TunedDefault(
+            True,
+            "NHWC convolutions run on tensor cores without a layout transpose around each one "
+            "(ONNX Runtime rewrites the layout once, at load)",
+        ),
+        "exhaustive_tune": TunedDefault(
+            True,
+            "cuDNN times every convolution algorithm once per input shape and keeps the fastest "
+            "(first run of each shape is slower; later runs faster than the HEURISTIC pick)",
+        ),
+        "gpu_graphs": TunedDefault(
+            True,
+            "IO is bound to fixed device buffers per input shape, so each shape's launches are "
+            "captured once as a CUDA graph and replayed (removes per-kernel launch cost)",
+        ),
+        "tunable_ops": TunedDefault(
+            None, "the CUDA EP's TunableOp covers a few GEMM/contrib kernels only; left at the provider default"
+        ),
+        "tf32": TunedDefault(
+            None,
+            "left at the provider default (on): fp32 convolutions and GEMMs use TF32 tensor cores "
+            "(10-bit mantissa, relative error about 1e-3); pass tf32=False for strict fp32",
+        ),
+    },
+)
+
+_CPU = ExecutionProvider(
+    name=CPU_EP, short="cpu", label="cpu", library=None, distribution="onnxruntime", fix="reinstall onnxruntime"
+)
+
+#: Every provider amdinfer knows, in the order ``backend="auto"`` tries them.
+PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_MIGRAPHX, _ROCM, _CUDA, _CPU)}
+
+#: The order ``backend="auto"`` tries providers in.
+PROVIDER_ORDER: tuple[str, ...] = tuple(PROVIDERS)
+AMD_PROVIDERS: tuple[str, ...] = (MIGRAPHX_EP, ROCM_EP)
+#: Providers whose memory is on a GPU (IO bound on the device by default).
+GPU_PROVIDERS: tuple[str, ...] = tuple(p.name for p in PROVIDERS.values() if p.gpu)
+
+_SHORT_NAMES = {p.short: p.name for p in PROVIDERS.values()}
+#: typed knob -> the providers that have it (derived from the records)
+_KNOB_PROVIDERS: dict[str, set[str]] = {}
+for _p in PROVIDERS.values():
+    for _knob in _p.options:
+        _KNOB_PROVIDERS.setdefault(_knob, set()).add(_p.name)
+
+#: The distributions that each install a module named ``onnxruntime`` (two at once overwrite each other).
+ORT_DISTRIBUTIONS: tuple[str, ...] = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-rocm",
+    "onnxruntime-migraphx",
+    "onnxruntime-directml",
+    "onnxruntime-openvino",
+    "onnxruntime-training",
+    "onnxruntime-qnn",
+)
+
+
+def fix_for(provider: str) -> str:
+    """The fix hint for a provider (``"check the name"`` for unknown ones).
+
+    Example:
+        >>> fix_for("CPUExecutionProvider")
+        'reinstall onnxruntime'
+    """
+    record = PROVIDERS.get(provider)
+    return record.fix if record is not None else "check the name"
+
+
+def ort_device_type(provider: str) -> str:
+    """The device name ONNX Runtime's Python API uses for a provider's memory (see :class:`ExecutionProvider`).
+
+    Example:
+        >>> ort_device_type("CUDAExecutionProvider"), ort_device_type("CPUExecutionProvider")
+        ('cuda', 'cpu')
+    """
+    record = PROVIDERS.get(provider)
+    return record.device_type if record is not None else "cpu"
+
+
+def import_ort() -> Any:
+    """``import onnxruntime``, or :class:`~amdinfer.BackendUnavailableError` with the install hint.
+
+    Example:
+        >>> import_ort().__name__
+        'onnxruntime'
+    """
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            "backend 'ort': onnxruntime is not installed; install one ONNX Runtime distribution: "
+            "pip install 'amdinfer-onnx[cpu]' (or [migraphx], [rocm], [cuda])",
+            backend="ort",
+            cause=str(exc),
+        ) from exc
+    return onnxruntime
+
+
+def installed_ort_distributions() -> dict[str, str]:
+    """ONNX Runtime distributions installed, name -> version (more than one is a broken install).
+
+    Example:
+        >>> found = installed_ort_distributions()
+        >>> set(found) <= set(ORT_DISTRIBUTIONS) and all(isinstance(v, str) for v in found.values())
+        True
+    """
+    found = {}
+    for dist in ORT_DISTRIBUTIONS:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def resolve_provider_name(name: str) -> str:
+    """Accept ``"migraphx"``/``"rocm"``/``"cuda"``/``"cpu"`` or full provider names.
+
+    Example:
+        >>> resolve_provider_name("rocm")
+        'ROCMExecutionProvider'
+    """
+    if not isinstance(name, str):
+        raise OptionError(f"providers: got {name!r}, expected a provider name string")
+    return _SHORT_NAMES.get(name.lower(), name)
+
+
+@cache
+def probe_provider(provider: str) -> str | None:
+    """Try to load a provider's shared library the way ONNX Runtime does; return the loader's error or None.
+
+    ``onnxruntime-migraphx`` and ``onnxruntime-rocm`` list their provider as available even when its
+    library cannot load (no ROCm); this finds out why, e.g.
+    ``libmigraphx_c.so.3: cannot open shared object file: No such file or directory``.
+
+    Example:
+        >>> probe_provider("CPUExecutionProvider") is None
+        True
+    """
+    record = PROVIDERS.get(provider)
+    library = record.library if record is not None else None
+    if library is None:
+        return None
+    ort = import_ort()
+    capi = Path(ort.__file__).parent / "capi"
+    path = capi / library
+    if not path.exists():
+        return f"{library} is not part of the installed onnxruntime build"
+    try:
+        ctypes.CDLL(str(capi / "libonnxruntime_providers_shared.so"), mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(str(path))
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def provider_options(
+    provider: str,
+    *,
+    device: int = 0,
+    precision: str = "fp32",
+    exhaustive_tune: bool | None = None,
+    tunable_ops: bool | None = None,
+    memory_limit: int | None = None,
+    model_cache_dir: str | os.PathLike | None = None,
+    gpu_graphs: bool | None = None,
+    prefer_nhwc: bool | None = None,
+    int8_calibration_table: str | None = None,
+) -> dict[str, str]:
+    """Map amdinfer's typed options to one provider's option dict (ONNX Runtime's own option names).
+
+    ``None`` leaves the provider's default. Options a provider does not have are left out of its dict
+    (and reported by :class:`~amdinfer.engines.ort.OrtEngine` in ``info.notes``). The names come from
+    the provider's :class:`ExecutionProvider` record.
+
+    Args:
+        provider: full provider name.
+        device: GPU index -> ``device_id``.
+        precision: ``"fp16"`` -> ``migraphx_fp16_enable``; ``"bf16"`` -> ``migraphx_bf16_enable``;
+            ``"int8"`` -> ``migraphx_int8_enable`` (providers that convert the model themselves).
+        exhaustive_tune: ``migraphx_exhaustive_tune`` / ``miopen_conv_exhaustive_search`` /
+            ``cudnn_conv_algo_search=EXHAUSTIVE`` (else ``HEURISTIC``).
+        tunable_ops: ``tunable_op_enable`` + ``tunable_op_tuning_enable`` (ROCm, CUDA).
+        memory_limit: bytes -> ``migraphx_mem_limit`` / ``gpu_mem_limit``.
+        model_cache_dir: ``migraphx_model_cache_dir`` (compiled MIGraphX programs).
+        gpu_graphs: ``enable_hip_graph`` (ROCm) / ``enable_cuda_graph`` (CUDA).
+        prefer_nhwc: ``prefer_nhwc`` (CUDA).
+        int8_calibration_table: ``migraphx_int8_calibration_table_name`` (+ native table flag off).
+
+    Example:
+        >>> provider_options("MIGraphXExecutionProvider", device=1, precision="fp16", exhaustive_tune=True)
+        {'device_id': '1', 'migraphx_fp16_enable': '1', 'migraphx_exhaustive_tune': '1'}
+        >>> provider_options("ROCMExecutionProvider", tunable_ops=True, gpu_graphs=True)
+        {'device_id': '0', 'tunable_op_enable': '1', 'tunable_op_tuning_enable': '1', 'enable_hip_graph': '1'}
+    """
+    record = PROVIDERS.get(provider)
+    if record is None or not record.gpu:
+        return {}
+    opts: dict[str, str] = {"device_id": str(int(device))}
+    opts.update(record.precision.get(precision, {}))
+    if precision != "int8":
+        int8_calibration_table = None  # the table means nothing without int8
+    knobs = {
+        "exhaustive_tune": exhaustive_tune,
+        "tunable_ops": tunable_ops,
+        "memory_limit": memory_limit,
+        "model_cache_dir": model_cache_dir,
+        "gpu_graphs": gpu_graphs,
+        "prefer_nhwc": prefer_nhwc,
+        "int8_calibration_table": int8_calibration_table,
+    }
+    for knob, typed in knobs.items():
+        if typed is None:
+            continue
+        for option in record.options.get(knob, ()):
+            opts[option.name] = option.value(typed)
+    return opts
+
+
+def knob_applies(provider: str, knob: str) -> bool:
+    """Whether ``provider`` has an option for the typed ``knob``.
+
+    Example:
+        >>> knob_applies("CUDAExecutionProvider", "prefer_nhwc"), knob_applies("ROCMExecutionProvider", "prefer_nhwc")
+        (True, False)
+    """
+    return provider in _KNOB_PROVIDERS.get(knob, set())

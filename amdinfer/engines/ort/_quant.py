@@ -1,0 +1,120 @@
+"""Quantizers on ONNX Runtime: the MIGraphX EP's own knobs, or the quantizer's rewritten model elsewhere.
+
+The MIGraphX EP converts a model itself (``migraphx_fp16_enable``; ``migraphx_int8_enable`` with a
+calibration table computed here by ONNX Runtime's calibrator from the quantizer's calibration feeds).
+Every other provider runs the model :meth:`Quantizer.quantize <amdinfer.quantize.Quantizer.quantize>`
+returns. ``precision="fp16"`` without a quantizer means ``Fp16Quantizer()``, so ``precision="fp16"`` and
+``quantizer=Fp16Quantizer()`` give the same graph on every provider.
+
+Example:
+    >>> from amdinfer.quantize import Fp16Quantizer
+    >>> from pathlib import Path
+    >>> migraphx_ep_options(Fp16Quantizer(op_block_list=[]), None, Path("."))
+    ({'migraphx_fp16_enable': '1'}, [])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ...errors import InputError
+from ...model import ModelSource, min_ir_version
+from .._migraphx_quant import migraphx_unhonoured
+from ._providers import MIGRAPHX_EP, PROVIDERS
+
+__all__ = ["calibration_table", "default_quantizer", "migraphx_ep_options"]
+
+log = logging.getLogger("amdinfer.ort")
+
+_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile", "distribution": "Distribution"}
+
+
+def default_quantizer(precision: str, *, fp16_io: bool = False) -> Any:
+    """The quantizer ``precision=`` stands for when none is given (``None`` for float32/float64).
+
+    Example:
+        >>> default_quantizer("fp16").settings()["keep_io_types"], default_quantizer("fp32")
+        (True, None)
+    """
+    if precision != "fp16":
+        return None
+    # Lazy: amdinfer.quantize sits above the engines; only its fp16 converter is used here.
+    from ...quantize._fp16 import Fp16Quantizer
+
+    return Fp16Quantizer(keep_io_types=not fp16_io)
+
+
+def migraphx_ep_options(quantizer: Any, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:
+    """The MIGraphX EP's provider options for ``quantizer``, and what the EP cannot honour.
+
+    Args:
+        quantizer: a :class:`~amdinfer.quantize.Quantizer`.
+        model: the float model (int8: calibrated on it).
+        workdir: where the int8 calibration table is written.
+    """
+    spec = quantizer.describe()
+    opts = dict(PROVIDERS[MIGRAPHX_EP].precision[spec.precision])
+    if spec.precision == "int8":
+        table = calibration_table(model, quantizer.calibration_feeds(model), spec, workdir)
+        opts.update({o.name: o.value(str(table)) for o in PROVIDERS[MIGRAPHX_EP].options["int8_calibration_table"]})
+    return opts, migraphx_unhonoured(spec)
+
+
+def calibration_table(model: Any, feeds: list[dict[str, np.ndarray]], spec: Any, workdir: Path) -> Path:
+    """ONNX Runtime's calibration table (``calibration.flatbuffers``: tensor name -> range) for ``feeds``.
+
+    The EP reads it with ``migraphx_int8_use_native_calibration_table=0``.
+
+    Raises:
+        InputError: a histogram method with samples of different shapes.
+    """
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
+    from onnxruntime.quantization.calibrate import create_calibrator
+    from onnxruntime.quantization.quant_utils import write_calibration_table
+
+    method = spec.method or "minmax"
+    if method != "minmax":
+        shapes = {tuple((k, v.shape) for k, v in sorted(f.items())) for f in feeds}
+        if len(shapes) > 1:
+            raise InputError(
+                f"calibration: method={method!r} needs samples of one shape (ONNX Runtime's histogram "
+                f"calibrators stack them), got {len(shapes)} shapes; resize the samples or use method='minmax'"
+            )
+    src = ModelSource.from_any(model, check=False)
+    # The calibrator runs the model on the installed ONNX Runtime, which may read only older IR versions
+    # than the onnx that wrote it; the lowest IR that holds the model is safe for both.
+    src = src.with_ir_version(min_ir_version(src.proto))
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "calibration_model.onnx"
+    onnx.save_model(src.proto, str(path))
+
+    class _Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._it = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    calibrator = create_calibrator(
+        path,
+        None,
+        augmented_model_path=str(workdir / "calibration_augmented.onnx"),
+        calibrate_method=getattr(CalibrationMethod, _METHODS[method]),
+        extra_options={"percentile": spec.percentile} if method == "percentile" else {},
+    )
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):  # the histogram calibrators print progress
+        calibrator.collect_data(_Reader())
+        ranges = calibrator.compute_data()
+    if buf.getvalue().strip():
+        log.debug("onnxruntime.quantization: %s", buf.getvalue().strip())
+    write_calibration_table(dict(ranges.items()), dir=str(workdir))
+    return workdir / "calibration.flatbuffers"

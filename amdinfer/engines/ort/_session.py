@@ -1,0 +1,252 @@
+"""Building ONNX Runtime sessions: session options, the compiled-model cache, IR lowering, error translation.
+
+Example:
+    >>> import onnxruntime as ort
+    >>> from amdinfer.engines.base import EngineInfo
+    >>> from amdinfer.model import ModelSource
+    >>> from amdinfer.testing.models import tiny_cnn
+    >>> builder = SessionBuilder(ort, OrtOptions.create(), precision="fp32", device=0, bounds={})
+    >>> session, _ = builder.create(ModelSource.from_any(tiny_cnn()), ["CPUExecutionProvider"], [{}], EngineInfo("ort"))
+    >>> [i.name for i in session.get_inputs()]
+    ['input']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..._validate import flag
+from ...errors import BackendUnavailableError, ModelError, OptionError, UnsupportedOperatorError
+from ...model import ModelSource
+from ...types import ShapeBounds
+from ..base import EngineInfo
+from ._errors import IR_RE
+from ._options import OrtOptions
+from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
+from ._tuning import drop_default_graphs, without_graphs
+
+__all__ = ["SessionBuilder", "optimized_model_cache"]
+
+
+def optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_model_path: Any) -> Any:
+    """The compiled-model cache the ORT engine uses, or None (see the ``use_cache`` argument).
+
+    Example:
+        >>> optimized_model_cache(None, False, None) is None
+        True
+    """
+    from ...cache import CACHE_ENV, CompiledModelCache
+
+    if use_cache is False:
+        if cache_dir is not None:
+            raise OptionError("cache_dir: given together with use_cache=False; drop one of them")
+        return None
+    explicit = use_cache is True or cache_dir is not None
+    if not explicit and not os.environ.get(CACHE_ENV):
+        return None
+    if optimized_model_path is not None:
+        if explicit:
+            raise OptionError(
+                "optimized_model_path: the cache also chooses where the optimized model goes; pass one of them"
+            )
+        return None  # an explicit path wins over the environment's default cache
+    return CompiledModelCache(cache_dir)
+
+
+class SessionBuilder:
+    """Creates the engine's ``InferenceSession`` for a provider list, through the cache when it is on.
+
+    Args:
+        ort: the ``onnxruntime`` module.
+        options: the engine's :class:`OrtOptions`.
+        precision: the engine's precision (part of the cache key).
+        device: GPU index (part of the cache key).
+        bounds: the ``shapes=`` bounds (part of the cache key).
+    """
+
+    def __init__(
+        self, ort: Any, options: OrtOptions, *, precision: str, device: int, bounds: dict[str, ShapeBounds]
+    ) -> None:
+        self._ort = ort
+        self._options = options
+        self._precision = precision
+        self._device = device
+        self._bounds = bounds
+        self.cache = optimized_model_cache(options.cache_dir, options.use_cache, options.optimized_model_path)
+        #: ONNX Runtime's text for the last failed session creation (for error messages).
+        self.last_error: str | None = None
+
+    def session_options(self) -> Any:
+        """``onnxruntime.SessionOptions`` from the engine's options."""
+        o = self._options
+        so = self._ort.SessionOptions()
+        if o.threads:
+            so.intra_op_num_threads = o.threads
+        if o.inter_op_threads:
+            so.inter_op_num_threads = o.inter_op_threads
+        so.graph_optimization_level = getattr(self._ort.GraphOptimizationLevel, o.level_name)
+        if o.optimized_model_path is not None:
+            so.optimized_model_filepath = str(o.optimized_model_path)
+        so.log_severity_level = 3  # errors only: fallbacks are reported through info, not stderr noise
+        if o.spin_wait is not None:
+            so.add_session_config_entry("session.intra_op.allow_spinning", flag(o.spin_wait))
+        return so
+
+    def create(
+        self, source: ModelSource, names: list[str], opts: list[dict[str, str]], info: EngineInfo
+    ) -> tuple[Any, ModelSource]:
+        """A session over ``names`` with ``opts``; returns it and the model it loaded (IR lowered if needed)."""
+        so = self.session_options()
+        if not self._options.allow_cpu_nodes and names[0] != CPU_EP:
+            # Any node the GPU provider does not take becomes a session-creation error instead of a
+            # silent CPU kernel with copies around it.
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        # ModelSource read and checked the external data; hand ONNX Runtime those bytes, not the path (so it
+        # never re-reads files that may have changed), unless the model is too large for one protobuf.
+        by_path = source.path is not None and source._bytes is None and source.proto.ByteSize() >= 2**31 - 1
+        model_arg: Any = str(source.path) if by_path else source.to_bytes()
+        self.last_error = None
+        for attempt in range(3):
+            try:
+                if self.cache is not None:
+                    return self._cached(source, model_arg, so, names, opts, info), source
+                new = self._ort.InferenceSession
+                return new(model_arg, sess_options=so, providers=names, provider_options=opts), source
+            except Exception as exc:  # ORT raises its own pybind exception types
+                text = str(exc)
+                m = IR_RE.search(text)
+                if m and attempt == 0:
+                    source = source.with_ir_version(int(m.group(2)))
+                    info.notes.append(
+                        f"model IR version {m.group(1)} lowered to {m.group(2)} for onnxruntime {self._ort.__version__}"
+                    )
+                    model_arg = source.to_bytes()
+                    continue
+                if attempt < 2 and drop_default_graphs(text, names, opts, info.settings):
+                    continue  # amdinfer's default graphs refused for this model: reason in info.settings["tuning"]
+                self.last_error = text
+                opt_path = self._options.optimized_model_path
+                errno_match = re.search(r"SystemError\s*:\s*(\d+)", text)
+                if opt_path is not None and errno_match:
+                    # ORT reports a failed write of the optimized model as a bare errno.
+                    code = int(errno_match.group(1))
+                    raise OptionError(
+                        f"optimized_model_path: onnxruntime could not write '{opt_path}' "
+                        f"({os.strerror(code)}, errno {code}); expected a writable file path"
+                    ) from None
+                raise _creation_error(text, names, source) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cached(
+        self,
+        source: ModelSource,
+        model_arg: Any,
+        so: Any,
+        names: list[str],
+        opts: list[dict[str, str]],
+        info: EngineInfo,
+    ) -> Any:
+        """A session through the compiled-model cache (``docs/cache.md``); sets ``info.cache_hit``."""
+        cache = self.cache
+        new = self._ort.InferenceSession
+        if MIGRAPHX_EP in names:
+            # ORT cannot serialize a graph holding compiled EP nodes; the EP stores its compiled programs itself.
+            ep_opts = opts[names.index(MIGRAPHX_EP)]
+            ep_opts.setdefault("migraphx_model_cache_dir", str(cache.runtime_dir("ort-migraphx-ep")))
+            info.settings["cache"] = {"dir": str(cache.root), "kind": "migraphx_model_cache_dir (managed by the EP)"}
+            info.notes.append(
+                "the MIGraphX EP keeps its compiled programs in migraphx_model_cache_dir; hits are not reported"
+            )
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+        if len(source.to_bytes()) > 1_800_000_000:
+            # ORT can only save such a model with external initializers, which this one-file cache does not hold.
+            info.notes.append("model over 1.8 GB: the optimized-model cache is not used")
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+        level = self._options.graph_optimization
+        parts = self._key_parts(source, names, opts)
+        # ORT's offline mode: an optimized model is loaded with optimizations off. Done for the CPU EP (checked
+        # by tests); GPU EPs keep the requested level, as re-running the passes on an optimized graph is safe.
+        turn_down = names == [CPU_EP] and level != "disable"
+
+        def build(tmp: Path) -> Any:
+            so.optimized_model_filepath = str(tmp)
+            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
+
+        def load(path: Path) -> Any:
+            level_before = so.graph_optimization_level
+            if turn_down:
+                so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            try:
+                session = new(str(path), sess_options=so, providers=names, provider_options=opts)
+            finally:
+                so.graph_optimization_level = level_before
+            if [i.name for i in session.get_inputs()] != [i.name for i in source.inputs]:
+                raise ModelError(f"cached optimized model has inputs {[i.name for i in session.get_inputs()]}")
+            return session
+
+        key = cache.key(**parts)
+        session, hit = cache.get_or_build(
+            key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
+        )
+        info.cache_hit = hit
+        info.settings["cache"] = {
+            "dir": str(cache.root),
+            "key": key,
+            "kind": "ORT optimized model",
+            "hit": hit,
+            "graph_optimization_on_load": "disable" if hit and turn_down else level,
+        }
+        return session
+
+    def _key_parts(self, source: ModelSource, names: list[str], opts: list[dict[str, str]]) -> dict[str, Any]:
+        from ..._hardware import cpu_signature, visible_gpu_arch
+
+        return {
+            "recipe": 1,
+            "backend": "ort",
+            "runtime": self._ort.__version__,
+            "model": source.sha256,
+            "providers": names,
+            "provider_options": opts,
+            "graph_optimization": self._options.graph_optimization,
+            "precision": self._precision,
+            "shapes": {k: [b.min, b.max, b.opt] for k, b in sorted(self._bounds.items())},
+            "host": cpu_signature(),  # CPU layout optimizations depend on the vector width
+            "gpu": visible_gpu_arch(self._device) if ROCM_EP in names else ("cuda" if CUDA_EP in names else None),
+            "disable_cpu_ep_fallback": not self._options.allow_cpu_nodes,
+        }
+
+    def all_outputs(self, source: ModelSource, session: Any, settings: dict[str, Any]) -> tuple[Any, list[str]]:
+        """A session (optimizations off, graphs off) whose outputs are every named tensor of ``source``."""
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source.proto)
+        graph_outputs = {o.name for o in proto.graph.output}
+        for node in proto.graph.node:
+            for out in node.output:
+                if out and out not in graph_outputs:
+                    proto.graph.output.append(onnx.ValueInfoProto(name=out))
+                    graph_outputs.add(out)
+        names = [o.name for o in proto.graph.output]
+        so = self._ort.SessionOptions()
+        so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        providers = session.get_providers()
+        opts = [without_graphs(settings["provider_options"].get(p, {})) for p in providers]
+        new = self._ort.InferenceSession
+        return new(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
+
+
+def _creation_error(text: str, names: list[str], source: ModelSource) -> Exception:
+    if "fallback to CPU EP has been explicitly disabled" in text:
+        return UnsupportedOperatorError(
+            f"{names[0]} cannot take every node of model {source.name} and allow_cpu_nodes=False: "
+            f"{text.strip()}. `amdinfer profile` (with CPU nodes allowed) lists the nodes that leave the GPU"
+        )
+    if any(n != CPU_EP for n in names) and ("EP" in text or "Provider" in text or "provider" in text):
+        return BackendUnavailableError(f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text)
+    return ModelError(f"model {source.name}: onnxruntime cannot load it: {text.strip()}")

@@ -1,0 +1,283 @@
+"""Images in, answers out on a GPU: fused pipelines against the engine's device-IO rate (one run, one table).
+
+For the YOLOv8n-style detector (640, fp16) and ResNet-50 (224, fp16), batch 64, with uint8 host images of
+640x480 and 1920x1080:
+
+* ``engine-dev``: ``engine.run`` with a device tensor in and device arrays out (the model alone; the target).
+* ``fused-np``: the fused pipeline (:meth:`amdinfer.Pipeline.fuse` with ``image_size``): one pre-stacked
+  uint8 NumPy batch in, detections/top-5 out (``engine.run`` on the fused model, results split per image).
+* ``fused-pinned``: the same, the batch stacked into a pinned buffer (:class:`PinnedStaging`), as
+  ``FusedPipeline.run_batch`` does on a GPU.
+* ``fused-map``: ``FusedPipeline.map`` over a stream of single images (stacking into pinned buffers,
+  ``run_many`` overlapping copies and compute).
+* ``fused-dev``: the fused graph with the uint8 batch already on the device (its compute alone).
+* ``fused-pre-dev``: only the preprocessing fused (raw outputs left on the device).
+* ``fused-dev-nms``/``fused-pinned-nms`` (detector): NMS inside the graph (``nms_mode="offset"``, ORT's CUDA
+  ``NonMaxSuppression``) instead of the default on a GPU (``"host"``: the graph returns the decoded
+  candidates, the ``Nms``/``ScaleBoxes`` stages finish on the host).
+
+and at batch 1: ``engine.run`` with device IO against the hand-tuned session (IO bound once, CUDA graph),
+and with NumPy IO against a plain ``InferenceSession.run``. Throughput is images/s from the median time per
+call. Results: stdout, and ``pipeline_gpu.md``/``.jsonl`` under ``--out`` (or ``$OUT``).
+
+    python benchmarks/pipeline_gpu.py                 # on a GPU machine with onnxruntime-gpu (+ torch)
+    AMDINFER_BENCH_QUICK=1 python benchmarks/pipeline_gpu.py --provider cpu   # smoke run anywhere
+"""
+
+# ruff: noqa: B023  (the timed lambdas run before the loop moves on)
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+import amdinfer
+from amdinfer.engines._staging import PinnedStaging
+from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
+from amdinfer.preprocess import CenterCrop, HwcToChw, Letterbox, Normalize, Resize
+from amdinfer.testing import models
+
+QUICK = os.environ.get("AMDINFER_BENCH_QUICK") == "1"
+
+
+def per_call(fn: Callable[[], Any], *, warmup: int = 3, min_iters: int = 10, min_seconds: float = 1.0) -> float:
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    t_end = time.perf_counter() + min_seconds
+    while len(times) < min_iters or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 20 * min_iters:
+            break
+    return statistics.median(times)
+
+
+def pipeline_for(name: str, model: Any, providers: list[str], precision: str) -> amdinfer.Pipeline:
+    if name == "yolov8":
+        size = 64 if QUICK else 640
+        pre = [Letterbox(size), Normalize(scale=1 / 255), HwcToChw()]
+        post = [YoloDecode(conf_threshold=0.25), Nms(iou_threshold=0.7, max_det=300), ScaleBoxes()]
+    else:
+        size = 224
+        pre = [Resize(256), CenterCrop(size)]
+        pre += [Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], scale=1 / 255), HwcToChw()]
+        post = [Softmax(), TopK(5)]
+    return amdinfer.Pipeline(
+        preprocess=pre, engine=model, postprocess=post, backend="ort", providers=providers, precision=precision
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--provider", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--out", default=os.environ.get("OUT"))
+    p.add_argument("--batch", type=int, default=4 if QUICK else 64)
+    p.add_argument("--budget", type=float, default=400.0)
+    args = p.parse_args(argv)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    gpu = args.provider == "cuda"
+    ep = "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"
+    precision = "fp16" if gpu else "fp32"
+    torch = None
+    if gpu:
+        import torch  # type: ignore[no-redef]
+    t_start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    env = {
+        "onnxruntime": ort.__version__,
+        "python": platform.python_version(),
+        "provider": ep,
+        "gpu": torch.cuda.get_device_name(0) if torch is not None else None,
+        "torch": getattr(torch, "__version__", None),
+    }
+    print(json.dumps(env), flush=True)
+
+    def record(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if out is not None:
+            with open(out / "pipeline_gpu.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    def timed(row: dict[str, Any], key: str, fn: Callable[[], Any], batch: int) -> None:
+        try:
+            row[key] = round(batch / per_call(fn, min_seconds=0.3 if QUICK else 1.0), 1)
+        except Exception as exc:  # one failing mode must not lose the others
+            row[key] = None
+            row[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    b = args.batch
+    sizes = [(48, 64), (60, 100)] if QUICK else [(480, 640), (1080, 1920)]
+    rng = np.random.default_rng(0)
+    for name in ("yolov8", "resnet50"):
+        model = models.yolov8(image_size=64 if QUICK else 640) if name == "yolov8" else models.resnet50()
+        pipe = pipeline_for(name, model, [ep], precision)
+        engine = pipe.engine
+        in_name = engine.inputs[0].name
+        side = (64 if QUICK else 640) if name == "yolov8" else 224
+        x = rng.random((b, 3, side, side), dtype=np.float32)
+        xd = torch.from_numpy(x).to("cuda") if torch is not None else x
+        base: dict[str, Any] = {"model": name, "precision": precision, "batch": b}
+        timed(base, "engine-dev", lambda: engine.run({in_name: xd}), b)
+        timed(base, "engine-np", lambda: engine.run({in_name: x}), b)
+        for h, w in sizes:
+            if time.perf_counter() - t_start > args.budget:
+                record({"model": name, "image": f"{w}x{h}", "skipped": "budget"})
+                continue
+            row = {**base, "image": f"{w}x{h}"}
+            images = [rng.integers(0, 256, (h, w, 3), np.uint8) for _ in range(b)]
+            batch = np.stack(images)
+            try:
+                fused = pipe.fuse(image_size=(h, w))
+            except Exception as exc:
+                row["error"] = f"fuse: {type(exc).__name__}: {str(exc)[:300]}"
+                record(row)
+                continue
+            fe = fused.engine
+            _, samples = fused.feeds(images)
+            timed(row, "fused-np", lambda: fused.results(fe.run({"images": batch}), samples), b)
+            staging = PinnedStaging(depth=2)
+            pinned = staging.next(batch.shape, np.uint8)
+            np.copyto(pinned, batch)
+            row["pinned"] = staging.pinned
+            timed(row, "fused-pinned", lambda: fused.results(fe.run({"images": pinned}), samples), b)
+            timed(row, "fused-run_batch", lambda: fused.run_batch(images), b)
+
+            def stream(n: int) -> float:
+                t0 = time.perf_counter()
+                for _ in fused.map((images[i % b] for i in range(n * b)), batch_size=b):
+                    pass
+                return time.perf_counter() - t0
+
+            try:
+                stream(2)
+                n = 2 if QUICK else 8
+                row["fused-map"] = round(n * b / stream(n), 1)
+            except Exception as exc:
+                row["fused-map"] = None
+                row["fused-map_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if torch is not None:
+                bd = torch.from_numpy(batch).to("cuda")
+                timed(row, "fused-dev", lambda: fe.run({"images": bd}), b)
+                if name == "yolov8":  # NMS inside the graph (ORT's CUDA NonMaxSuppression), one class-offset pass
+                    try:
+                        off = pipe.fuse(image_size=(h, w), nms_mode="offset")
+                        timed(row, "fused-dev-nms", lambda: off.engine.run({"images": bd}), b)
+                        timed(
+                            row, "fused-pinned-nms", lambda: off.results(off.engine.run({"images": pinned}), samples), b
+                        )
+                        off.close()
+                    except Exception as exc:
+                        row["fused-nms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                tuning = fe.info.settings.get("tuning") if hasattr(fe.info, "settings") else None
+                row["fused-tuning"] = str(tuning)[:300]
+                # where the time goes: the preprocessing alone fused (raw model outputs, left on the device)
+                try:
+                    pre_only = amdinfer.Pipeline(preprocess=pipe.preprocess, engine=engine).fuse(image_size=(h, w))
+                    timed(row, "fused-pre-dev", lambda: pre_only.engine.run({"images": bd}), b)
+                    pre_only.close()
+                except Exception as exc:
+                    row["fused-pre-dev_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            for key in ("fused-np", "fused-pinned", "fused-run_batch", "fused-map", "fused-dev"):
+                if row.get(key) and row.get("engine-dev"):
+                    row[f"{key}/engine-dev"] = round(row[key] / row["engine-dev"], 3)
+            # parity on this batch: fused against stage by stage (the host path), first 4 images
+            try:
+                a, s = fused.run_batch(images[:4]), pipe.run_batch(images[:4])
+                if name == "yolov8":
+                    row["parity_counts"] = [(len(u), len(v)) for u, v in zip(a, s)]
+                else:
+                    row["parity_top5_equal"] = all(u.indices.tolist() == v.indices.tolist() for u, v in zip(a, s))
+            except Exception as exc:
+                row["parity_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            record(row)
+            fused.close()
+        # batch 1: engine call overhead against the hand-tuned session
+        if time.perf_counter() - t_start < args.budget:
+            row1: dict[str, Any] = {"model": name, "precision": precision, "batch": 1, "image": "-"}
+            x1 = x[:1].copy()
+            proto = engine.model.proto
+            if precision == "fp16" and not any(t.data_type == 10 for t in proto.graph.initializer):
+                from amdinfer.engines.ort._quant import default_quantizer
+
+                proto = default_quantizer("fp16").quantize(proto)
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            opts = {"device_id": "0"}
+            naive = ort.InferenceSession(proto.SerializeToString(), so, providers=[(ep, opts)])
+            timed(row1, "raw-naive", lambda: naive.run(None, {in_name: x1}), 1)
+            timed(row1, "engine-np", lambda: engine.run({in_name: x1}), 1)
+            if gpu:
+                best_opts = {**opts, "prefer_nhwc": "1", "enable_cuda_graph": "1"}
+                best = ort.InferenceSession(proto.SerializeToString(), so, providers=[(ep, best_opts)])
+                binding = best.io_binding()
+                xin = ort.OrtValue.ortvalue_from_numpy(x1, "cuda", 0)
+                binding.bind_ortvalue_input(in_name, xin)
+                for o in best.get_outputs():
+                    binding.bind_output(o.name, "cuda", 0)
+                best.run_with_iobinding(binding)
+                fixed = [
+                    ort.OrtValue.ortvalue_from_shape_and_type(ov.shape(), np.float32, "cuda", 0)
+                    for ov in binding.get_outputs()
+                ]
+                for o, ov in zip(best.get_outputs(), fixed):
+                    binding.bind_ortvalue_output(o.name, ov)
+                timed(row1, "raw-best", lambda: best.run_with_iobinding(binding), 1)
+                x1d = torch.from_numpy(x1).to("cuda")
+                timed(row1, "engine-dev", lambda: engine.run({in_name: x1d}), 1)
+            for a, c in (("engine-dev", "raw-best"), ("engine-np", "raw-naive")):
+                if row1.get(a) and row1.get(c):
+                    row1[f"{a}/{c}"] = round(row1[a] / row1[c], 3)
+            record(row1)
+        pipe.close()
+    md = table(rows, env)
+    print(md)
+    if out is not None:
+        (out / "pipeline_gpu.md").write_text(md)
+    return 0
+
+
+def table(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    cols = [
+        "model",
+        "image",
+        "batch",
+        "engine-dev",
+        "engine-np",
+        "fused-np",
+        "fused-pinned",
+        "fused-run_batch",
+        "fused-map",
+        "fused-dev",
+        "fused-pre-dev",
+        "fused-dev-nms",
+        "fused-pinned-nms",
+        "fused-pinned/engine-dev",
+        "fused-map/engine-dev",
+        "raw-best",
+        "raw-naive",
+        "engine-dev/raw-best",
+        "engine-np/raw-naive",
+    ]
+    lines = [f"<!-- {json.dumps(env)} -->", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""ONNX's backend node test cases against the reference engine and the ONNX Runtime engine (CPU).
+
+``onnx.backend.test.loader.load_model_tests(kind="node")`` builds ~1,900 one-node (or expanded-function)
+models with inputs and expected outputs in memory, offline. Every case runs through ``amdinfer.load``
+and ``Engine.run`` exactly as a user would, and the outputs are compared the way onnx's own backend
+runner compares them (same shape, same dtype, ``assert_allclose`` with the case's ``rtol``/``atol``,
+strings exactly).
+
+Each case ends as one of:
+
+* passed;
+* rejected by the engine contract: the case needs what amdinfer engines refuse on purpose (zero-size
+  axes, sequence/optional/map inputs or outputs); the test asserts the refusal (``InputError`` /
+  ``ModelError``);
+* excluded: a known failure listed in :data:`EXCLUDE` with its reason; it still runs, is reported as
+  xfailed, and fails the test once it passes (so a fix upstream gets its entry removed);
+* skipped: its expected output cannot be reproduced by any engine (:data:`SKIP`, random ops).
+
+The counts per engine are printed at the end of the run ("ONNX node conformance" section).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+import amdinfer
+from amdinfer.errors import InputError, ModelError
+from amdinfer.testing import conformance
+
+#: The engine kinds the node tests run on: every registered conformance kind with ``node_tests=True``.
+BACKENDS = tuple(conformance.node_test_excludes())
+
+_RANDOM = "random output: the expected values come from NumPy's generator, which no runtime reproduces"
+
+#: Cases no engine can be judged on: skipped, never run.
+SKIP: dict[str, str] = {
+    r"test_bernoulli.*": _RANDOM,
+    r"test_training_dropout.*": _RANDOM + " (training-mode Dropout draws its mask at random)",
+}
+
+#: Known failures per engine kind, ``{case name or regex (full match): reason}``; still run, reported as xfail.
+#: Each backend registers them with its conformance kinds (``amdinfer.testing._node_excludes``).
+EXCLUDE: dict[str, dict[str, str]] = conformance.node_test_excludes()
+
+
+# ---------------------------------------------------------------------------------------------- cases
+@lru_cache(maxsize=1)
+def _cases() -> dict[str, Any]:
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generators overflow casts on purpose
+        return {c.name: c for c in load_model_tests(kind="node")}
+
+
+def _case_names(config: pytest.Config) -> list[str]:
+    """Case names, cached in pytest's cache per onnx version so collection does not build every case."""
+    cache = getattr(config, "cache", None)
+    key = f"amdinfer/onnx_node_cases/{onnx.__version__}"
+    names = cache.get(key, None) if cache is not None else None
+    if not names:
+        names = sorted(_cases())
+        if cache is not None:
+            cache.set(key, names)
+    return names
+
+
+def _match(table: dict[str, str], name: str) -> str | None:
+    for pattern, reason in table.items():
+        if re.fullmatch(pattern, name):
+            return reason
+    return None
+
+
+def _array(value: Any) -> Any:
+    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
+
+
+def contract_rejection(case: Any) -> str | None:
+    """Why the engine contract refuses this case, or None: non-tensor I/O or a zero-size input."""
+    graph = case.model.graph
+    for vi in (*graph.input, *graph.output):
+        if vi.type.WhichOneof("value") != "tensor_type":
+            return f"non-tensor graph input/output {vi.name!r} ({vi.type.WhichOneof('value')}): engines take tensors"
+    for inputs, _ in case.data_sets:
+        for value in inputs:
+            arr = _array(value)
+            if isinstance(arr, np.ndarray) and arr.ndim and 0 in arr.shape:
+                return f"zero-size input of shape {arr.shape}: the engine contract rejects zero-size axes"
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case_name" in metafunc.fixturenames:
+        names = _case_names(metafunc.config)
+        params = [pytest.param(b, n, id=f"{b}-{n}") for b in BACKENDS for n in names]
+        metafunc.parametrize(("backend", "case_name"), params)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+_TALLY: dict[str, Counter[str]] = {b: Counter() for b in BACKENDS}
+
+
+class _Summary:
+    """Prints the per-engine counts in the terminal summary (visible with -q, in CI logs)."""
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not any(_TALLY.values()):
+            return
+        terminalreporter.section("ONNX node conformance (onnx.backend.test node cases)")
+        terminalreporter.write_line(f"onnx {onnx.__version__}: {len(_cases())} node cases")
+        for backend, tally in _TALLY.items():
+            if tally:
+                total = sum(tally.values())
+                terminalreporter.write_line(
+                    f"{backend:>9}: {tally['passed']} passed, {tally['failed']} failed, "
+                    f"{tally['excluded']} excluded (known failures), {tally['contract']} rejected by the engine "
+                    f"contract, {tally['skipped']} skipped (random) of {total} run"
+                )
+
+
+@pytest.fixture(scope="module")
+def tally(request: pytest.FixtureRequest) -> dict[str, Counter[str]]:
+    manager = request.config.pluginmanager
+    if not manager.has_plugin("amdinfer-onnx-conformance"):
+        manager.register(_Summary(), "amdinfer-onnx-conformance")
+    return _TALLY
+
+
+# ---------------------------------------------------------------------------------------------- running
+def _load(backend: str, model: onnx.ModelProto) -> amdinfer.Engine:
+    return conformance.make_engine(backend, model)
+
+
+def _run_case(backend: str, case: Any) -> None:
+    graph = case.model.graph
+    init = {t.name for t in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in init]
+    with _load(backend, case.model) as engine:
+        for inputs, expected in case.data_sets:
+            feeds = dict(zip(names, (_array(v) for v in inputs)))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # inf/nan cases overflow on purpose
+                got = engine.run(feeds)
+            assert len(got) == len(expected)
+            for out, ref in zip(graph.output, expected):
+                _assert_similar(np.asarray(got[out.name]), np.asarray(_array(ref)), case.rtol, case.atol, out.name)
+
+
+def _assert_similar(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float, name: str) -> None:
+    """onnx.backend.test.runner's comparison: shape, dtype, then allclose (strings: exact)."""
+    assert got.shape == ref.shape, f"output {name!r}: shape {got.shape}, expected {ref.shape}"
+    if ref.dtype == object or ref.dtype.kind in "US":
+        np.testing.assert_array_equal(got, ref, err_msg=f"output {name!r}")
+        return
+    assert got.dtype == ref.dtype, f"output {name!r}: dtype {got.dtype}, expected {ref.dtype}"
+    if got.dtype.kind == "V":  # ml_dtypes (bfloat16, float8, int4...): compare as float32, bf16 gets 2 ULPs
+        if got.dtype.name == "bfloat16":
+            rtol = max(rtol, 2**-6)
+        got, ref = got.astype(np.float32), ref.astype(np.float32)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, err_msg=f"output {name!r}")
+
+
+def test_node_case(backend: str, case_name: str, tally: dict[str, Counter[str]]) -> None:
+    case = _cases()[case_name]
+    counts = tally[backend]
+    random = _match(SKIP, case_name)
+    if random is not None:
+        counts["skipped"] += 1
+        pytest.skip(random)
+    rejected = contract_rejection(case)
+    if rejected is not None:
+        with pytest.raises((InputError, ModelError)):
+            _run_case(backend, case)
+        counts["contract"] += 1
+        return
+    excluded = _match(EXCLUDE[backend], case_name)
+    if excluded is None:
+        try:
+            _run_case(backend, case)
+        except BaseException:
+            counts["failed"] += 1
+            raise
+        counts["passed"] += 1
+        return
+    try:
+        _run_case(backend, case)
+    except Exception:
+        counts["excluded"] += 1
+        pytest.xfail(excluded)
+    counts["failed"] += 1
+    pytest.fail(f"{case_name} is excluded for {backend!r} ({excluded}) but passes now: remove the exclude")
+
+
+def test_excludes_name_real_cases() -> None:
+    """Every exclude pattern matches a case the contract does not already reject, so the lists cannot rot."""
+    cases = _cases()
+    live = [n for n, c in cases.items() if contract_rejection(c) is None]
+    for table in (SKIP, *EXCLUDE.values()):
+        for pattern in table:
+            assert any(re.fullmatch(pattern, n) for n in live), f"exclude {pattern!r} matches no runnable case"
