@@ -68,8 +68,11 @@ def serve(session: nox.Session) -> None:
     pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
     session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "tritonclient[http,grpc]")
     env = {**_sandbox_env(session), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
-    args = ["--doctest-modules", "-p", "no:cacheprovider"]
-    session.run("pytest", *args, *(session.posargs or ["tests/serving", "amdinfer/serve", "amdinfer/ray"]), env=env)
+    # Two runs: KServe's gRPC protos (the doctests import KServe) and tritonclient's (the tests' client)
+    # register the same names in protobuf's default pool, so they cannot share one process.
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/serving"]), env=env)
+    if not session.posargs:
+        session.run("pytest", "--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray", env=env)
 
 
 @nox.session(tags=["tests"])
