@@ -111,7 +111,9 @@ class EngineWorker:
         else:
             sizes = sorted({1, max_rows})
         for n in sizes:
-            feeds = {s.name: np.zeros((n, *s.shape[1:]), s.dtype) for s in self.inputs}
+            feeds = {
+                s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype) for s in self.inputs
+            }
             for _ in range(runs):
                 self.engine.run(feeds)
         return sizes
