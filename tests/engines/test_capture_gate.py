@@ -1,6 +1,6 @@
 """Several engines or threads on GPUs at once: the graph-capture gate and the DLPack export device.
 
-On a GPU these two are proven by ``benchmarks/serving.py --gpu-proof`` (two H200s, docs/serving.md); here
+On a GPU these two are proven by ``benchmarks/serving.py gpu`` (two H200s, docs/performance.md); here
 the serialisation logic runs on the CPU with ONNX Runtime's CPU provider and a fake device producer.
 """
 
