@@ -89,7 +89,15 @@ def load(
         entry = get_backend(backend)
         return _construct(entry.name, entry.resolve(), model, common)
 
-    _check_auto_options(common)
+    return _load_auto(model, common)
+
+
+def _load_auto(model: ModelLike, options: dict[str, Any]) -> Engine:
+    """``backend="auto"``: the first backend in :func:`auto_order` that takes ``options`` and loads the model.
+
+    What was passed over and why lands in ``engine.info.skipped``; when none loads, the error lists them all.
+    """
+    _check_auto_options(options)
     source = ModelSource.from_any(model)
     skipped: dict[str, str] = {}
     for entry in auto_order():
@@ -99,12 +107,12 @@ def load(
             skipped[entry.name] = str(exc)
             continue
         names, var_kw = _accepted(factory)
-        unknown = [k for k in common if k not in names] if not var_kw else []
+        unknown = [k for k in options if k not in names] if not var_kw else []
         if unknown:
             skipped[entry.name] = f"does not take option(s) {unknown}"
             continue
         try:
-            engine = factory(source, **common)
+            engine = factory(source, **options)
         except BackendUnavailableError as exc:
             skipped[entry.name] = str(exc)
             log.info("backend %s passed over: %s", entry.name, exc)
@@ -113,7 +121,7 @@ def load(
             engine.info.skipped.setdefault(name, why)
         return engine
     if skipped and all(why.startswith("does not take") for why in skipped.values()):
-        given = sorted(k for k in common if k not in ("device", "precision"))  # every backend takes these two
+        given = sorted(k for k in options if k not in ("device", "precision"))  # every backend takes these two
         raise OptionError(
             f"options: no single backend takes all of {given}: " + "; ".join(f"{k} {v}" for k, v in skipped.items())
         )

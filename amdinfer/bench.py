@@ -251,44 +251,11 @@ def benchmark(
     for _ in range(warmup):
         engine.run(feeds)
 
-    lock = threading.Lock()
-    latencies: list[float] = []
-    started = 0
     total = None if duration is not None else iterations
     bar_total = duration if duration is not None else iterations
     unit = "s" if duration is not None else "call"
     with progress_bar(f"amdinfer bench: batch {batch}", total=bar_total, unit=unit, enabled=progress) as bar:
-        start = time.perf_counter()
-        deadline = start + duration if duration is not None else None
-
-        def worker() -> None:
-            nonlocal started
-            while True:
-                with lock:
-                    if total is not None and started >= total:
-                        return
-                    if deadline is not None and started > 0 and time.perf_counter() >= deadline:
-                        return
-                    started += 1
-                c0 = time.perf_counter()
-                engine.run(feeds)
-                ms = (time.perf_counter() - c0) * 1000.0
-                with lock:
-                    latencies.append(ms)
-                    if total is not None:
-                        bar.update(1)
-                    else:  # the bar counts seconds of the duration
-                        bar.update(min(time.perf_counter() - start, duration or 0.0) - bar.count)
-
-        if concurrency == 1:
-            worker()
-        else:
-            threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        wall = time.perf_counter() - start
+        latencies, wall = _timed_phase(engine, feeds, total=total, duration=duration, concurrency=concurrency, bar=bar)
     info = getattr(engine, "info", None)
     return BenchResult(
         latencies,
@@ -299,6 +266,49 @@ def benchmark(
         load_seconds=getattr(info, "load_seconds", 0.0),
         compile_seconds=getattr(info, "compile_seconds", 0.0),
     )
+
+
+def _timed_phase(
+    engine: Any, feeds: Any, *, total: int | None, duration: float | None, concurrency: int, bar: Any
+) -> tuple[list[float], float]:
+    """Run ``engine.run(feeds)`` ``total`` times (or for ``duration`` seconds) on ``concurrency`` threads.
+
+    Returns each call's latency in ms and the wall time of the whole phase in seconds.
+    """
+    lock = threading.Lock()
+    latencies: list[float] = []
+    started = 0
+    start = time.perf_counter()
+    deadline = start + duration if duration is not None else None
+
+    def worker() -> None:
+        nonlocal started
+        while True:
+            with lock:
+                if total is not None and started >= total:
+                    return
+                if deadline is not None and started > 0 and time.perf_counter() >= deadline:
+                    return
+                started += 1
+            c0 = time.perf_counter()
+            engine.run(feeds)
+            ms = (time.perf_counter() - c0) * 1000.0
+            with lock:
+                latencies.append(ms)
+                if total is not None:
+                    bar.update(1)
+                else:  # the bar counts seconds of the duration
+                    bar.update(min(time.perf_counter() - start, duration or 0.0) - bar.count)
+
+    if concurrency == 1:
+        worker()
+    else:
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return latencies, time.perf_counter() - start
 
 
 def sweep(engine: Any, feeds_for: Callable[[int], Any], batches: Sequence[int], **options: Any) -> list[BenchResult]:

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -390,37 +390,36 @@ class Pipeline:
         host, _ = split_host_stages(self._preprocess, size)
         proto = self._engine.model.proto
         if not load_options:
-            info = self._engine.info
-            load_options = {"backend": info.backend}
-            if info.backend == "ort":
-                load_options["providers"] = list(info.requested_providers or info.providers)
-            migraphx_ep = any("MIGraphX" in p for p in info.providers)
-            if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and self._quantizer is None:
-                # Convert the model's own nodes (fp32 IO kept) before fusing, so the pre/post-processing
-                # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
-                import onnx
-
-                from .engines.ort._quant import default_quantizer
-
-                if not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
-                    proto = default_quantizer("fp16").quantize(proto)  # what the engine's fp16 does, fp32 IO
-            elif info.precision != "fp32":
-                load_options["precision"] = info.precision
+            proto, load_options = self._fused_load_options(proto)
         if nms_mode == "auto":
-            from .postprocess import Nms
-
-            providers = [str(p) for p in load_options.get("providers") or ()]
-            cpu = load_options.get("backend") == "reference" or (
-                bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
-            )
-            offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in self._postprocess)
-            nms_mode = ("offset" if offset_nms else "per-class") if cpu else "offset"
+            nms_mode = _auto_nms_mode(load_options, self._postprocess)
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
         return FusedPipeline(
             model, engine, host, image_size=size, labels=_labels(self._postprocess), host_post=host_post
         )
+
+    def _fused_load_options(self, proto: Any) -> tuple[Any, dict[str, Any]]:
+        """:meth:`fuse`'s default: this engine's backend, providers and precision (ORT fp16: the model's own
+        nodes converted before fusing, fp32 IO); returns the model to fuse and the load options."""
+        info = self._engine.info
+        load_options: dict[str, Any] = {"backend": info.backend}
+        if info.backend == "ort":
+            load_options["providers"] = list(info.requested_providers or info.providers)
+        migraphx_ep = any("MIGraphX" in p for p in info.providers)
+        if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and self._quantizer is None:
+            # Convert the model's own nodes (fp32 IO kept) before fusing, so the pre/post-processing
+            # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
+            import onnx
+
+            from .engines.ort._quant import default_quantizer
+
+            if not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+                proto = default_quantizer("fp16").quantize(proto)  # what the engine's fp16 does, fp32 IO
+        elif info.precision != "fp32":
+            load_options["precision"] = info.precision
+        return proto, load_options
 
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:
@@ -448,3 +447,16 @@ class Pipeline:
         lines += block("postprocess", self._postprocess)
         lines.append(")")
         return "\n".join(lines)
+
+
+def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
+    """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
+    stage has a ``class_offset`` else per-class; on a GPU, offset."""
+    from .postprocess import Nms
+
+    providers = [str(p) for p in load_options.get("providers") or ()]
+    cpu = load_options.get("backend") == "reference" or (
+        bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
+    )
+    offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess)
+    return ("offset" if offset_nms else "per-class") if cpu else "offset"

@@ -187,6 +187,42 @@ def _node_events(path: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
 
 
+def _session_options(ort: Any, cfg: dict[str, Any], prefix: str | None) -> Any:
+    """Session options like the engine's (``cfg``: its ``settings["session"]``), profiling to ``prefix``."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if cfg.get("intra_op_num_threads"):
+        so.intra_op_num_threads = cfg["intra_op_num_threads"]
+    if cfg.get("graph_optimization_level"):
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, cfg["graph_optimization_level"])
+    if prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = prefix
+    return so
+
+
+def _node_timings(events: list[dict[str, Any]], runs: int) -> list[NodeTiming]:
+    """Per-node mean times over ``runs`` runs, slowest first, from a profiled session's kernel events."""
+    # Drop the new session's first run (one-time work) from every node's events.
+    seen: set[str] = set()
+    kept = []
+    for e in events:
+        if e["name"] in seen:
+            kept.append(e)
+        else:
+            seen.add(e["name"])
+    acc: dict[str, list[Any]] = {}
+    for e in kept:
+        name = e["name"][: -len("_kernel_time")]
+        args = e.get("args", {})
+        entry = acc.setdefault(name, [args.get("op_name", "?"), args.get("provider", "?"), 0.0, 0])
+        entry[2] += float(e.get("dur", 0))
+        entry[3] += 1
+    nodes = [NodeTiming(n, op, prov, total / runs, calls) for n, (op, prov, total, calls) in acc.items()]
+    nodes.sort(key=lambda n: -n.mean_us)
+    return nodes
+
+
 def profile(
     engine: Engine,
     feeds: Mapping[str, Any] | Any,
@@ -230,27 +266,19 @@ def profile(
     opts = [engine.info.settings.get("provider_options", {}).get(p, {}) for p in providers]
     cfg = engine.info.settings.get("session", {})
 
-    def options(prefix: str | None) -> Any:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        if cfg.get("intra_op_num_threads"):
-            so.intra_op_num_threads = cfg["intra_op_num_threads"]
-        if cfg.get("graph_optimization_level"):
-            so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, cfg["graph_optimization_level"])
-        if prefix is not None:
-            so.enable_profiling = True
-            so.profile_file_prefix = prefix
-        return so
-
     model = engine.model.to_bytes()
     with tempfile.TemporaryDirectory(prefix="amdinfer-profile-") as tmp:
         prefix = os.path.join(tmp, "prof")
         # The first profiled session absorbs one-time work (allocations, algorithm search).
-        warm = ort.InferenceSession(model, options(prefix), providers=providers, provider_options=opts)
+        warm = ort.InferenceSession(
+            model, _session_options(ort, cfg, prefix), providers=providers, provider_options=opts
+        )
         for _ in range(max(1, warmup)):
             warm.run(None, checked)
         first = len(_node_events(warm.end_profiling()))
-        prof = ort.InferenceSession(model, options(prefix), providers=providers, provider_options=opts)
+        prof = ort.InferenceSession(
+            model, _session_options(ort, cfg, prefix), providers=providers, provider_options=opts
+        )
         prof.run(None, checked)
         with progress_bar("amdinfer profile", total=runs, unit="run", enabled=progress) as bar:
             for _ in range(runs):
@@ -263,23 +291,6 @@ def profile(
                 shutil.copyfile(prof_file, trace)
             except OSError as exc:
                 raise OptionError(f"trace: cannot write {os.fspath(trace)!r}: {exc.strerror or exc}") from None
-    # Drop the new session's first run (one-time work) from every node's events.
-    seen: set[str] = set()
-    kept = []
-    for e in events:
-        if e["name"] in seen:
-            kept.append(e)
-        else:
-            seen.add(e["name"])
-    events = kept
-    acc: dict[str, list[Any]] = {}
-    for e in events:
-        name = e["name"][: -len("_kernel_time")]
-        args = e.get("args", {})
-        entry = acc.setdefault(name, [args.get("op_name", "?"), args.get("provider", "?"), 0.0, 0])
-        entry[2] += float(e.get("dur", 0))
-        entry[3] += 1
-    nodes = [NodeTiming(n, op, prov, total / runs, calls) for n, (op, prov, total, calls) in acc.items()]
-    nodes.sort(key=lambda n: -n.mean_us)
+    nodes = _node_timings(events, runs)
     notes = [] if first else ["the provider reported no per-node events (fused into one compiled graph?)"]
     return ProfileReport(nodes, providers, runs, notes, os.fspath(trace) if trace is not None else None)

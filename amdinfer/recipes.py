@@ -115,36 +115,14 @@ def yolo(
     """
     from ._load import load
     from .pipeline import Pipeline
-    from .postprocess import Nms, ScaleBoxes, YoloDecode
-    from .preprocess import BgrToRgb, HwcToChw, Letterbox, LoadImage, Normalize, _hw
+    from .preprocess import _hw
 
     if channels not in _CHANNELS:
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
     size = _hw("imgsz", imgsz)
     engine = load(model, backend=backend, **load_options)
     try:
-        proto = engine.model.proto
-        (spec,) = engine.inputs
-        dims = list(spec.shape)
-        fixed = len(dims) == 4 and isinstance(dims[2], int) and isinstance(dims[3], int)
-        letterbox = (
-            Letterbox((cast(int, dims[2]), cast(int, dims[3])))
-            if fixed
-            else Letterbox(size, auto=True, stride=_stride(proto))
-        )
-        preprocess: list[Any] = [LoadImage(channels, backend="auto"), letterbox]
-        if channels == "BGR":
-            preprocess.append(BgrToRgb())
-        preprocess += [Normalize(scale=1 / 255), HwcToChw()]
-        if str(spec.dtype) == "float16":
-            from .preprocess import Cast
-
-            preprocess.append(Cast("float16"))
-        postprocess = [
-            YoloDecode(conf_threshold=conf, labels=class_names(proto)),
-            Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
-            ScaleBoxes(),
-        ]
+        preprocess, postprocess = _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes)
         pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess)
     except Exception:
         engine.close()
@@ -156,3 +134,42 @@ def yolo(
         return pipe.fuse()
     finally:
         pipe.close()
+
+
+def _yolo_stages(
+    engine: Any,
+    size: tuple[int, int],
+    channels: str,
+    conf: float,
+    iou: float,
+    max_det: int,
+    agnostic: bool,
+    classes: Any,
+) -> tuple[list[Any], list[Any]]:
+    """:func:`yolo`'s preprocessing and post-processing stages for ``engine``'s model."""
+    from .postprocess import Nms, ScaleBoxes, YoloDecode
+    from .preprocess import BgrToRgb, HwcToChw, Letterbox, LoadImage, Normalize
+
+    proto = engine.model.proto
+    (spec,) = engine.inputs
+    dims = list(spec.shape)
+    fixed = len(dims) == 4 and isinstance(dims[2], int) and isinstance(dims[3], int)
+    letterbox = (
+        Letterbox((cast(int, dims[2]), cast(int, dims[3])))
+        if fixed
+        else Letterbox(size, auto=True, stride=_stride(proto))
+    )
+    preprocess: list[Any] = [LoadImage(channels, backend="auto"), letterbox]
+    if channels == "BGR":
+        preprocess.append(BgrToRgb())
+    preprocess += [Normalize(scale=1 / 255), HwcToChw()]
+    if str(spec.dtype) == "float16":
+        from .preprocess import Cast
+
+        preprocess.append(Cast("float16"))
+    postprocess = [
+        YoloDecode(conf_threshold=conf, labels=class_names(proto)),
+        Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
+        ScaleBoxes(),
+    ]
+    return preprocess, postprocess

@@ -2,7 +2,8 @@
 
 ``Engine.run`` is final: it checks the engine's state and the feeds (names, dtypes, ranks, fixed
 dims, shape bounds), pads to a batch bucket when asked, calls the backend's ``_run`` and checks what
-comes back. Backends never repeat those checks.
+comes back. Backends never repeat those checks. The checks live in ``_checks.py`` (the
+:class:`FeedChecks` mixin) and :class:`EngineInfo` in ``_info.py``; this module re-exports both.
 
 Example:
     >>> import numpy as np, amdinfer
@@ -19,109 +20,21 @@ import abc
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any, final
 
 import numpy as np
 
-from .._files import check_allocation
 from .._quant_protocol import Quantizer
 from .._validate import check_int
 from ..errors import EngineClosedError, InputError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
+from ._checks import FeedChecks, Feeds, OutputSelection
+from ._info import EngineInfo
 
 __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
 
 log = logging.getLogger("amdinfer.engine")
-
-Feeds = Mapping[str, Any] | np.ndarray | Any
-#: ``None`` (the model's outputs), ``"all"`` (every named tensor, where the backend can) or a list of names.
-OutputSelection = str | Sequence[str] | None
-
-
-@dataclass
-class EngineInfo:
-    """What an engine really is: backend, device, providers in use, precision, timings and cache state.
-
-    Attributes:
-        backend: registry name of the backend (``"ort"``, ``"migraphx"``, ``"reference"``).
-        device: where it runs, e.g. ``"cpu"``, ``"cuda:0"``, ``"rocm:0"``.
-        providers: ONNX Runtime providers the session really uses (empty for other backends).
-        requested_providers: the providers asked for (after ``"auto"`` expansion).
-        skipped: backend or provider name -> why it was passed over.
-        precision: ``"fp32"``, ``"fp16"``, ``"int8"``, ...
-        load_seconds: wall time of the whole load (reading, checking, compiling).
-        compile_seconds: time spent building the session/program (0 on a cache hit for MIGraphX).
-        cache_hit: whether a compiled artefact came from the cache.
-        target: the backend's target (MIGraphX ``"gpu"``/``"ref"``), if any.
-        runtime_version: version of the runtime library.
-        settings: the options really applied (provider options, session options, tuning knobs).
-        notes: anything the user should know (IR lowered, options that could not be honoured...).
-
-    Example:
-        >>> EngineInfo(backend="ort", device="cpu").skipped
-        {}
-    """
-
-    backend: str
-    device: str = "cpu"
-    providers: list[str] = field(default_factory=list)
-    requested_providers: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    precision: str = "fp32"
-    load_seconds: float = 0.0
-    compile_seconds: float = 0.0
-    cache_hit: bool = False
-    target: str | None = None
-    runtime_version: str = ""
-    settings: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly copy."""
-        return asdict(self)
-
-    def short_skipped(self, width: int = 100) -> dict[str, str]:
-        """:attr:`skipped` with each reason cut to its first line or sentence (at most ``width`` characters).
-
-        The full reasons stay in :attr:`skipped` (and ``amdinfer doctor`` prints them); this is what the
-        command line and the demo show.
-
-        Example:
-            >>> info = EngineInfo(backend="ort", skipped={"migraphx": "cannot import migraphx. Install it: ..."})
-            >>> info.short_skipped()
-            {'migraphx': 'cannot import migraphx'}
-        """
-        return {name: _first_sentence(why, width) for name, why in self.skipped.items()}
-
-    def __repr__(self) -> str:
-        compile_part = f"compile {self.compile_seconds:.3f} s, cache {'hit' if self.cache_hit else 'miss'}"
-        rows = [
-            ("backend", self.backend + (f" (target {self.target})" if self.target else "")),
-            ("device", self.device),
-            ("providers", ", ".join(self.providers) or "-"),
-            ("precision", self.precision),
-            ("load", f"{self.load_seconds:.3f} s ({compile_part})"),
-            ("runtime", self.runtime_version or "-"),
-        ]
-        if self.requested_providers and self.requested_providers != self.providers:
-            rows.append(("requested", ", ".join(self.requested_providers)))
-        rows += [("skipped", f"{k}: {v}") for k, v in self.short_skipped().items()]
-        rows += [("note", _first_sentence(n, 100)) for n in self.notes]
-        if self.settings:
-            rows.append(("settings", ", ".join(sorted(self.settings)) + " (see .settings)"))
-        return "EngineInfo(\n" + "\n".join(f"  {k:<10} {v}" for k, v in rows) + "\n)"
-
-
-def _first_sentence(text: str, width: int) -> str:
-    """The first line of ``text`` up to its first sentence end, cut to ``width`` characters."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    for stop in (". ", "; "):
-        if stop in line:
-            line = line.split(stop, 1)[0]
-    line = line.rstrip(".:; ")
-    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
 
 
 def _pad_batch(arr: Any, n: int) -> np.ndarray:
@@ -130,7 +43,7 @@ def _pad_batch(arr: Any, n: int) -> np.ndarray:
     return np.concatenate([arr, np.repeat(arr[-1:], extra, axis=0)], axis=0)
 
 
-class Engine(abc.ABC):
+class Engine(FeedChecks, abc.ABC):
     """Runs an ONNX model; one subclass per backend.
 
     Construction is a template: :meth:`__init__` validates the options every engine shares (model,
@@ -141,8 +54,8 @@ class Engine(abc.ABC):
     are in place. A backend's ``__init__`` only turns its keyword arguments into an options object
     and calls ``super().__init__(model, ..., options=...)``. Backends implement :meth:`_run` (and
     :meth:`_close` when they hold resources); :meth:`run` is final, enforced when a subclass is
-    created. Engines are context managers and pickle by model bytes and options (the copy is rebuilt,
-    not shared).
+    created; the checks it makes come from the :class:`FeedChecks` mixin. Engines are context managers
+    and pickle by model bytes and options (the copy is rebuilt, not shared).
 
     Example:
         >>> import numpy as np, amdinfer
@@ -412,7 +325,7 @@ class Engine(abc.ABC):
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         """Run checked feeds; return the requested outputs (``None``: the model's outputs) by name."""
 
-    def _close(self) -> None:  # noqa: B027 - optional hook, not abstract: most backends hold nothing
+    def _close(self) -> None:  # optional hook, not abstract: most backends hold nothing
         """Free backend resources (default: nothing)."""
 
     def _run_all(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -420,145 +333,6 @@ class Engine(abc.ABC):
         raise OptionError(f'outputs="all": backend {self.backend_name!r} cannot return intermediate tensors')
 
     # ------------------------------------------------------------------ checks
-    def _select_outputs(self, outputs: OutputSelection) -> list[str] | None:
-        if outputs is None:
-            return None
-        if isinstance(outputs, str):
-            if outputs == "all":
-                if not self.supports_all_outputs:
-                    raise OptionError(
-                        f'outputs="all": backend {self.backend_name!r} cannot return intermediate tensors; '
-                        'use backend="reference" for per-layer outputs'
-                    )
-                return ["*"]
-            outputs = [outputs]
-        names = list(outputs)
-        if not self.supports_all_outputs:
-            unknown = [n for n in names if n not in self._output_names]
-            if unknown:
-                raise InputError(f"outputs: got {unknown}, expected names among {self._output_names}")
-        return names
-
-    def _check_result(self, result: Mapping[str, Any], names: list[str] | None) -> None:
-        if names == ["*"]:
-            return
-        want = names if names is not None else self._output_names
-        missing = [n for n in want if n not in result]
-        if missing:
-            raise RuntimeError(f"{type(self).__name__}._run returned no {missing}; got {list(result)}")
-
-    def _check_feeds(self, feeds: Feeds) -> dict[str, Any]:
-        if not isinstance(feeds, Mapping):
-            if len(self._input_names) != 1:
-                raise InputError(
-                    f"feeds: got one {type(feeds).__name__}, expected a dict with inputs {list(self._input_names)}"
-                )
-            feeds = {self._input_names[0]: feeds}
-        if len(feeds) != len(self._input_names) or any(n not in feeds for n in self._input_names):
-            missing = [n for n in self._input_names if n not in feeds]
-            extra = [n for n in feeds if n not in self._input_names]
-            parts = []
-            if missing:
-                parts.append(f"missing {missing}")
-            if extra:
-                parts.append(f"unknown {extra}")
-            raise InputError(f"feeds: {' and '.join(parts)}; expected exactly {list(self._input_names)}")
-        out: dict[str, Any] = {}
-        symbols: dict[str, tuple[int, str]] | None = None
-        for name, dtype, rank, fixed, symbolic, spec, bounds in self._checks:
-            arr = feeds[name]
-            if type(arr) is not np.ndarray:
-                arr = self._coerce(name, arr, dtype)
-            if arr.dtype != dtype:
-                raise InputError(
-                    f"input {name!r}: got dtype {arr.dtype}, expected {dtype} "
-                    f"(cast explicitly, e.g. x.astype(np.{dtype}))"
-                )
-            shape = arr.shape
-            if len(shape) != rank:
-                raise InputError(f"input {name!r}: got shape {tuple(shape)} (rank {len(shape)}), expected {_fmt(spec)}")
-            for i, d in fixed:
-                if shape[i] != d:
-                    raise InputError(
-                        f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})"
-                    )
-            if 0 in shape:
-                raise InputError(
-                    f"input {name!r}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
-                    "expected every axis >= 1"
-                )
-            for i, sym in symbolic:
-                if symbols is None:
-                    symbols = {}
-                seen = symbols.setdefault(sym, (shape[i], name))
-                if seen[0] != shape[i]:
-                    raise InputError(
-                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, "
-                        f"but input {seen[1]!r} has {sym!r} = {seen[0]}"
-                    )
-            if bounds is not None and not self._buckets:
-                if not bounds.contains(shape):
-                    raise InputError(
-                        f"input {name!r}: got shape {tuple(shape)}, expected between {bounds.min} and {bounds.max} "
-                        "(the bounds given in shapes=)"
-                    )
-            if type(arr) is np.ndarray and not arr.flags.c_contiguous:
-                # A broadcast view costs nothing until it is copied: size the copy before making it.
-                check_allocation(shape, arr.dtype, f"input {name!r} (a non-contiguous view, copied before the run)")
-                arr = np.ascontiguousarray(arr)
-            out[name] = arr
-        return out
-
-    def _coerce(self, name: str, value: Any, dtype: np.dtype) -> Any:
-        """Turn a non-ndarray feed into something ``_run`` takes; device tensors are backends' business."""
-        if isinstance(value, np.ma.MaskedArray):
-            raise InputError(
-                f"input {name!r}: got a numpy masked array, expected a plain ndarray; the model would see the "
-                "masked-out raw values, so fill them first (x.filled(value))"
-            )
-        if isinstance(value, np.ndarray):  # ndarray subclass
-            return np.asarray(value)
-        if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
-            return self._device_feed(name, value)
-        if isinstance(value, (list, tuple, int, float, np.generic)):
-            try:
-                arr = np.asarray(value)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise InputError(
-                    f"input {name!r}: got a {type(value).__name__} NumPy cannot turn into one array ({exc}); "
-                    f"expected a numpy array of {dtype}"
-                ) from None
-            if arr.dtype != dtype and arr.dtype.kind in "biuf" and dtype.kind in "biuf":
-                if arr.dtype.kind == "b" and dtype.kind != "b":
-                    return arr  # the dtype check names the mismatch
-                with np.errstate(all="ignore"):
-                    converted = arr.astype(dtype)
-                    back = converted.astype(arr.dtype)
-                if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
-                    same = back == arr
-                    if arr.dtype.kind == "f":
-                        same |= np.isnan(back) & np.isnan(arr)
-                    bad = np.flatnonzero(~same.ravel())
-                    example = arr.ravel()[bad[0]].item() if bad.size else "a value"
-                    raise InputError(
-                        f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
-                        f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
-                        f"np.asarray(value, dtype=np.{dtype}) to accept the rounding"
-                    )
-                arr = converted
-            return arr
-        if hasattr(value, "__array__"):
-            return np.asarray(value)
-        raise InputError(f"input {name!r}: got {type(value).__name__}, expected a numpy array")
-
-    def _accepts_device_tensor(self, value: Any) -> bool:
-        """Whether ``_run`` takes this DLPack tensor as is (GPU backends override)."""
-        return False
-
-    def _device_feed(self, name: str, value: Any) -> Any:
-        """An accepted DLPack feed as ``_run`` takes it; it must expose ``.shape`` and a NumPy ``.dtype``
-        for the checks (e.g. a torch tensor's ``torch.float32`` is not one), so GPU backends wrap it."""
-        return value
 
     # ------------------------------------------------------------------ buckets
     def _bucket_for(self, n: int) -> int:
@@ -612,10 +386,6 @@ def _check_quantizer(quantizer: Any) -> Quantizer | None:
         "Int8Quantizer, AutoMixedPrecision, or an object with precision, describe, quantize, calibration_feeds "
         "and settings)"
     )
-
-
-def _fmt(spec: TensorSpec) -> str:
-    return "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"
 
 
 def _rebuild_engine(cls: type[Engine], model: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Engine:

@@ -338,7 +338,7 @@ class TestLoadImage(PreprocessorContract):
             LoadImage()(3)
 
     def test_missing_decoder_is_an_error(self, monkeypatch) -> None:
-        import amdinfer.preprocess as pre
+        import amdinfer.preprocess._decode as pre
 
         monkeypatch.setattr(pre, "_have", lambda module: False)
         with pytest.raises(BackendUnavailableError, match=r"pip install pillow"):

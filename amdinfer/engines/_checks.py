@@ -1,0 +1,198 @@
+"""The input checks behind the final :meth:`Engine.run <amdinfer.engines.base.Engine.run>`.
+
+:class:`FeedChecks` is a mixin of :class:`~amdinfer.engines.base.Engine`: it checks the feeds (names,
+dtypes, ranks, fixed and symbolic dims, shape bounds), turns lists and scalars into arrays only when no
+value changes, checks the requested output names and what the backend returned. Backends override
+:meth:`FeedChecks._accepts_device_tensor` and :meth:`FeedChecks._device_feed` to take device tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._files import check_allocation
+from ..errors import InputError, OptionError
+from ..types import ShapeBounds, TensorSpec
+
+__all__ = ["Feeds", "FeedChecks", "OutputSelection"]
+
+
+Feeds = Mapping[str, Any] | np.ndarray | Any
+#: ``None`` (the model's outputs), ``"all"`` (every named tensor, where the backend can) or a list of names.
+OutputSelection = str | Sequence[str] | None
+
+#: One precomputed check per input: name, dtype, rank, fixed ``(axis, dim)``, symbolic ``(axis, name)``,
+#: the spec (for messages) and the ``shapes=`` bounds.
+InputCheck = tuple[
+    str, np.dtype, int, tuple[tuple[int, int], ...], tuple[tuple[int, str], ...], TensorSpec, ShapeBounds | None
+]
+
+
+class FeedChecks:
+    """The checks :meth:`Engine.run <amdinfer.engines.base.Engine.run>` makes (a mixin of ``Engine``).
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> engine = amdinfer.load(tiny_cnn(), backend="reference")
+        >>> try:
+        ...     engine.run(np.zeros((1, 3, 32, 32), np.float64))
+        ... except amdinfer.InputError as exc:
+        ...     print(str(exc).split(" (")[0])
+        input 'input': got dtype float64, expected float32
+        >>> engine.close()
+    """
+
+    backend_name: str
+    supports_all_outputs: bool
+    _input_names: tuple[str, ...]
+    _output_names: list[str]
+    _checks: list[InputCheck]
+    _buckets: tuple[int, ...]
+
+    def _select_outputs(self, outputs: OutputSelection) -> list[str] | None:
+        if outputs is None:
+            return None
+        if isinstance(outputs, str):
+            if outputs == "all":
+                if not self.supports_all_outputs:
+                    raise OptionError(
+                        f'outputs="all": backend {self.backend_name!r} cannot return intermediate tensors; '
+                        'use backend="reference" for per-layer outputs'
+                    )
+                return ["*"]
+            outputs = [outputs]
+        names = list(outputs)
+        if not self.supports_all_outputs:
+            unknown = [n for n in names if n not in self._output_names]
+            if unknown:
+                raise InputError(f"outputs: got {unknown}, expected names among {self._output_names}")
+        return names
+
+    def _check_result(self, result: Mapping[str, Any], names: list[str] | None) -> None:
+        if names == ["*"]:
+            return
+        want = names if names is not None else self._output_names
+        missing = [n for n in want if n not in result]
+        if missing:
+            raise RuntimeError(f"{type(self).__name__}._run returned no {missing}; got {list(result)}")
+
+    def _check_feeds(self, feeds: Feeds) -> dict[str, Any]:
+        if not isinstance(feeds, Mapping):
+            if len(self._input_names) != 1:
+                raise InputError(
+                    f"feeds: got one {type(feeds).__name__}, expected a dict with inputs {list(self._input_names)}"
+                )
+            feeds = {self._input_names[0]: feeds}
+        if len(feeds) != len(self._input_names) or any(n not in feeds for n in self._input_names):
+            missing = [n for n in self._input_names if n not in feeds]
+            extra = [n for n in feeds if n not in self._input_names]
+            parts = []
+            if missing:
+                parts.append(f"missing {missing}")
+            if extra:
+                parts.append(f"unknown {extra}")
+            raise InputError(f"feeds: {' and '.join(parts)}; expected exactly {list(self._input_names)}")
+        out: dict[str, Any] = {}
+        symbols: dict[str, tuple[int, str]] | None = None
+        for name, dtype, rank, fixed, symbolic, spec, bounds in self._checks:
+            arr = feeds[name]
+            if type(arr) is not np.ndarray:
+                arr = self._coerce(name, arr, dtype)
+            if arr.dtype != dtype:
+                raise InputError(
+                    f"input {name!r}: got dtype {arr.dtype}, expected {dtype} "
+                    f"(cast explicitly, e.g. x.astype(np.{dtype}))"
+                )
+            shape = arr.shape
+            if len(shape) != rank:
+                raise InputError(f"input {name!r}: got shape {tuple(shape)} (rank {len(shape)}), expected {_fmt(spec)}")
+            for i, d in fixed:
+                if shape[i] != d:
+                    raise InputError(
+                        f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})"
+                    )
+            if 0 in shape:
+                raise InputError(
+                    f"input {name!r}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
+                    "expected every axis >= 1"
+                )
+            for i, sym in symbolic:
+                if symbols is None:
+                    symbols = {}
+                seen = symbols.setdefault(sym, (shape[i], name))
+                if seen[0] != shape[i]:
+                    raise InputError(
+                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, "
+                        f"but input {seen[1]!r} has {sym!r} = {seen[0]}"
+                    )
+            if bounds is not None and not self._buckets:
+                if not bounds.contains(shape):
+                    raise InputError(
+                        f"input {name!r}: got shape {tuple(shape)}, expected between {bounds.min} and {bounds.max} "
+                        "(the bounds given in shapes=)"
+                    )
+            if type(arr) is np.ndarray and not arr.flags.c_contiguous:
+                # A broadcast view costs nothing until it is copied: size the copy before making it.
+                check_allocation(shape, arr.dtype, f"input {name!r} (a non-contiguous view, copied before the run)")
+                arr = np.ascontiguousarray(arr)
+            out[name] = arr
+        return out
+
+    def _coerce(self, name: str, value: Any, dtype: np.dtype) -> Any:
+        """Turn a non-ndarray feed into something ``_run`` takes; device tensors are backends' business."""
+        if isinstance(value, np.ma.MaskedArray):
+            raise InputError(
+                f"input {name!r}: got a numpy masked array, expected a plain ndarray; the model would see the "
+                "masked-out raw values, so fill them first (x.filled(value))"
+            )
+        if isinstance(value, np.ndarray):  # ndarray subclass
+            return np.asarray(value)
+        if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
+            return self._device_feed(name, value)
+        if isinstance(value, (list, tuple, int, float, np.generic)):
+            try:
+                arr = np.asarray(value)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise InputError(
+                    f"input {name!r}: got a {type(value).__name__} NumPy cannot turn into one array ({exc}); "
+                    f"expected a numpy array of {dtype}"
+                ) from None
+            if arr.dtype != dtype and arr.dtype.kind in "biuf" and dtype.kind in "biuf":
+                if arr.dtype.kind == "b" and dtype.kind != "b":
+                    return arr  # the dtype check names the mismatch
+                with np.errstate(all="ignore"):
+                    converted = arr.astype(dtype)
+                    back = converted.astype(arr.dtype)
+                if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
+                    same = back == arr
+                    if arr.dtype.kind == "f":
+                        same |= np.isnan(back) & np.isnan(arr)
+                    bad = np.flatnonzero(~same.ravel())
+                    example = arr.ravel()[bad[0]].item() if bad.size else "a value"
+                    raise InputError(
+                        f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
+                        f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
+                        f"np.asarray(value, dtype=np.{dtype}) to accept the rounding"
+                    )
+                arr = converted
+            return arr
+        if hasattr(value, "__array__"):
+            return np.asarray(value)
+        raise InputError(f"input {name!r}: got {type(value).__name__}, expected a numpy array")
+
+    def _accepts_device_tensor(self, value: Any) -> bool:
+        """Whether ``_run`` takes this DLPack tensor as is (GPU backends override)."""
+        return False
+
+    def _device_feed(self, name: str, value: Any) -> Any:
+        """An accepted DLPack feed as ``_run`` takes it; it must expose ``.shape`` and a NumPy ``.dtype``
+        for the checks (e.g. a torch tensor's ``torch.float32`` is not one), so GPU backends wrap it."""
+        return value
+
+
+def _fmt(spec: TensorSpec) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"

@@ -1,0 +1,297 @@
+"""Running a fused model: :class:`FusedPipeline`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import InputError, OptionError, StageError
+from ..results import Classification, Detections
+from ..stages import Postprocessor, Preprocessor, Sample
+from ._graph import _META_KEY
+
+
+# ---------------------------------------------------------------------------------------------- running it
+def _labels(post: Sequence[Postprocessor]) -> tuple[str, ...] | None:
+    for stage in post:
+        labels = getattr(stage, "labels", None)
+        if labels is not None:
+            return tuple(labels)
+    return None
+
+
+class FusedPipeline:
+    """A pipeline compiled into one ONNX graph: uint8 images in, final answers out, one engine call per batch.
+
+    Built by :meth:`amdinfer.Pipeline.fuse`; see :mod:`amdinfer.fuse` for how images of different sizes
+    enter. Results are the same types as the stage-by-stage pipeline's: :class:`~amdinfer.results.Detections`
+    per image for a detector, :class:`~amdinfer.results.Classification` for a classifier, the raw outputs
+    otherwise.
+
+    Args:
+        model: the fused model (:func:`fuse_model`).
+        engine: an engine running it.
+        host: preprocessing stages that run on the host first (decoding; geometry when ``image_size`` is
+            ``None``).
+        image_size: ``(height, width)`` every image must have, or ``None`` (host geometry).
+        labels: class names for the results.
+        owns_engine: close the engine with the pipeline.
+        host_post: the ``Nms`` (and ``ScaleBoxes``) stages a model fused with ``nms_mode="host"`` leaves to the
+            host; they run per image on the decoded candidates.
+        staging: stack host batches into pinned (page-locked) buffers when the engine runs on a GPU and
+            PyTorch is installed (:class:`~amdinfer.engines._staging.PinnedStaging`): the copy to the device
+            is then one DMA at bus speed, at no extra host cost (the batch is stacked there anyway).
+
+    Example:
+        >>> import numpy as np, amdinfer
+        >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
+        >>> from amdinfer.postprocess import Softmax, TopK
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> pipe = amdinfer.Pipeline(preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
+        ...                          engine=tiny_cnn(), backend="ort", providers=["CPUExecutionProvider"],
+        ...                          postprocess=[Softmax(), TopK(3)])
+        >>> with pipe.fuse() as fused:  # mixed sizes: Resize runs on the host
+        ...     [r.indices.tolist() == fused(x).indices.tolist() for r, x in
+        ...      zip(fused.run_batch([np.zeros((40, 50, 3), np.uint8)] * 2), [np.zeros((40, 50, 3), np.uint8)] * 2)]
+        [True, True]
+        >>> pipe.close()
+    """
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        engine: Any,
+        host: Sequence[Preprocessor],
+        *,
+        image_size: tuple[int, int] | None,
+        labels: Sequence[str] | None = None,
+        owns_engine: bool = True,
+        staging: bool = True,
+        host_post: Sequence[Postprocessor] = (),
+    ) -> None:
+        self._model = model
+        self._host_post = tuple(host_post)
+        raw = next((p.value for p in model.metadata_props if p.key == _META_KEY), None)
+        self._fuse_info: dict[str, Any] = json.loads(raw) if raw else {}
+        if self._fuse_info.get("host_post") and not self._host_post:
+            raise OptionError(
+                f"host_post: the model leaves {self._fuse_info['host_post']} to the host; pass those stages"
+            )
+        self._staging = None
+        if staging and getattr(getattr(engine, "info", None), "device", "cpu") != "cpu":
+            from ..engines._staging import PinnedStaging
+
+            self._staging = PinnedStaging(depth=4)
+        self._engine = engine
+        self._host = tuple(host)
+        self._image_size = image_size
+        self._labels = None if labels is None else tuple(labels)
+        self._owns_engine = owns_engine
+        self._inputs = [i.name for i in engine.inputs]
+        self._outputs = [o.name for o in engine.outputs]
+        self._kind = (
+            "detect"
+            if "batch_index" in self._outputs
+            else "classify"
+            if self._outputs == ["scores", "indices"]
+            else "raw"
+        )
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The fused ONNX model."""
+        return self._model
+
+    @property
+    def engine(self) -> Any:
+        """The engine running the fused model."""
+        return self._engine
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` the graph takes, or ``None`` when geometry runs on the host."""
+        return self._image_size
+
+    # ------------------------------------------------------------------ host side
+    def _host_one(self, index: int, item: Any) -> Sample:
+        sample = Sample.wrap(item)
+        for stage in self._host:
+            try:
+                sample = stage(sample)
+            except Exception as exc:
+                raise StageError(
+                    f"item {index}: preprocess {type(stage).__name__}: {type(exc).__name__}: {exc}"
+                ) from exc
+        data = sample.data
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 3:
+            shown = f"{data.dtype}{data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+            raise InputError(f"item {index}: got {shown}, expected a uint8 (H, W, C) image for the fused graph")
+        if self._image_size is not None and data.shape[:2] != tuple(self._image_size):
+            raise InputError(
+                f"item {index}: got an image of {data.shape[:2]}, expected {tuple(self._image_size)} (the size the "
+                "pipeline was fused for; fuse with image_size=None to letterbox mixed sizes on the host)"
+            )
+        sample.meta.setdefault("orig_shape", (int(data.shape[0]), int(data.shape[1])))
+        return sample
+
+    def feeds(self, images: Iterable[Any]) -> tuple[dict[str, np.ndarray], list[Sample]]:
+        """The engine feed for a batch of images (host stages applied) and the per-image samples.
+
+        Example:
+            >>> import numpy as np
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
+            >>> from amdinfer.fuse import fuse_model
+            >>> m = fuse_model(tiny_cnn(), [Normalize(scale=1 / 255), HwcToChw()], [], image_size=(32, 32))
+            >>> import amdinfer
+            >>> f = FusedPipeline(m, amdinfer.load(m, providers=["CPUExecutionProvider"]), [], image_size=(32, 32))
+            >>> feed, _ = f.feeds([np.zeros((32, 32, 3), np.uint8)] * 2)
+            >>> {k: v.shape for k, v in feed.items()}
+            {'images': (2, 32, 32, 3)}
+            >>> f.close()
+        """
+        samples = [self._host_one(i, item) for i, item in enumerate(images)]
+        if not samples:
+            raise InputError("images: got no images, expected at least one")
+        first = samples[0].data.shape
+        for i, s in enumerate(samples):
+            if s.data.shape != first:
+                raise InputError(
+                    f"item {i}: got a canvas of {s.data.shape}, item 0 has {first}; a batch needs one size "
+                    "(use a fixed-size Letterbox/Resize)"
+                )
+        shape = (len(samples), *first)
+        out = None if self._staging is None else self._staging.next(shape, np.uint8)
+        feed = {"images": np.stack([s.data for s in samples], out=out)}
+        if "affine" in self._inputs:
+            feed["affine"] = np.asarray([s.meta.get("affine", (1.0, 1.0, 0.0, 0.0)) for s in samples], np.float32)
+            feed["orig_shape"] = np.asarray([s.meta["orig_shape"] for s in samples], np.float32)
+        return feed, samples
+
+    def results(self, outputs: dict[str, np.ndarray], samples: Sequence[Sample]) -> list[Any]:
+        """Split the fused graph's outputs into one result per image."""
+        n = len(samples)
+        if self._kind == "classify":
+            return [
+                Classification(
+                    outputs["indices"][i],
+                    outputs["scores"][i],
+                    None if self._labels is None else [self._labels[int(j)] for j in outputs["indices"][i]],
+                )
+                for i in range(n)
+            ]
+        if self._kind == "raw":
+            return [
+                {k: v[i] for k, v in outputs.items()} if len(outputs) > 1 else next(iter(outputs.values()))[i]
+                for i in range(n)
+            ]
+        batch = outputs["batch_index"]
+        order = np.argsort(batch, kind="stable")
+        bounds = np.searchsorted(batch[order], np.arange(n + 1))
+        out = []
+        for i in range(n):
+            idx = order[bounds[i] : bounds[i + 1]]
+            classes = outputs["classes"][idx]
+            labels = None if self._labels is None else [self._labels[int(c)] for c in classes]
+            meta = samples[i].meta
+            if self._host_post:
+                out.append(
+                    self._finish(i, Detections(outputs["boxes"][idx], outputs["scores"][idx], classes, labels), meta)
+                )
+                continue
+            shape = tuple(meta["orig_shape"])
+            out.append(Detections(outputs["boxes"][idx], outputs["scores"][idx], classes, labels, shape))
+        return out
+
+    def _finish(self, index: int, candidates: Detections, meta: dict[str, Any]) -> Detections:
+        """Run the host post stages (``Nms``, ``ScaleBoxes``) on one image's decoded candidates."""
+        meta = dict(meta)
+        if self._image_size is not None:  # geometry ran in the graph: its mapping is fixed
+            meta["affine"] = tuple(self._fuse_info["affine"])
+            meta["input_shape"] = tuple(self._fuse_info["input_shape"])
+        shape = meta.get("input_shape")
+        det = Detections(candidates.boxes, candidates.scores, candidates.classes, candidates.labels, shape)
+        sample = Sample(det, meta)
+        for stage in self._host_post:
+            try:
+                sample = stage(sample)
+            except Exception as exc:
+                raise StageError(
+                    f"item {index}: postprocess {type(stage).__name__}: {type(exc).__name__}: {exc}"
+                ) from exc
+        return sample.data
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, image: Any) -> Any:
+        """Run one image. Example: see :class:`FusedPipeline`."""
+        return self.run_batch([image])[0]
+
+    def run_batch(self, images: Iterable[Any]) -> list[Any]:
+        """Run a batch of images with one engine call; one result per image, in order.
+
+        Raises:
+            InputError: an image is not uint8 ``(H, W, C)``, or not of ``image_size``, or the canvases differ.
+        """
+        feed, samples = self.feeds(images)
+        return self.results(self._engine.run(feed), samples)
+
+    def map(self, items: Iterable[Any], *, batch_size: int = 1) -> Iterator[Any]:
+        """Run a stream of images ``batch_size`` at a time through ``engine.run_many`` (which overlaps the
+        host copies of the next batch with the current one on a GPU); results in input order.
+
+        Example:
+            >>> import numpy as np, amdinfer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> from amdinfer.preprocess import Normalize, HwcToChw
+            >>> from amdinfer.fuse import fuse_model
+            >>> m = fuse_model(tiny_cnn(), [Normalize(scale=1 / 255), HwcToChw()], [], image_size=(32, 32))
+            >>> f = FusedPipeline(m, amdinfer.load(m, providers=["CPUExecutionProvider"]), [], image_size=(32, 32))
+            >>> [r.shape for r in f.map([np.zeros((32, 32, 3), np.uint8)] * 3, batch_size=2)]
+            [(10,), (10,), (10,)]
+            >>> f.close()
+        """
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise OptionError(f"batch_size: got {batch_size!r}, expected an int >= 1")
+        pending: list[list[Sample]] = []
+
+        def batches() -> Iterator[dict[str, np.ndarray]]:
+            chunk: list[Any] = []
+            for item in items:
+                chunk.append(item)
+                if len(chunk) == batch_size:
+                    feed, samples = self.feeds(chunk)
+                    pending.append(samples)
+                    yield feed
+                    chunk = []
+            if chunk:
+                feed, samples = self.feeds(chunk)
+                pending.append(samples)
+                yield feed
+
+        for out in self._engine.run_many(batches(), prefetch=2):
+            yield from self.results(out, pending.pop(0))
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the engine (when the fused pipeline loaded it)."""
+        if self._staging is not None:
+            self._staging.clear()
+        if self._owns_engine:
+            self._engine.close()
+
+    def __enter__(self) -> FusedPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        host = ", ".join(repr(s) for s in self._host) or "none"
+        return (
+            f"FusedPipeline(image_size={self._image_size}, host=[{host}], "
+            f"{len(self._model.graph.node)} nodes, engine={self._engine!r})"
+        )

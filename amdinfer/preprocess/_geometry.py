@@ -1,0 +1,263 @@
+"""Geometric stages: :class:`Letterbox` (and its :func:`letterbox_geometry`), :class:`Resize`, :class:`CenterCrop`.
+
+Each takes an ``(H, W, C)`` or ``(H, W)`` image and records in the sample's metadata how it moved pixels
+(``"orig_shape"``, ``"input_shape"``, ``"affine"``), so :class:`~amdinfer.postprocess.ScaleBoxes` can map
+boxes back to the original image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, OptionError
+from ..stages import Preprocessor, compose_affine
+from ._common import _flag, _hw, _image, _record_geometry, _resize, _resize_backend
+
+__all__ = ["CenterCrop", "Letterbox", "LetterboxGeometry", "Resize", "letterbox_geometry"]
+
+
+@dataclass(frozen=True)
+class LetterboxGeometry:
+    """Where :class:`Letterbox` puts an image of a given size (see :func:`letterbox_geometry`).
+
+    Attributes:
+        resized: ``(height, width)`` of the resized content.
+        pads: ``(top, bottom, left, right)`` padding in pixels.
+        shape: ``(height, width)`` of the result.
+        ratio: the kernel's ``(ratio_w, ratio_h)``.
+        pad: the kernel's half paddings ``(dw, dh)`` (``(0, 0)`` without ``center``).
+        affine: ``(sx, sy, tx, ty)`` with per-axis gains ``sx = round(w * r) / w``, ``sy = round(h * r) / h``
+            (Ultralytics >= 8.4 ``scale_boxes``) and the integer padding offsets.
+
+    Example:
+        >>> letterbox_geometry((427, 640), Letterbox(320)).resized
+        (214, 320)
+    """
+
+    resized: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    shape: tuple[int, int]
+    ratio: tuple[float, float]
+    pad: tuple[float, float]
+    affine: tuple[float, float, float, float]
+
+
+def letterbox_geometry(image_shape: tuple[int, int], stage: Letterbox) -> LetterboxGeometry:
+    """The sizes, paddings and box mapping :class:`Letterbox` uses for an image of ``(height, width)``; the
+    same arithmetic as :func:`amdinfer.reference.letterbox`.
+
+    Example:
+        >>> g = letterbox_geometry((480, 640), Letterbox(320))
+        >>> g.resized, g.pads, g.shape, g.affine
+        ((240, 320), (40, 40, 0, 0), (320, 320), (0.5, 0.5, 0.0, 40.0))
+    """
+    h, w = int(image_shape[0]), int(image_shape[1])
+    new_h, new_w = stage.new_shape
+    r = min(new_h / h, new_w / w)
+    if not stage.scaleup:
+        r = min(r, 1.0)
+    ratio = (r, r)
+    unpad_w, unpad_h = round(w * r), round(h * r)
+    dw: float = new_w - unpad_w
+    dh: float = new_h - unpad_h
+    if stage.auto:
+        dw, dh = dw % stage.stride, dh % stage.stride
+    elif stage.scale_fill:
+        dw, dh = 0.0, 0.0
+        unpad_w, unpad_h = new_w, new_h
+        ratio = (new_w / w, new_h / h)
+    if stage.center:
+        dw /= 2
+        dh /= 2
+    top, bottom = (round(dh - 0.1) if stage.center else 0), round(dh + 0.1)
+    left, right = (round(dw - 0.1) if stage.center else 0), round(dw + 0.1)
+    pad = (float(dw), float(dh)) if stage.center else (0.0, 0.0)
+    return LetterboxGeometry(
+        resized=(unpad_h, unpad_w),
+        pads=(top, bottom, left, right),
+        shape=(unpad_h + top + bottom, unpad_w + left + right),
+        ratio=(float(ratio[0]), float(ratio[1])),
+        pad=pad,
+        affine=(unpad_w / w, unpad_h / h, float(left), float(top)),
+    )
+
+
+class Letterbox(Preprocessor):
+    """Resize keeping the aspect ratio, then pad to ``new_shape``: Ultralytics' ``LetterBox`` exactly.
+
+    The scale is ``r = min(new_h / h, new_w / w)`` (capped at 1 with ``scaleup=False``), the resized size
+    ``(round(w * r), round(h * r))`` by bilinear interpolation, and the padding split
+    ``round(d - 0.1)`` / ``round(d + 0.1)`` around the image with ``center=True`` (all of it right/bottom
+    otherwise), computed by :func:`amdinfer.reference.letterbox`. Records ``"letterbox"`` (the kernel's
+    ``ratio`` and ``pad``: half paddings ``(dw, dh)``, the content starting at ``round(dw - 0.1)``),
+    ``"orig_shape"``, ``"input_shape"`` and ``"affine"`` in the metadata.
+
+    Args:
+        new_shape: target ``(height, width)``, or one int for a square.
+        auto: pad only to the next multiple of ``stride`` (smallest rectangle) instead of ``new_shape``.
+        scale_fill: stretch to ``new_shape`` without padding (aspect ratio not kept).
+        scaleup: allow enlarging small images (``False``: only shrink, as for validation).
+        center: split the padding on both sides (``False``: pad right and bottom only).
+        stride: model stride for ``auto``.
+        color: pad value per channel.
+        backend: ``"auto"`` (OpenCV's ``cv2.resize``/``cv2.copyMakeBorder`` when OpenCV is installed, as
+            Ultralytics does, else the NumPy kernel), ``"opencv"`` or ``"numpy"``. The NumPy kernel is the
+            reference: it rounds where OpenCV's x86 SIMD path truncates, so the two differ by at most 1.
+
+    The box mapping recorded in ``"affine"`` uses per-axis gains ``round(w * r) / w`` and ``round(h * r) / h``
+    (the exact scale of the resized content, as Ultralytics >= 8.4 ``scale_boxes``).
+
+    Raises:
+        OptionError: a parameter has the wrong type or range.
+        BackendUnavailableError: ``backend="opencv"`` without OpenCV.
+
+    Example:
+        >>> out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
+        >>> out.data.shape, out.meta["letterbox"]["ratio"], out.meta["letterbox"]["pad"]
+        ((64, 64, 3), (1.3333333333333333, 1.3333333333333333), (0.0, 10.5))
+        >>> out.meta["affine"]  # x * 64/48, y * 43/32 (round(32 * 4/3) rows) + 10: content from row round(10.5 - 0.1)
+        (1.3333333333333333, 1.34375, 0.0, 10.0)
+    """
+
+    def __init__(
+        self,
+        new_shape: int | tuple[int, int] = 640,
+        *,
+        auto: bool = False,
+        scale_fill: bool = False,
+        scaleup: bool = True,
+        center: bool = True,
+        stride: int = 32,
+        color: tuple[int, ...] = (114, 114, 114),
+        backend: str = "auto",
+    ) -> None:
+        self.backend = _resize_backend(backend)
+        self.new_shape = _hw("new_shape", new_shape)
+        self.auto = _flag("auto", auto)
+        self.scale_fill = _flag("scale_fill", scale_fill)
+        self.scaleup = _flag("scaleup", scaleup)
+        self.center = _flag("center", center)
+        if self.auto and self.scale_fill:
+            raise OptionError("auto and scale_fill: got both True, expected at most one")
+        if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
+            raise OptionError(f"stride: got {stride!r}, expected a positive int")
+        self.stride = int(stride)
+        if isinstance(color, (int, float, np.number)) and not isinstance(color, bool):
+            color = (color,) * 3
+        if (
+            not isinstance(color, (tuple, list))
+            or not color
+            or not all(isinstance(c, (int, float, np.number)) and not isinstance(c, bool) for c in color)
+        ):
+            raise OptionError(f"color: got {color!r}, expected a number or a tuple of numbers per channel")
+        self.color = tuple(color)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        image = _image(self, data)
+        if image.ndim == 3 and len(self.color) not in (1, image.shape[2]):
+            raise InputError(
+                f"Letterbox: got an image with {image.shape[2]} channels, expected {len(self.color)} "
+                f"(color={self.color})"
+            )
+        geo = letterbox_geometry(image.shape[:2], self)
+        h, w = image.shape[:2]
+        content = image if geo.resized == (h, w) else _resize(image, (geo.resized[1], geo.resized[0]), self.backend)
+        top, bottom, left, right = geo.pads
+        fill = np.asarray(self.color)
+        if fill.ndim and (image.ndim != 3 or image.shape[2] != fill.size):
+            fill = fill.ravel()[0]  # Ultralytics pads multispectral and grey images with the first value
+        out = np.empty((*geo.shape, *image.shape[2:]), dtype=image.dtype)
+        if top or bottom or left or right:
+            out[...] = fill.astype(image.dtype)
+        out[top : top + geo.resized[0], left : left + geo.resized[1]] = content
+        meta["letterbox"] = {"ratio": geo.ratio, "pad": geo.pad}
+        _record_geometry(meta, image, out)
+        compose_affine(meta, *geo.affine)
+        return out
+
+
+class Resize(Preprocessor):
+    """Bilinear resize: the shorter side to ``size`` (aspect kept), or exactly ``(height, width)``.
+
+    With an int, the shorter side becomes ``size`` and the longer ``int(size * long / short)``, as
+    ``torchvision.transforms.Resize(int)`` computes it. Records ``"orig_shape"``, ``"input_shape"`` and
+    ``"affine"`` in the metadata.
+
+    Args:
+        size: the shorter side (int) or the exact ``(height, width)``.
+        backend: ``"auto"`` (``cv2.resize`` when OpenCV is installed, else the NumPy kernel), ``"opencv"`` or
+            ``"numpy"`` (the reference; within 1 of OpenCV on uint8).
+
+    Raises:
+        OptionError: ``size`` is not a positive int or pair.
+        BackendUnavailableError: ``backend="opencv"`` without OpenCV.
+
+    Example:
+        >>> Resize(16)(np.zeros((32, 64, 3), np.uint8)).data.shape
+        (16, 32, 3)
+        >>> Resize((10, 20))(np.zeros((32, 64, 3), np.uint8)).data.shape
+        (10, 20, 3)
+    """
+
+    def __init__(self, size: int | tuple[int, int], *, backend: str = "auto") -> None:
+        self.backend = _resize_backend(backend)
+        _hw("size", size)
+        self.size = int(size) if isinstance(size, (int, np.integer)) else (int(size[0]), int(size[1]))
+
+    def target(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` an image of this size is resized to.
+
+        Example:
+            >>> Resize(224).target(480, 640)
+            (224, 298)
+        """
+        if isinstance(self.size, tuple):
+            return self.size
+        short, long = (height, width) if height <= width else (width, height)
+        new_short, new_long = self.size, int(self.size * long / short)
+        return (new_short, new_long) if height <= width else (new_long, new_short)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        image = _image(self, data)
+        h, w = image.shape[:2]
+        th, tw = self.target(h, w)
+        out = image if (th, tw) == (h, w) else _resize(image, (tw, th), self.backend)
+        _record_geometry(meta, image, out)
+        compose_affine(meta, tw / w, th / h, 0.0, 0.0)
+        return out
+
+
+class CenterCrop(Preprocessor):
+    """Crop the centre ``(height, width)`` (torchvision's offsets ``round((h - th) / 2)``).
+
+    Records ``"orig_shape"``, ``"input_shape"`` and ``"affine"`` in the metadata.
+
+    Args:
+        size: crop size, an int for a square.
+
+    Raises:
+        OptionError: ``size`` is not a positive int or pair.
+        InputError: (when called) the image is smaller than ``size``.
+
+    Example:
+        >>> CenterCrop(2)(np.arange(16).reshape(4, 4)).data.tolist()
+        [[5, 6], [9, 10]]
+    """
+
+    def __init__(self, size: int | tuple[int, int]) -> None:
+        self.size = _hw("size", size)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        image = _image(self, data)
+        h, w = image.shape[:2]
+        th, tw = self.size
+        if th > h or tw > w:
+            raise InputError(f"CenterCrop: got an image of size {(h, w)}, expected at least {self.size}")
+        top, left = round((h - th) / 2.0), round((w - tw) / 2.0)
+        out = image[top : top + th, left : left + tw]
+        _record_geometry(meta, image, out)
+        compose_affine(meta, 1.0, 1.0, -float(left), -float(top))
+        return out
