@@ -1,4 +1,4 @@
-"""Sessions: `nox -s demo`, `nox -t tests` (the test suite plus the AMD-wheel checks), `nox -s lint`.
+"""Sessions: `nox -s demo`, `nox -t tests` (the test suite, the serving tests, the AMD-wheel checks), `nox -s lint`.
 
 Each ONNX Runtime distribution gets its own virtualenv: they all install a module named
 `onnxruntime` and overwrite each other's files.
@@ -41,7 +41,9 @@ def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     session.run("python", "-m", "amdinfer", "doctor", env=env)
     session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
     # One invocation: the tests and every public docstring's example, so one failure never hides another.
+    # tests/serving, amdinfer.serve and amdinfer.ray need KServe and Ray: the `serve` session runs them.
     args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
+    args += ["--ignore=tests/serving", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray"]
     session.run("pytest", *args, *(session.posargs or ["tests", "amdinfer"]), env=env)
 
 
@@ -55,6 +57,22 @@ def tests(session: nox.Session) -> None:
 def tests_latest(session: nox.Session) -> None:
     """The same suite with the newest releases of every dependency (not pinned; not part of CI)."""
     _run_suite(session, pinned=False)
+
+
+@nox.session(tags=["tests"])
+def serve(session: nox.Session) -> None:
+    """`amdinfer serve` and amdinfer.ray against real clients: KServe, tritonclient, Ray (own venv; CPU, loopback).
+
+    Pinned by tests/constraints-serve.txt: KServe needs protobuf < 7, which the main pins cannot share.
+    """
+    pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
+    session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "tritonclient[http,grpc]")
+    env = {**_sandbox_env(session), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
+    # Two runs: KServe's gRPC protos (the doctests import KServe) and tritonclient's (the tests' client)
+    # register the same names in protobuf's default pool, so they cannot share one process.
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/serving"]), env=env)
+    if not session.posargs:
+        session.run("pytest", "--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray", env=env)
 
 
 @nox.session(tags=["tests"])

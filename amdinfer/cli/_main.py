@@ -21,6 +21,7 @@ SUBCOMMANDS: list[str] = [
     "amdinfer.cli._compile",
     "amdinfer.cli._quantize",
     "amdinfer.cli._cache",
+    "amdinfer.serve._cli",  # amdinfer serve (KServe is imported only when it runs)
 ]
 
 

@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +159,27 @@ class DeviceFeed:
         )
 
 
+#: Producers that export only from their "current device" (PyTorch: "Can't export tensors on a different
+#: CUDA device index"), with the context manager that makes ``device`` current for the export. The
+#: stream handshake (DLPack stream 1/0: the legacy default stream) is per device too, so it must run there.
+_DEVICE_CONTEXTS: dict[str, Any] = {
+    "torch": lambda mod, device: mod.cuda.device(device),
+    "cupy": lambda mod, device: mod.cuda.Device(device),
+}
+
+
+def _producer_device(value: Any, dev_type: int, dev_id: int) -> Any:
+    """A context in which ``value``'s library has ``dev_id`` as its current device (else a no-op)."""
+    if dev_type in _HOST_DL_TYPES:
+        return contextlib.nullcontext()
+    root = type(value).__module__.split(".")[0]
+    make = _DEVICE_CONTEXTS.get(root)
+    mod = sys.modules.get(root)
+    if make is None or mod is None:
+        return contextlib.nullcontext()
+    return make(mod, dev_id)
+
+
 def device_feed(name: str, value: Any) -> Any:
     """Describe a DLPack-capable feed: host tensors become NumPy views, device tensors :class:`DeviceFeed`.
 
@@ -190,14 +213,15 @@ def device_feed(name: str, value: Any) -> Any:
     # Runtime's copies run (DLPack: stream 1 on CUDA, 0 on ROCm); producers that refuse a stream get a
     # device-wide synchronisation before the run instead.
     external = False
-    try:
-        capsule = value.__dlpack__(stream=0 if dev_type == 10 else 1)
-    except Exception:
-        external = True
+    with _producer_device(value, dev_type, dev_id):
         try:
-            capsule = value.__dlpack__()
-        except Exception as exc:
-            raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack__() failed: {exc}") from None
+            capsule = value.__dlpack__(stream=0 if dev_type == 10 else 1)
+        except Exception:
+            external = True
+            try:
+                capsule = value.__dlpack__()
+            except Exception as exc:
+                raise InputError(f"input {name!r}: {type(value).__name__}.__dlpack__() failed: {exc}") from None
     managed = _DLManagedTensor.from_address(_capsule_get_pointer(capsule, b"dltensor"))
     t = managed.dl_tensor
     shape = tuple(int(t.shape[i]) for i in range(t.ndim))

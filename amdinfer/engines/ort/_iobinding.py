@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -41,6 +42,7 @@ from ..._concurrency import ordered_results
 from ..._validate import check_int
 from ...errors import InputError
 from .._dlpack import DeviceArray, DeviceFeed
+from ._capture import CAPTURE_GATE, CAPTURE_RUNS, CaptureGate
 from ._errors import translate_run_error
 from ._providers import ort_device_type
 from ._values import ORT_TYPES
@@ -61,6 +63,7 @@ class _Slot:
         "foreign",
         "fresh_outputs",
         "graph_id",
+        "graph_runs",
         "inputs",
         "key",
         "lock",
@@ -77,6 +80,7 @@ class _Slot:
         self.graph_id = graph_id
         self.run_options = run_options
         self.runs = 0
+        self.graph_runs = 0  # runs with the slot's gpu_graph_id (ONNX Runtime captures during the first ones)
         self.lock = threading.Lock()
         self.foreign: set[str] = set()  # inputs bound to the caller's memory instead of the slot's buffers
         self.direct: set[str] = set()  # inputs bound for good to the caller's memory (address-keyed slots)
@@ -149,6 +153,8 @@ class IoBindingRunner:
         #: turn on the graph path. 64 MiB from the H200 measurements (docs/gpu.md): below it (ResNet-50 b64,
         #: YOLOv8 b1) the graph path was faster, above it (ResNet-50 b256, YOLOv8 b64/b256) the overlap.
         self.overlap_bytes = 64 << 20
+        #: the process-wide :class:`~amdinfer.engines.ort._capture.CaptureGate` (an attribute: tests watch it)
+        self.gate: CaptureGate = CAPTURE_GATE
         self._plain_run_options = ort.RunOptions()
         if self._graphs:
             self._plain_run_options.add_run_config_entry("gpu_graph_id", "-1")
@@ -243,9 +249,12 @@ class IoBindingRunner:
         """
         if self._dev == "cpu":
             return
-        if self._fence_value is None:
-            self._fence_value = self._ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), self._dev, self._dev_id)
-        self._fence_value.numpy()
+        with self._section(False):  # also called later by DeviceArray consumers, outside any run
+            if self._fence_value is None:
+                self._fence_value = self._ort.OrtValue.ortvalue_from_numpy(
+                    np.zeros(1, np.float32), self._dev, self._dev_id
+                )
+            self._fence_value.numpy()
 
     def _load(self, slot: _Slot, feeds: Mapping[str, Any]) -> None:
         """Copy the feeds into the slot's buffers, or bind the caller's device memory (graph-less slots)."""
@@ -299,6 +308,8 @@ class IoBindingRunner:
             for name, ov in slot.outputs.items():
                 slot.binding.bind_ortvalue_output(name, ov)
             slot.fixed_bound = True
+        if ro is slot.run_options and slot.graph_id >= 0:
+            slot.graph_runs += 1
         try:
             self._session.run_with_iobinding(slot.binding, ro)
         except Exception as exc:
@@ -368,9 +379,16 @@ class IoBindingRunner:
         on_device = self._wants_device(feeds, outputs_on)
         with slot.lock:
             graph = self._uses_graph(slot, feeds)
-            self._load(slot, feeds)
-            self._execute(slot, graph)
-            return self._fetch(slot, names, on_device, graph)
+            with self._section(graph and slot.outputs is not None and slot.graph_runs < CAPTURE_RUNS):
+                self._load(slot, feeds)
+                self._execute(slot, graph)
+                return self._fetch(slot, names, on_device, graph)
+
+    def _section(self, may_capture: bool) -> Any:
+        """The :class:`CaptureGate` section a run takes: alone when it may capture a graph, else shared."""
+        if self._dev == "cpu" and not self._graphs:
+            return contextlib.nullcontext()  # touches no device: nothing to keep out of a capture
+        return self.gate.capture() if may_capture else self.gate.run()
 
     # ------------------------------------------------------------------ overlapped batches
     def _host_run(self, feeds: Mapping[str, Any], names: Sequence[str], on_device: bool) -> dict[str, Any]:
@@ -380,6 +398,10 @@ class IoBindingRunner:
         threads proceed meanwhile; each run gets its own stream, so one batch's copies overlap another's
         compute on the device. (``update_inplace``/``numpy()`` copies would hold the GIL.)
         """
+        with self._section(False):
+            return self._host_run_locked(feeds, names, on_device)
+
+    def _host_run_locked(self, feeds: Mapping[str, Any], names: Sequence[str], on_device: bool) -> dict[str, Any]:
         local = self._local
         binding = getattr(local, "binding", None)
         if binding is None:

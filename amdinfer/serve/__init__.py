@@ -1,0 +1,81 @@
+"""Serve models over the Open Inference Protocol v2 (REST + gRPC) on KServe's ModelServer.
+
+Needs the ``serve`` extra (``pip install 'amdinfer-onnx[serve]'``). One engine per device, an asyncio
+dynamic batcher in front of them, binary tensors viewed with ``np.frombuffer``, Prometheus metrics,
+bound to ``127.0.0.1`` unless told otherwise. See docs/serving.md.
+
+Example:
+    >>> import amdinfer
+    >>> from amdinfer.serve import build_model
+    >>> from amdinfer.testing.models import tiny_cnn
+    >>> model = build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]),
+    ...                     max_batch_size=16, max_delay_ms=2)
+    >>> model.name, model.batcher.max_batch_size
+    ('tiny', 16)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from ._batcher import BatchWorker, DynamicBatcher
+from ._metrics import ServingMetrics
+from ._workers import EngineWorker, PipelineWorker, check_request, result_tensors
+
+__all__ = [
+    "AmdinferModel",
+    "BatchWorker",
+    "DynamicBatcher",
+    "EngineWorker",
+    "FastDataPlane",
+    "PipelineWorker",
+    "Server",
+    "ServingMetrics",
+    "build_model",
+    "check_request",
+    "decode_rest",
+    "load_workers",
+    "result_tensors",
+    "serve",
+    "serve_processes",
+    "tensor_metadata",
+    "to_numpy",
+]
+
+# These need KServe: imported on first use, so that `amdinfer serve --help` and the batcher work without it.
+_KSERVE = {
+    "AmdinferModel": "_oip",
+    "FastDataPlane": "_oip",
+    "decode_rest": "_oip",
+    "tensor_metadata": "_oip",
+    "to_numpy": "_oip",
+    "Server": "_server",
+    "build_model": "_server",
+    "load_workers": "_server",
+    "serve": "_server",
+    "serve_processes": "_server",
+}
+
+
+def _kserve_module(name: str) -> Any:
+    """Import ``amdinfer.serve.<name>``; KServe parses ``sys.argv`` when imported, so it sees none of ours."""
+    from ..errors import BackendUnavailableError
+
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"amdinfer.serve needs KServe ({exc}); install it with: pip install 'amdinfer-onnx[serve]'",
+            backend="kserve",
+        ) from None
+    finally:
+        sys.argv = argv
+
+
+def __getattr__(name: str) -> Any:
+    if name in _KSERVE:
+        return getattr(_kserve_module(_KSERVE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

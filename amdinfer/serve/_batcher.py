@@ -1,0 +1,245 @@
+"""An asyncio dynamic batcher: requests queue up, one engine call per batch, one worker per device."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import OptionError
+
+__all__ = ["BatchWorker", "DynamicBatcher"]
+
+Tensors = dict[str, np.ndarray]
+
+
+class BatchWorker(Protocol):
+    """What the batcher drives: one per device (see :class:`~amdinfer.serve.EngineWorker`).
+
+    ``run`` gets the feeds of several requests and returns one output dict per request; it runs on the
+    worker's own thread, never on the event loop.
+
+    Example:
+        >>> from amdinfer.serve import EngineWorker, PipelineWorker
+        >>> all(callable(getattr(w, m)) for w in (EngineWorker, PipelineWorker) for m in ("key", "rows", "run"))
+        True
+    """
+
+    name: str
+
+    def key(self, feeds: Tensors) -> Hashable:
+        """Requests with equal keys may share an engine call."""
+        ...
+
+    def rows(self, feeds: Tensors) -> int:
+        """How many items (batch rows) a request carries."""
+        ...
+
+    def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
+        """Run the requests with one engine call; one output dict per request, in order."""
+        ...
+
+
+@dataclass(eq=False)
+class _Pending:
+    feeds: Tensors
+    rows: int
+    key: Hashable
+    future: asyncio.Future[Tensors]
+    queued: float = field(default_factory=time.perf_counter)
+
+
+def _positive(name: str, value: Any, kind: type, minimum: float) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < minimum:
+        raise OptionError(f"{name}: got {value!r}, expected {'a number' if kind is float else 'an int'} >= {minimum}")
+    return kind(value)
+
+
+class DynamicBatcher:
+    """Groups concurrent requests into batches and runs each batch with one call on a free worker.
+
+    A batch starts with the oldest waiting request and takes the later ones that share its
+    :meth:`BatchWorker.key` (same non-batch shapes and dtypes) until ``max_batch_size`` rows, or until
+    ``max_delay_ms`` has passed since the oldest arrived, whichever comes first; a request alone larger than
+    ``max_batch_size`` runs alone. Each worker (one per device) has its own thread and takes the next batch
+    when it is free, so requests spread over the devices. ``max_batch_size=1`` turns batching off.
+
+    Args:
+        workers: one :class:`BatchWorker` per device.
+        max_batch_size: rows per engine call at most.
+        max_delay_ms: how long the oldest request may wait for others (0: take what is queued now).
+        observer: optional callbacks ``batch(worker_name, rows, seconds)``, ``queued(seconds)`` and
+            ``depth(requests_waiting)`` (metrics).
+
+    Example:
+        >>> import asyncio, numpy as np
+        >>> class Doubler:
+        ...     name = "cpu"
+        ...     def key(self, feeds): return feeds["x"].shape[1:]
+        ...     def rows(self, feeds): return len(feeds["x"])
+        ...     def run(self, requests):
+        ...         return [{"y": r["x"] * 2} for r in requests]
+        >>> async def main():
+        ...     async with DynamicBatcher([Doubler()], max_batch_size=8, max_delay_ms=1) as batcher:
+        ...         outs = await asyncio.gather(*(batcher.submit({"x": np.full((1, 2), i)}) for i in range(3)))
+        ...     return [o["y"].tolist() for o in outs], batcher.batches
+        >>> asyncio.run(main())
+        ([[[0, 0]], [[2, 2]], [[4, 4]]], 1)
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[BatchWorker],
+        *,
+        max_batch_size: int = 32,
+        max_delay_ms: float = 2.0,
+        observer: Any = None,
+    ) -> None:
+        if not workers:
+            raise OptionError("workers: got none, expected at least one worker")
+        self._workers = list(workers)
+        self.max_batch_size = _positive("max_batch_size", max_batch_size, int, 1)
+        self.max_delay = _positive("max_delay_ms", max_delay_ms, float, 0) / 1000.0
+        self._observer = observer
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._cond: asyncio.Condition | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._executors: list[ThreadPoolExecutor] = []
+        self._closing = False
+        #: engine calls made so far
+        self.batches = 0
+
+    @property
+    def workers(self) -> list[BatchWorker]:
+        """The workers, one per device."""
+        return list(self._workers)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a worker now."""
+        return len(self._pending)
+
+    async def start(self) -> None:
+        """Start one dispatcher per worker on the running event loop."""
+        if self._tasks:
+            return
+        self._cond = asyncio.Condition()
+        self._closing = False
+        for i, worker in enumerate(self._workers):
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"amdinfer-{worker.name}")
+            self._executors.append(pool)
+            self._tasks.append(asyncio.create_task(self._dispatch(worker, pool), name=f"amdinfer-batcher-{i}"))
+
+    async def stop(self) -> None:
+        """Finish every queued request, then stop the dispatchers and their threads."""
+        if not self._tasks or self._cond is None:
+            return
+        async with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for pool in self._executors:
+            pool.shutdown(wait=True)
+        self._executors.clear()
+
+    async def __aenter__(self) -> DynamicBatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def submit(self, feeds: Tensors) -> Tensors:
+        """Queue one request (already validated) and wait for its outputs.
+
+        Raises:
+            RuntimeError: the batcher is not running or is stopping.
+            Exception: whatever the worker raised for the batch this request was in.
+        """
+        if self._cond is None or not self._tasks or self._closing:
+            raise RuntimeError("the batcher is not running (start() it, or it is shutting down)")
+        worker = self._workers[0]
+        item = _Pending(feeds, worker.rows(feeds), worker.key(feeds), asyncio.get_running_loop().create_future())
+        async with self._cond:
+            self._pending.append(item)
+            self._cond.notify_all()
+        if self._observer is not None:
+            self._observer.depth(len(self._pending))
+        return await item.future
+
+    def _ready(self) -> tuple[bool, float]:
+        """Whether a batch can leave now, and how long until the oldest request's deadline."""
+        first = self._pending[0]
+        rows = 0
+        for item in self._pending:
+            if item.key == first.key:
+                rows += item.rows
+                if rows >= self.max_batch_size:
+                    return True, 0.0
+        left = first.queued + self.max_delay - time.perf_counter()
+        return left <= 0 or self._closing, left
+
+    def _take(self) -> list[_Pending]:
+        first = self._pending.popleft()
+        batch, rows = [first], first.rows
+        if rows < self.max_batch_size:
+            keep: collections.deque[_Pending] = collections.deque()
+            while self._pending:
+                item = self._pending.popleft()
+                if item.key == first.key and rows + item.rows <= self.max_batch_size:
+                    batch.append(item)
+                    rows += item.rows
+                else:
+                    keep.append(item)
+            self._pending = keep
+        return batch
+
+    async def _dispatch(self, worker: BatchWorker, pool: ThreadPoolExecutor) -> None:
+        assert self._cond is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            async with self._cond:
+                while True:
+                    if not self._pending:
+                        if self._closing:
+                            return
+                        await self._cond.wait()
+                        continue
+                    ready, left = self._ready()
+                    if ready:
+                        break
+                    try:
+                        await asyncio.wait_for(self._cond.wait(), timeout=left)
+                    except asyncio.TimeoutError:
+                        pass
+                batch = self._take()
+            if self._observer is not None:
+                self._observer.depth(len(self._pending))
+            now = time.perf_counter()
+            live = [item for item in batch if not item.future.done()]  # a cancelled client's request is dropped
+            if not live:
+                continue
+            if self._observer is not None:
+                for item in live:
+                    self._observer.queued(now - item.queued)
+            try:
+                outs = await loop.run_in_executor(pool, worker.run, [item.feeds for item in live])
+            except Exception as exc:
+                for item in live:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            finally:
+                self.batches += 1
+            if self._observer is not None:
+                self._observer.batch(worker.name, sum(i.rows for i in live), time.perf_counter() - now)
+            for item, out in zip(live, outs):
+                if not item.future.done():
+                    item.future.set_result(out)

@@ -1,0 +1,394 @@
+"""The server: KServe's ModelServer bound to a chosen host, one worker per device, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent import futures
+from typing import Any
+
+from kserve import ModelServer
+from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
+from kserve.protocol.grpc.servicer import InferenceServicer
+from kserve.protocol.rest.server import RESTServer
+
+from ..engines.base import Engine
+from ..errors import OptionError
+from ._batcher import DynamicBatcher
+from ._metrics import ServingMetrics
+from ._oip import AmdinferModel, FastDataPlane
+from ._workers import EngineWorker, PipelineWorker
+
+__all__ = ["Server", "build_model", "load_workers", "serve", "serve_processes"]
+
+logger = logging.getLogger("amdinfer.serve")
+
+_MAX_MESSAGE = 256 << 20  # gRPC message limit: a batch of 64 640x640x3 images is 79 MB
+
+
+def load_workers(
+    model: Any,
+    *,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    **load_options: Any,
+) -> list[EngineWorker]:
+    """One :class:`EngineWorker` per device: ``amdinfer.load(model, device=d, ...)`` for each ``d``.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> workers = load_workers(tiny_cnn(), devices=[0, 1], providers=["CPUExecutionProvider"])
+        >>> [w.name for w in workers]
+        ['device0', 'device1']
+        >>> for w in workers: w.engine.close()
+    """
+    from .._load import load
+
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    workers = []
+    try:
+        for d in devices:
+            engine = load(model, backend=backend, device=int(d), precision=precision, **load_options)
+            workers.append(EngineWorker(engine, name=f"device{d}"))
+    except BaseException:
+        for w in workers:
+            w.engine.close()
+        raise
+    return workers
+
+
+def build_model(
+    name: str,
+    target: Any,
+    *,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+) -> AmdinferModel:
+    """A KServe model over a batcher for an engine, a list of workers (one per device) or a Pipeline.
+
+    Args:
+        name: the model's name in the URL.
+        target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline`, a list of either (one per
+            device), or workers (:class:`EngineWorker`, :class:`PipelineWorker`).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> m = build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))
+        >>> [t["shape"] for t in m.get_input_types()]
+        [[-1, 3, 32, 32]]
+    """
+    from ..pipeline import Pipeline
+
+    items = list(target) if isinstance(target, (list, tuple)) else [target]
+    workers: list[Any] = []
+    for item in items:
+        if isinstance(item, Engine):
+            workers.append(EngineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, Pipeline):
+            workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, (EngineWorker, PipelineWorker)):
+            workers.append(item)
+        else:
+            raise OptionError(
+                f"target: got {type(item).__name__}, expected an Engine, a Pipeline or a list of them (one per device)"
+            )
+    first = workers[0]
+    if not all(type(w) is type(first) for w in workers):
+        raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
+    if isinstance(first, EngineWorker) and not first.batchable:
+        max_batch_size = 1  # fixed batch axis: each request is its own engine call
+    metrics = ServingMetrics(name)
+    batcher = DynamicBatcher(workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics)
+    return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
+
+
+def _reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket with ``SO_REUSEPORT`` for uvicorn (which has no such option of its own)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _multiprocess_metrics_route() -> None:
+    """``/metrics`` summed over the server processes (prometheus_client's multiprocess mode)."""
+    from kserve.model_server import app
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+    from starlette.responses import Response
+
+    async def metrics() -> Response:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.router.routes.insert(0, app.router.routes.pop())  # first match wins: ahead of KServe's own /metrics
+
+
+def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
+    """Run one server process per GPU on shared ports (``SO_REUSEPORT``) and supervise them.
+
+    Each child is ``python -m amdinfer serve ... --devices D --reuse-port``: its own event loop, its own
+    KServe stack and engine, so request decoding scales with the GPUs instead of sharing one process.
+    ``/metrics`` sums every process (prometheus_client multiprocess mode, in a temporary folder).
+    SIGINT/SIGTERM go to every child; a child that exits early stops the others.
+
+    Args:
+        child_argv: the ``amdinfer`` arguments of each child (after ``python -m amdinfer``).
+
+    Returns:
+        0 when every child stopped cleanly, else the first non-zero exit code.
+
+    Example:
+        >>> serve_processes([])
+        0
+    """
+    if not child_argv:
+        return 0
+    with tempfile.TemporaryDirectory(prefix="amdinfer-metrics-") as folder:
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=folder)
+        children = [subprocess.Popen([sys.executable, "-m", "amdinfer", *argv], env=env) for argv in child_argv]
+        stopping = False
+
+        def stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while any(c.poll() is None for c in children):
+                if not stopping and any(c.poll() not in (None, 0) for c in children):
+                    stop()  # one child failed (port taken, model error): stop the others
+                time.sleep(0.2)
+            return next((c.returncode for c in children if c.returncode), 0)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class _GrpcServer:
+    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``)."""
+
+    def __init__(self, host: str, port: int, dataplane: Any, repository_extension: Any, grace: float) -> None:
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._dataplane, self._ext, self._grace = dataplane, repository_extension, grace
+        self._server: Any = None
+
+    async def start(self) -> None:
+        from grpc import aio
+
+        self._server = aio.server(
+            futures.ThreadPoolExecutor(max_workers=4),
+            interceptors=(ExceptionToStatusInterceptor(),),
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.so_reuseport", 1),  # one server process per GPU may share the port
+            ],
+        )
+        servicer = InferenceServicer(self._dataplane, self._ext)
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        if self._server.add_insecure_port(self.address) == 0:
+            raise OSError(f"gRPC: cannot bind {self.address}")
+        await self._server.start()
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=self._grace)
+
+
+class Server(ModelServer):
+    """KServe's ModelServer with amdinfer's data plane, bound to ``host`` (``127.0.0.1`` by default).
+
+    REST (``http_port``) and gRPC (``grpc_port``) speak the Open Inference Protocol v2: ``/v2/health/live``,
+    ``/v2/health/ready``, ``/v2/models/<name>``, ``/v2/models/<name>/ready``, ``/v2/models/<name>/infer``
+    and ``/metrics``. SIGINT/SIGTERM stop it gracefully: no new requests, queued ones finish, engines close.
+
+    Args:
+        host: the interface to bind; ``0.0.0.0`` exposes the server to the network (no TLS, no auth:
+            put it behind a proxy, see docs/serving.md).
+        http_port: REST port (0: any free port).
+        grpc_port: gRPC port (``None``: no gRPC).
+        grace_period: seconds that in-flight requests get at shutdown.
+        warmup: run each engine at the batch sizes it will see (see ``EngineWorker.warmup``) before the
+            server reports ready.
+        reuse_port: bind with ``SO_REUSEPORT`` so that several server processes (one per GPU) share the
+            ports; the kernel spreads connections over them (see :func:`serve_processes`).
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> server = Server(http_port=0, grpc_port=None)
+        >>> server.host
+        '127.0.0.1'
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8080,
+        grpc_port: int | None = 8081,
+        grace_period: int = 30,
+        warmup: bool = True,
+        reuse_port: bool = False,
+    ) -> None:
+        super().__init__(
+            http_port=http_port,
+            grpc_port=grpc_port or 0,
+            enable_grpc=grpc_port is not None,
+            workers=1,
+            grace_period=grace_period,
+            enable_latency_logging=False,
+        )
+        self.host = host
+        self.warmup = bool(warmup)
+        self.reuse_port = bool(reuse_port)
+        self.dataplane = FastDataPlane(model_registry=self.registered_models)
+        self._models: list[AmdinferModel] = []
+        self._stopping: asyncio.Event | None = None
+
+    async def serve(self, models: Sequence[AmdinferModel], *, ready: Any = None) -> None:
+        """Serve until :meth:`shutdown` (or a signal); then drain the batchers and close the engines."""
+        self._models = list(models)
+        self._stopping = asyncio.Event()
+        self._register_and_check_atleast_one_model_is_ready(self._models)
+        loop = asyncio.get_running_loop()
+        for m in self._models:
+            if self.warmup:
+                # every worker at once (one device each), off the event loop; before the server is ready
+                jobs = [
+                    loop.run_in_executor(None, w.warmup, m.batcher.max_batch_size)
+                    for w in m.batcher.workers
+                    if hasattr(w, "warmup")
+                ]
+                sizes = await asyncio.gather(*jobs)
+                logger.info("amdinfer serve: %s warmed up at batch sizes %s", m.name, sizes[0] if sizes else [])
+            await m.batcher.start()
+        rest = RESTServer(
+            "kserve.model_server:app",
+            self.dataplane,
+            self.model_repository_extension,
+            self.http_port,
+            grace_period=self.grace_period,
+            timeout_keep_alive=self.timeout_keep_alive,
+        )
+        rest.config.host = self.host  # KServe binds 0.0.0.0
+        rest.create_application()
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            _multiprocess_metrics_route()
+        grpc = None
+        if self.enable_grpc:
+            grpc = _GrpcServer(self.host, self.grpc_port, self.dataplane, self.model_repository_extension, 5)
+            await grpc.start()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.shutdown)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        sockets = [_reuse_port_socket(self.host, self.http_port)] if self.reuse_port else None
+        rest_task = asyncio.create_task(rest._server.serve(sockets=sockets))
+        while not rest._server.started and not rest_task.done():
+            await asyncio.sleep(0.01)
+        if rest_task.done():
+            await rest_task  # raises why it could not start (port taken, ...)
+            raise OSError(f"REST: could not start on {self.host}:{self.http_port}")
+        logger.info("amdinfer serve: REST on %s:%s, gRPC on %s", self.host, self.http_port, grpc and grpc.address)
+        if ready is not None:
+            ready(self)
+        await self._stopping.wait()
+        # stop taking requests, let in-flight ones finish, then drain the batchers and close the engines
+        rest._server.should_exit = True
+        if grpc is not None:
+            await grpc.stop()
+        await rest_task
+        for m in self._models:
+            await m.batcher.stop()
+            for w in m.batcher.workers:
+                target = getattr(w, "engine", None) or getattr(w, "pipeline", None)
+                if target is not None:
+                    target.close()
+        logger.info("amdinfer serve: stopped")
+
+    def shutdown(self) -> None:
+        """Stop gracefully (what SIGINT/SIGTERM do)."""
+        if self._stopping is not None:
+            self._stopping.set()
+
+    def start(self, models: Sequence[AmdinferModel]) -> None:  # type: ignore[override]
+        """Serve ``models`` in this thread until a signal arrives (KServe's entry point, our binding)."""
+        asyncio.run(self.serve(models))
+
+
+def serve(
+    model: Any,
+    *,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    http_port: int = 8080,
+    grpc_port: int | None = 8081,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    warmup: bool = True,
+    reuse_port: bool = False,
+    **load_options: Any,
+) -> None:
+    """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
+
+    Args:
+        model: what to serve; a model is loaded once per entry of ``devices``.
+        name: the model's name in URLs (default: the file's stem, else ``"model"``).
+        host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
+        http_port: REST port.
+        grpc_port: gRPC port (``None``: REST only).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others to batch with.
+        devices: GPU indices, one worker (engine) each.
+        backend: ``amdinfer.load``'s backend.
+        precision: ``amdinfer.load``'s precision.
+        warmup: run each engine at its batch sizes before reporting ready.
+        reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
+        **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
+
+    Example:
+        >>> serve  # doctest: +ELLIPSIS
+        <function serve at ...>
+    """
+    from pathlib import Path
+
+    from ..pipeline import Pipeline
+
+    if isinstance(model, (Engine, Pipeline, list, tuple)):
+        target = model
+    else:
+        target = load_workers(model, devices=devices, backend=backend, precision=precision, **load_options)
+    if name is None:
+        name = Path(model).stem if isinstance(model, (str, Path)) else "model"
+    built = build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms)
+    Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port).start([built])

@@ -1,0 +1,245 @@
+"""Workers the batcher drives: an engine (one per device) or a Pipeline, with request validation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..engines.base import Engine
+from ..errors import InputError, OptionError
+from ..types import TensorSpec
+
+__all__ = ["EngineWorker", "PipelineWorker", "check_request", "result_tensors"]
+
+Tensors = dict[str, np.ndarray]
+
+
+def _fmt_shape(shape: Sequence[Any]) -> str:
+    return (
+        "(" + ", ".join(str(d) if isinstance(d, int) else "N" if i == 0 else str(d) for i, d in enumerate(shape)) + ")"
+    )
+
+
+def check_request(specs: Sequence[TensorSpec], feeds: Tensors) -> None:
+    """Check one request's tensors against the model's inputs before it joins a batch.
+
+    A bad request must fail alone with a message that names the tensor, not the batch it would join.
+
+    Raises:
+        InputError: a missing or unknown input, a wrong dtype, rank or fixed dimension.
+
+    Example:
+        >>> spec = TensorSpec("x", np.dtype("float32"), ("N", 3))
+        >>> check_request([spec], {"x": np.zeros((2, 4), np.float32)})
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': got shape (2, 4), expected (N, 3)
+    """
+    names = [s.name for s in specs]
+    unknown = sorted(set(feeds) - set(names))
+    missing = [n for n in names if n not in feeds]
+    if unknown or missing:
+        raise InputError(
+            f"inputs: got {sorted(feeds)}, expected {names}" + (f" (unknown: {unknown})" if unknown else "")
+        )
+    for spec in specs:
+        arr = feeds[spec.name]
+        if arr.dtype != spec.dtype:
+            raise InputError(f"input {spec.name!r}: got dtype {arr.dtype}, expected {spec.dtype}")
+        if arr.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)):
+            raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected {_fmt_shape(spec.shape)}")
+        if arr.ndim == 0 or arr.shape[0] == 0:
+            raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected at least one item on axis 0")
+
+
+def _batch_axis_dynamic(specs: Sequence[TensorSpec]) -> bool:
+    return all(len(s.shape) > 0 and not isinstance(s.shape[0], int) for s in specs)
+
+
+class EngineWorker:
+    """Runs concatenated requests through one engine (one device) and splits the outputs per request.
+
+    Requests are stacked on axis 0 when every input and output has a dynamic batch axis; otherwise each
+    request is its own engine call (``batchable`` is ``False``).
+
+    Args:
+        engine: the engine of this worker's device.
+        name: a label for metrics and thread names (default: the engine's device).
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])
+        >>> worker = EngineWorker(engine)
+        >>> x = np.zeros((2, 3, 32, 32), np.float32)
+        >>> [o["logits"].shape for o in worker.run([{"input": x}, {"input": x[:1]}])]
+        [(2, 10), (1, 10)]
+        >>> engine.close()
+    """
+
+    def __init__(self, engine: Engine, name: str | None = None) -> None:
+        if not isinstance(engine, Engine):
+            raise OptionError(f"engine: got {type(engine).__name__}, expected an amdinfer Engine")
+        self.engine = engine
+        self.name = name or str(engine.info.device or "engine")
+        self.inputs = list(engine.inputs)
+        self.outputs = list(engine.outputs)
+        self.batchable = _batch_axis_dynamic(self.inputs) and _batch_axis_dynamic(self.outputs)
+
+    def check(self, feeds: Tensors) -> None:
+        """:func:`check_request` against this engine's inputs."""
+        check_request(self.inputs, feeds)
+
+    def warmup(self, max_rows: int, runs: int = 3) -> list[int]:
+        """Run zeros of each batch size a batch can reach, ``runs`` times, before serving.
+
+        The first runs of an input shape are the slow ones on a GPU (algorithm search, graph capture): with
+        ``batch_buckets`` the engine only ever sees the bucket sizes, so those are warmed up (up to
+        ``max_rows``); without, only 1 and ``max_rows``. Models with other dynamic axes are not warmed up.
+
+        Returns:
+            The batch sizes run.
+        """
+        if not self.batchable or any(not isinstance(d, int) for s in self.inputs for d in s.shape[1:]):
+            return []
+        buckets = self.engine.batch_buckets
+        if buckets:  # what a batch of 1..max_rows rows is padded to
+            sizes = [b for b in buckets if b < max_rows] + [next((b for b in buckets if b >= max_rows), buckets[-1])]
+        else:
+            sizes = sorted({1, max_rows})
+        for n in sizes:
+            feeds = {
+                s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype) for s in self.inputs
+            }
+            for _ in range(runs):
+                self.engine.run(feeds)
+        return sizes
+
+    def key(self, feeds: Tensors) -> Hashable:
+        if not self.batchable:
+            return object()  # never shares a call
+        return tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(feeds.items()))
+
+    def rows(self, feeds: Tensors) -> int:
+        return int(next(iter(feeds.values())).shape[0])
+
+    def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
+        if len(requests) == 1:
+            return [dict(self.engine.run(requests[0]))]
+        names = [s.name for s in self.inputs]
+        feeds = {n: np.concatenate([r[n] for r in requests], axis=0) for n in names}
+        out = self.engine.run(feeds)
+        bounds = np.cumsum([0] + [self.rows(r) for r in requests])
+        return [{k: np.asarray(v)[bounds[i] : bounds[i + 1]] for k, v in out.items()} for i in range(len(requests))]
+
+
+def result_tensors(result: Any) -> Tensors:
+    """The tensors of one pipeline result: an array, a dict of arrays, or a result object.
+
+    ``Detections`` give ``boxes``, ``scores`` and ``classes``; ``Classification`` gives ``indices`` and
+    ``scores``; objects with ``to_dict`` give their array-like fields.
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> sorted(result_tensors(Detections(np.zeros((1, 4)), [0.5], [2])))
+        ['boxes', 'classes', 'scores']
+    """
+    from ..results import Classification, Detections
+
+    if isinstance(result, Detections):
+        return {"boxes": result.boxes, "scores": result.scores, "classes": result.classes}
+    if isinstance(result, Classification):
+        return {"indices": np.asarray(result.indices), "scores": np.asarray(result.scores)}
+    if isinstance(result, dict):
+        return {str(k): np.asarray(v) for k, v in result.items()}
+    if isinstance(result, np.ndarray) or np.isscalar(result):
+        return {"output": np.asarray(result)}
+    raise InputError(
+        f"pipeline result: got {type(result).__name__}, expected an array, a dict of arrays, Detections or "
+        "Classification"
+    )
+
+
+class PipelineWorker:
+    """Runs the items of several requests through ``Pipeline.run_batch`` (one engine call per batch).
+
+    Every request carries one input tensor with its items on axis 0 (e.g. ``uint8 (n, H, W, 3)`` images).
+    Outputs of the items are stacked per request. ``Detections`` (a different box count per item) are
+    concatenated instead: ``boxes (K, 4)``, ``scores (K,)``, ``classes (K,)`` and ``boxes_batch_index (K,)``
+    saying which item each box belongs to (the layout of ONNX ``NonMaxSuppression``); so are other outputs
+    whose shapes differ between items, each with its own ``<name>_batch_index``.
+
+    Args:
+        pipeline: the :class:`~amdinfer.Pipeline`.
+        input_name: the request tensor's name (default: the pipeline's engine input).
+        name: a label for metrics and thread names.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.preprocess import HwcToChw, Cast
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
+        ...                          backend="ort", providers=["CPUExecutionProvider"])
+        >>> worker = PipelineWorker(pipe, input_name="images")
+        >>> worker.run([{"images": np.zeros((3, 32, 32, 3), np.uint8)}])[0]["output"].shape
+        (3, 10)
+        >>> pipe.close()
+    """
+
+    batchable = True
+
+    def __init__(self, pipeline: Any, input_name: str | None = None, name: str | None = None) -> None:
+        from ..pipeline import Pipeline
+
+        if not isinstance(pipeline, Pipeline):
+            raise OptionError(f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline")
+        self.pipeline = pipeline
+        self.input_name = input_name or pipeline.engine.inputs[0].name
+        self.name = name or str(pipeline.engine.info.device or "pipeline")
+        self.inputs: list[TensorSpec] = []  # any dtype/shape: the first stage checks its items
+        self.outputs: list[TensorSpec] = []  # known once a result is seen
+        self._lock = threading.Lock()
+
+    def check(self, feeds: Tensors) -> None:
+        if list(feeds) != [self.input_name]:
+            raise InputError(f"inputs: got {sorted(feeds)}, expected [{self.input_name!r}]")
+        arr = feeds[self.input_name]
+        if arr.ndim < 1 or arr.shape[0] == 0:
+            raise InputError(f"input {self.input_name!r}: got shape {arr.shape}, expected items on axis 0")
+
+    def key(self, feeds: Tensors) -> Hashable:
+        return "items"  # preprocessing makes items alike: any requests may share a call
+
+    def rows(self, feeds: Tensors) -> int:
+        return int(feeds[self.input_name].shape[0])
+
+    def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
+        from ..results import Detections
+
+        items = [item for r in requests for item in r[self.input_name]]
+        raw = self.pipeline.run_batch(items)
+        ragged = bool(raw) and isinstance(raw[0], Detections)
+        results = [result_tensors(r) for r in raw]
+        out, start = [], 0
+        for r in requests:
+            n = self.rows(r)
+            out.append(self._assemble(results[start : start + n], ragged))
+            start += n
+        return out
+
+    @staticmethod
+    def _assemble(results: list[Tensors], ragged: bool) -> Tensors:
+        merged: Tensors = {}
+        for name in results[0]:
+            parts = [np.asarray(r[name]) for r in results]
+            if not ragged and all(p.shape == parts[0].shape for p in parts):
+                merged[name] = np.stack(parts)
+                continue
+            merged[name] = np.concatenate(parts, axis=0)
+            if not ragged or name == "boxes":
+                counts = [len(p) for p in parts]
+                merged[f"{name}_batch_index"] = np.repeat(np.arange(len(parts), dtype=np.int64), counts)
+        return merged

@@ -1,0 +1,94 @@
+"""Servers in subprocesses on loopback, on free ports; real clients (tritonclient) talk to them.
+
+These tests need the ``serve`` and ``ray`` extras and run in their own nox session (``nox -s serve``,
+tagged ``tests``); the main session passes ``--ignore=tests/serving``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+
+# Ray (2.60) turns token authentication on and, without a token in the environment, writes a new one to
+# ~/.ray/auth_token. Give every Ray process of this session a fresh token through the environment instead,
+# before any test module imports ray.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    http: str
+    grpc: str
+    log: Path
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (graceful shutdown) and the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+                raise AssertionError(
+                    f"server did not stop on SIGTERM within {timeout} s; log:\n{self.log.read_text()}"
+                ) from None
+        return int(self.process.returncode)
+
+
+@contextmanager
+def running_server(argv: Sequence[str], http_port: int, grpc_port: int, log: Path) -> Iterator[RunningServer]:
+    """Start ``python argv...`` and wait until ``/v2/health/ready`` answers; stop it at the end."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(proc, f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", log)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited with {proc.returncode}; log:\n{log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://{server.http}/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"server not ready after 120 s; log:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from amdinfer.testing.models import tiny_cnn
+
+    path = tmp_path_factory.mktemp("models") / "tiny.onnx"
+    onnx.save(tiny_cnn(seed=3), path)
+    return path
