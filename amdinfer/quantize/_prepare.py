@@ -105,6 +105,23 @@ def _shape_inference_only(src: str, dst: str, skip_optimization: bool, skip_symb
     onnx.shape_inference.infer_shapes_path(src, dst)
 
 
+def _pre_process(quant_pre_process: Any, opt: Path, dst: Path, skip_symbolic: bool, name: str) -> None:
+    """``quant_pre_process`` without its optimizer; ONNX shape inference where symbolic inference gives up.
+
+    ONNX Runtime's symbolic shape inference (used when sympy is installed) stops with "Incomplete symbolic
+    shape inference" on some graphs, e.g. YOLO heads that build their anchor grids from ``Shape`` ops; ONNX's
+    own shape inference (what runs without sympy) is enough for quantization, so the result does not depend on
+    whether sympy happens to be installed.
+    """
+    try:
+        quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=skip_symbolic)
+    except Exception as exc:
+        if skip_symbolic or "symbolic shape inference" not in str(exc).lower():
+            raise
+        log.info("model %s: symbolic shape inference gave up (%s); using ONNX shape inference", name, exc)
+        quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=True)
+
+
 def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
     try:
         import onnxruntime as ort
@@ -132,7 +149,7 @@ def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
                 so.optimized_model_filepath = str(opt)
                 so.log_severity_level = 3
                 ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
-                quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=skip_symbolic)
+                _pre_process(quant_pre_process, opt, dst, skip_symbolic, name)
                 break
             except Exception as exc:  # ONNX Runtime raises its own pybind types
                 text = str(exc)

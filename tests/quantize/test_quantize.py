@@ -100,6 +100,9 @@ def _paddle_style(opset: int = 11) -> onnx.ModelProto:
 
 
 # ------------------------------------------------------------------------------------------ preparation
+_spec = importlib.util.find_spec
+
+
 class TestPrepareModel:
     def test_folds_constants_upgrades_opset_names_nodes_and_fixes_dims(self):
         model = _paddle_style()
@@ -128,6 +131,38 @@ class TestPrepareModel:
         model.opset_import.append(helper.make_opsetid("com.example.custom", 1))
         with pytest.raises(ModelError, match=r"quantization pre-processing failed.*(onnxsim|re-export)"):
             prepare_model(model)
+
+    def test_symbolic_shape_inference_giving_up_falls_back_to_onnx_shape_inference(self, monkeypatch):
+        # With sympy installed, ONNX Runtime's symbolic shape inference runs and gives up on some graphs (the
+        # YOLOv8 builder on an H200 machine). The result must not depend on whether sympy is installed: the
+        # preparation retries with ONNX's own shape inference. Simulated: symbolic inference always gives up.
+        shape_inference = pytest.importorskip("onnxruntime.quantization.shape_inference")
+        real = shape_inference.quant_pre_process
+        calls = []
+
+        def picky(src, dst, *, skip_optimization, skip_symbolic_shape):
+            calls.append(skip_symbolic_shape)
+            if not skip_symbolic_shape:
+                raise Exception("Incomplete symbolic shape inference")
+            return real(src, dst, skip_optimization=skip_optimization, skip_symbolic_shape=True)
+
+        monkeypatch.setattr(shape_inference, "quant_pre_process", picky)
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "sympy" else _spec(name))
+        model = _paddle_style()
+        prepared = prepare_model(model)
+        assert calls == [False, True]
+        x = np.random.default_rng(1).uniform(-1, 1, (2, 3, 10, 12)).astype(np.float32)
+        np.testing.assert_allclose(_ort(prepared, {"x": x})["y"], oracle(model, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+    def test_other_pre_processing_failures_are_not_retried(self, monkeypatch):
+        shape_inference = pytest.importorskip("onnxruntime.quantization.shape_inference")
+
+        def broken(src, dst, *, skip_optimization, skip_symbolic_shape):
+            raise Exception("something else")
+
+        monkeypatch.setattr(shape_inference, "quant_pre_process", broken)
+        with pytest.raises(ModelError, match="something else"):
+            prepare_model(_paddle_style())
 
     def test_layers_and_tail(self):
         model = tiny_cnn()
