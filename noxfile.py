@@ -11,6 +11,7 @@ refresh the constraints on purpose (how: the file's header).
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import nox
@@ -27,9 +28,18 @@ CONSTRAINTS = ROOT / "tests" / "constraints.txt"
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 
 
+def _session_tmp(session: nox.Session) -> Path:
+    """A temporary folder for the session, outside its virtualenv.
+
+    Not ``session.create_tmp()``: that folder lies inside the virtualenv and becomes ``$TMPDIR``, and Ray's
+    workers refuse a temp dir under a virtualenv root (they die at start and the Ray tests wait forever).
+    """
+    return Path(tempfile.mkdtemp(prefix=f"amdinfer-nox-{session.name}-"))
+
+
 def _sandbox_env(session: nox.Session) -> dict[str, str]:
-    """User-level defaults pointed into the session's temporary folder (tests/conftest.py does the same)."""
-    tmp = Path(session.create_tmp())
+    """User-level defaults pointed into a temporary folder (tests/conftest.py does the same)."""
+    tmp = _session_tmp(session)
     return {"AMDINFER_CACHE_DIR": str(tmp / "amdinfer-cache"), "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp / "mpl")}
 
 
@@ -66,11 +76,13 @@ def serve(session: nox.Session) -> None:
     Pinned by tests/constraints-serve.txt: KServe needs protobuf < 7, which the main pins cannot share.
     """
     pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
-    session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "tritonclient[http,grpc]")
+    session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "pytest-timeout", "tritonclient[http,grpc]")
     env = {**_sandbox_env(session), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
     # Two runs: KServe's gRPC protos (the doctests import KServe) and tritonclient's (the tests' client)
     # register the same names in protobuf's default pool, so they cannot share one process.
-    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/serving"]), env=env)
+    # --timeout: a server or Ray job that hangs fails its test (with the stacks) instead of stalling CI.
+    args = ["-p", "no:cacheprovider", "--timeout=300"]
+    session.run("pytest", *args, *(session.posargs or ["tests/serving"]), env=env)
     if not session.posargs:
         session.run("pytest", "--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray", env=env)
 
@@ -111,7 +123,7 @@ def examples(session: nox.Session) -> None:
     """Run every example script offline."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
     env = _sandbox_env(session)
-    out = Path(session.create_tmp()) / "examples-out"
+    out = _session_tmp(session) / "examples-out"
     for script in sorted((ROOT / "examples").glob("*.py")):
         # Scripts that write pictures take --out; they write into the session's temporary folder.
         extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
