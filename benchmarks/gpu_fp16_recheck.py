@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +47,7 @@ except ImportError:  # the CPU smoke run needs no torch
 import numpy as np
 import onnx
 import onnxruntime as ort
+from gpu import per_call  # benchmarks/gpu.py: the same median-per-call timing as the GPU data-path table
 
 import amdinfer
 from amdinfer.model import ModelSource
@@ -56,21 +56,6 @@ from amdinfer.testing import models
 
 MODES = ("amd-dev", "amd-np", "raw-best", "raw-best-conv", "amd-dev-conv")
 RATIOS = (("amd-dev", "raw-best"), ("amd-dev", "amd-dev-conv"), ("raw-best", "raw-best-conv"))
-
-
-def per_call(fn: Callable[[], Any], *, warmup: int, min_iters: int, min_seconds: float) -> tuple[float, int]:
-    """Median seconds per call of a synchronous ``fn`` after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    t_end = time.perf_counter() + min_seconds
-    while len(times) < min_iters or time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 10 * min_iters and time.perf_counter() >= t_end:
-            break
-    return statistics.median(times), len(times)
 
 
 class Recheck:
