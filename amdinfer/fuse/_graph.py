@@ -20,22 +20,25 @@ _MIN_OPSET = 13
 _GEOMETRY = (Letterbox, Resize, CenterCrop)
 _MAX_WH = 7680.0
 _META_KEY = "amdinfer.fuse"
-_NMS_MODES = ("per-class", "offset", "host")  # Ultralytics' class offset for class-aware NMS in one pass
+_NMS_MODES = ("per-class", "offset", "dense", "host")
+#: Most candidates per image the ``"dense"`` NMS takes by default (its IoU matrix is k x k per image).
+_MAX_CANDIDATES = 2048
 
 
 # ---------------------------------------------------------------------------------------------- graph builder
 class _Graph:
-    """A tiny ONNX graph builder: every name it makes starts with ``fuse/``."""
+    """A tiny ONNX graph builder: every name it makes starts with ``prefix`` (``fuse/``)."""
 
-    def __init__(self, opset: int) -> None:
+    def __init__(self, opset: int, prefix: str = _PREFIX) -> None:
         self.opset = opset
+        self.prefix = prefix
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._n = 0
 
     def _name(self, hint: str) -> str:
         self._n += 1
-        return f"{_PREFIX}{hint}_{self._n}"
+        return f"{self.prefix}{hint}_{self._n}"
 
     def const(self, value: Any, dtype: Any = None, hint: str = "c") -> str:
         name = self._name(hint)
