@@ -59,5 +59,9 @@ class _Graph:
         c = self.const
         return self.op("Slice", x, c([start], np.int64), c([end], np.int64), c([axis], np.int64))
 
+    def dims(self, x: str, start: int, end: int) -> str:
+        """``Shape(x)[start:end]`` (``Shape``'s own ``start``/``end`` need opset 15; fused graphs may be 13)."""
+        return self.slice(self.op("Shape", x), start, end, 0)
+
     def gather(self, x: str, index: Any, axis: int) -> str:
         return self.op("Gather", x, self.const(np.asarray(index, np.int64)), axis=axis)

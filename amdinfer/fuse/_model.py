@@ -223,12 +223,12 @@ def _fuse_detect(
             affine = g.op(
                 "Expand",
                 affine,
-                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0),
+                g.op("Concat", g.dims("images", 0, 1), g.const([4], np.int64), axis=0),
             )
             orig = g.op(
                 "Expand",
                 orig,
-                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0),
+                g.op("Concat", g.dims("images", 0, 1), g.const([2], np.int64), axis=0),
             )
         else:
             inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))

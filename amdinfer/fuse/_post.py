@@ -35,7 +35,7 @@ def _detect_post(
     cls, boxes = _decode_yolo(g, pred, pred_shape, decode, nms, input_hw)
     best = g.op("ArgMax", cls, axis=2, keepdims=1)  # (N, A, 1): the first best class, as np.argmax
     cls_t = g.op("Transpose", cls, perm=[0, 2, 1])  # (N, nc, A)
-    nc = g.op("Squeeze", g.op("Shape", cls_t, start=1, end=2), g.const([0], np.int64))
+    nc = g.op("Squeeze", g.dims(cls_t, 1, 2), g.const([0], np.int64))
     nc_range = g.op("Range", g.const(0, np.int64), nc, g.const(1, np.int64))
     onehot = g.op(
         "Equal", g.op("Unsqueeze", nc_range, g.const([0, 2], np.int64)), g.op("Transpose", best, perm=[0, 2, 1])
@@ -157,7 +157,7 @@ def _keep_max_det(
 ) -> tuple[str, str, str, str]:
     """The first ``max_det`` detections of each image (``b``: image index, sorted by image then score)."""
     # max_det per image: rank within the image = position - first position of the image.
-    n = g.op("Shape", pred, start=0, end=1)
+    n = g.dims(pred, 0, 1)
     images = g.op("Range", g.const(0, np.int64), g.op("Squeeze", n, g.const([0], np.int64)), g.const(1, np.int64))
     before = g.op(
         "Less", g.op("Unsqueeze", b, g.const([1], np.int64)), g.op("Unsqueeze", images, g.const([0], np.int64))
