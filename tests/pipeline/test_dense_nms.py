@@ -206,3 +206,24 @@ class TestPipeline:
 )
 def test_auto_mode(options, mode) -> None:
     assert _auto_nms_mode(options, [YoloDecode(), Nms()]) == mode
+
+
+@pytest.mark.parametrize("mode", ["per-class", "offset", "dense", "host"])
+def test_opset_12_model_fuses(mode) -> None:
+    # Ultralytics' default export is opset 12: the fused graph converts it to 13 and must not use newer forms
+    # (Shape's start/end are opset 15).
+    model = _yolo_head(64)
+    model.opset_import[0].version = 12  # its ops (ReduceMean with axes, Reshape, Mul, Add, Clip) mean the same at 12
+    onnx.checker.check_model(model)
+    pipe = amdinfer.Pipeline(
+        preprocess=[Letterbox(64, backend="numpy"), Normalize(scale=1 / 255), HwcToChw()],
+        engine=model,
+        postprocess=[YoloDecode(conf_threshold=CONF), Nms(iou_threshold=0.5, class_offset=7680), ScaleBoxes()],
+        **CPU,
+    )
+    images = _images([(48, 80), (48, 80)], seed=1)
+    with pipe.fuse(image_size=(48, 80), nms_mode=mode) as fused:
+        assert max(o.version for o in fused.model.opset_import if o.domain == "") == 13
+        got = fused.run_batch(images)
+    _same_detections(got, pipe.run_batch(images))
+    pipe.close()
