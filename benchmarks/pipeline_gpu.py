@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         row["fast_vs_exact_counts"] = [(len(u), len(v)) for u, v in zip(ua, ub)]
                     if name == "trained" and out is not None:  # per-op times of both fused graphs (ORT profiler)
                         for tag, fp in (("fast", fused), ("exact", ex)):
-                            rep = amdinfer.profile(fp.engine, {"images": batch}, runs=3, warmup=1)
+                            rep = amdinfer.profile.profile(fp.engine, {"images": batch}, runs=3, warmup=1)
                             (out / f"profile_fused_{name}_{w}x{h}_{tag}.txt").write_text(rep.format(top=25))
                     ex.close()
                 except Exception as exc:
