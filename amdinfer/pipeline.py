@@ -364,8 +364,9 @@ class Pipeline:
                 :func:`amdinfer.fuse.fuse_model`.
             resize: in-graph ``Letterbox``/``Resize`` (with ``image_size``): ``"exact"`` (bit-exact with
                 ``cv2.resize``, int32 arithmetic), ``"fast"`` (one ONNX ``Resize``, within 1 of OpenCV), or
-                ``"auto"``: fast on ONNX Runtime's CUDA/ROCm EPs (the exact form costs ~0.2 ms per 1024x768
-                image there), exact elsewhere. See :func:`amdinfer.fuse.fuse_model`.
+                ``"auto"``: on ONNX Runtime's CUDA/ROCm EPs, fast for resized images of 200,000 pixels and
+                more (YOLO's 1024x768: 1.5x the exact form's rate on an H200), exact below (ResNet's 256-pixel
+                side, where exact is faster); exact elsewhere. See :func:`amdinfer.fuse.fuse_model`.
             max_candidates: ``nms_mode="dense"``: most candidates per image entering NMS (the IoU matrix is
                 ``max_candidates**2`` per image); more are cut to the best ones, with a logged warning.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
@@ -475,8 +476,8 @@ class Pipeline:
 
 
 def _auto_resize(load_options: Mapping[str, Any]) -> str:
-    """``resize="auto"`` of :meth:`Pipeline.fuse`: fast on ORT's CUDA/ROCm EPs, exact elsewhere."""
-    return "fast" if _auto_nms_mode(load_options, ()) == "dense" else "exact"
+    """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
+    return "auto" if _auto_nms_mode(load_options, ()) == "dense" else "exact"
 
 
 def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:

@@ -60,7 +60,12 @@ def _resize_onnx(g: _Graph, x: str, new_hw: tuple[int, int]) -> str:
     return g.op("Round", resized)
 
 
-_RESIZE_MODES = ("exact", "fast")
+_RESIZE_MODES = ("exact", "fast", "auto")
+#: ``resize="auto"``: the one-``Resize`` form from this output size up. Measured on an H200 (ORT 1.31 CUDA EP,
+#: batch 64; docs/performance.md): the exact form's dozen int32 ops scale with the output and lose from
+#: 590k pixels up (1024x576: 1.38x slower, 1024x768: 1.54x), tie at 307k (640x480), win below 120k
+#: (ResNet's 455x256 and 341x256: the fast form's float copy of the whole source costs more there).
+_FAST_RESIZE_PIXELS = 200_000
 
 
 class _Pre:
@@ -102,7 +107,16 @@ class _Pre:
         if self.channel_axis != 3 and not self.hwc_as_chw:
             raise OptionError(f"fuse: {type(stage).__name__} after HwcToChw cannot be fused (it expects HWC)")
         g, (h, w) = self.g, self.hw
-        if self.resize == "fast" and not self.hwc_as_chw and self.dtype == np.uint8:
+        if isinstance(stage, Letterbox):
+            new_hw: tuple[int, int] = letterbox_geometry((h, w), stage).resized
+        elif isinstance(stage, Resize):
+            new_hw = stage.target(h, w)
+        else:
+            new_hw = (h, w)
+        fast = self.resize == "fast" or (
+            self.resize == "auto" and new_hw != (h, w) and new_hw[0] * new_hw[1] >= _FAST_RESIZE_PIXELS
+        )
+        if fast and not self.hwc_as_chw and self.dtype == np.uint8:
             self.x = g.op("Cast", g.op("Transpose", self.x, perm=[0, 3, 1, 2]), to=TensorProto.FLOAT)
             self.dtype, self.channel_axis, self.hwc_as_chw = np.dtype(np.float32), 1, True
         if not self.hwc_as_chw:

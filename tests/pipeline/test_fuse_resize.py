@@ -65,8 +65,8 @@ def test_fast_is_within_one_pixel_of_exact(pre, model, unit, load) -> None:
 
 
 def test_auto_resize_and_bad_mode() -> None:
-    assert _auto_resize({"backend": "ort", "providers": ["CUDAExecutionProvider"]}) == "fast"
-    assert _auto_resize({"backend": "ort", "providers": ["ROCMExecutionProvider"]}) == "fast"
+    assert _auto_resize({"backend": "ort", "providers": ["CUDAExecutionProvider"]}) == "auto"
+    assert _auto_resize({"backend": "ort", "providers": ["ROCMExecutionProvider"]}) == "auto"
     assert _auto_resize({"backend": "ort", "providers": ["CPUExecutionProvider"]}) == "exact"
     assert _auto_resize({"backend": "migraphx"}) == "exact"
     with pytest.raises(OptionError, match="resize: got 'bicubic'"):
@@ -75,3 +75,9 @@ def test_auto_resize_and_bad_mode() -> None:
     with pipe.fuse(image_size=(40, 50)) as fused:  # auto on the CPU: exact, no Resize node
         assert "Resize" not in {n.op_type for n in fused.model.graph.node}
     pipe.close()
+
+
+@pytest.mark.parametrize(("out_hw", "fast"), [((448, 448), True), ((256, 256), False)])
+def test_auto_picks_by_output_size(out_hw, fast) -> None:
+    model = fuse_model(_identity_uint8(*out_hw), [Resize(out_hw)], [], image_size=(300, 400), resize="auto")
+    assert ("Resize" in {n.op_type for n in model.graph.node}) is fast
