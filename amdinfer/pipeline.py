@@ -407,19 +407,10 @@ class Pipeline:
         proto = self._engine.model.proto
         if not load_options:
             proto, load_options = self._fused_load_options(proto)
-        if nms_mode == "auto":
-            nms_mode = _auto_nms_mode(load_options, self._postprocess)
-        if resize == "auto":
-            resize = _auto_resize(load_options)
-        model = fuse_model(
-            proto,
-            self._preprocess,
-            self._postprocess,
-            image_size=size,
-            nms_mode=nms_mode,
-            max_candidates=max_candidates,
-            resize=resize,
-        )
+        nms_mode = _auto_nms_mode(load_options, self._postprocess) if nms_mode == "auto" else nms_mode
+        resize = _auto_resize(load_options) if resize == "auto" else resize
+        modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
+        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
         return FusedPipeline(

@@ -102,12 +102,7 @@ def fuse_model(
         >>> [(o.name, _dims(o)) for o in m.graph.output]
         [('scores', ['N', 3]), ('indices', ['N', 3])]
     """
-    if nms_mode not in _NMS_MODES:
-        raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
-    if resize not in _RESIZE_MODES:
-        raise OptionError(f"resize: got {resize!r}, expected one of {_RESIZE_MODES}")
-    if not isinstance(max_candidates, (int, np.integer)) or isinstance(max_candidates, bool) or max_candidates < 1:
-        raise OptionError(f"max_candidates: got {max_candidates!r}, expected an int >= 1")
+    _check_modes(nms_mode, resize, max_candidates)
     model, opset, model_input = _single_input_model(model)
     g = _Graph(opset)
     pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input, resize)
@@ -128,22 +123,44 @@ def fuse_model(
             f"fuse: postprocessing {[k.__name__ for k in kinds]} has no fused form; fusable: YoloDecode, Nms"
             "[, ScaleBoxes] or [Softmax,] TopK, or none"
         )
+    graph = _assemble(g, model, body, pre_out, inputs, out_names, post)
+    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
+    if "candidates" in out_names:
+        info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
+    return _finish_model(model, graph, opset, info)
+
+
+def _assemble(
+    g: _Graph,
+    model: onnx.ModelProto,
+    body: onnx.GraphProto,
+    pre_out: str,
+    inputs: list[onnx.ValueInfoProto],
+    out_names: list[str],
+    post: list[Postprocessor],
+) -> onnx.GraphProto:
+    """The fused graph: preprocessing nodes, the model's body, postprocessing nodes, in dependency order."""
     nodes = _toposort(
         list(g.nodes[: _count_pre(g, pre_out)]) + list(body.node) + list(g.nodes[_count_pre(g, pre_out) :]),
         {i.name for i in inputs} | {t.name for t in body.initializer} | {t.name for t in g.inits},
     )
     outputs_vi = _output_infos(out_names, body, post[-1].k if post and isinstance(post[-1], TopK) else None)
-    graph = helper.make_graph(
+    return helper.make_graph(
         nodes,
         f"{model.graph.name or 'model'}_fused",
         inputs,
         outputs_vi,
         initializer=list(body.initializer) + g.inits,
     )
-    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
-    if "candidates" in out_names:
-        info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
-    return _finish_model(model, graph, opset, info)
+
+
+def _check_modes(nms_mode: str, resize: str, max_candidates: Any) -> None:
+    if nms_mode not in _NMS_MODES:
+        raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
+    if resize not in _RESIZE_MODES:
+        raise OptionError(f"resize: got {resize!r}, expected one of {_RESIZE_MODES}")
+    if not isinstance(max_candidates, (int, np.integer)) or isinstance(max_candidates, bool) or max_candidates < 1:
+        raise OptionError(f"max_candidates: got {max_candidates!r}, expected an int >= 1")
 
 
 def _rewired_body(graph: onnx.GraphProto, old: str, new: str) -> onnx.GraphProto:

@@ -50,22 +50,8 @@ def _detect_post(
     if mode == "host":
         return _host_candidates(g, cls, best, boxes, decode)
     if mode == "dense":
-        best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
-        passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
-        if nms.classes is not None:
-            wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, -1))
-            hit = g.op("Cast", g.op("Equal", g.op("Cast", best, to=TensorProto.INT64), wanted), to=TensorProto.INT32)
-            passed = g.op("And", passed, g.op("Cast", g.reduce("ReduceMax", hit, [2], keepdims=0), to=TensorProto.BOOL))
-        b, score, box, klass, count = dense_nms(
-            g, best_score, g.op("Cast", best, to=TensorProto.INT64), boxes, passed, nms, max_candidates
-        )
-        if scale is not None:
-            assert affine is not None and orig is not None
-            box = _scale_back(g, box, b, affine, orig, scale.clip, zero)
-        for name, value in (("boxes", box), ("scores", score), ("classes", klass), ("batch_index", b)):
-            g.op("Identity", value, out=name)
-        g.op("Identity", count, out="candidates")
-        return ["boxes", "scores", "classes", "batch_index", "candidates"]
+        scaling = None if scale is None else (scale, affine, orig)
+        return _dense_post(g, cls, best, boxes, decode, nms, scaling, max_candidates)
     # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
     # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
     # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but
@@ -106,6 +92,34 @@ def _detect_post(
     g.op("Identity", klass, out="classes")
     g.op("Identity", b, out="batch_index")
     return ["boxes", "scores", "classes", "batch_index"]
+
+
+def _dense_post(
+    g: _Graph,
+    cls: str,
+    best: str,
+    boxes: str,
+    decode: YoloDecode,
+    nms: Nms,
+    scaling: tuple[ScaleBoxes, str | None, str | None] | None,
+    max_candidates: int,
+) -> list[str]:
+    """``mode="dense"``: the confidence and class filters, :func:`._dense_nms.dense_nms`, the rescale."""
+    best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
+    passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
+    if nms.classes is not None:
+        wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, -1))
+        hit = g.op("Cast", g.op("Equal", best, wanted), to=TensorProto.INT32)  # (N, A, k)
+        passed = g.op("And", passed, g.op("Cast", g.reduce("ReduceMax", hit, [2], keepdims=0), to=TensorProto.BOOL))
+    b, score, box, klass, count = dense_nms(g, best_score, best, boxes, passed, nms, max_candidates)
+    if scaling is not None:
+        scale, affine, orig = scaling
+        assert affine is not None and orig is not None
+        box = _scale_back(g, box, b, affine, orig, scale.clip, g.const(0.0, np.float32))
+    for name, value in (("boxes", box), ("scores", score), ("classes", klass), ("batch_index", b)):
+        g.op("Identity", value, out=name)
+    g.op("Identity", count, out="candidates")
+    return ["boxes", "scores", "classes", "batch_index", "candidates"]
 
 
 def _decode_yolo(
