@@ -408,6 +408,12 @@ class Pipeline:
         if not load_options:
             proto, load_options = self._fused_load_options(proto)
         nms_mode = _auto_nms_mode(load_options, self._postprocess) if nms_mode == "auto" else nms_mode
+        if load_options.get("backend") == "migraphx" and nms_mode != "host" and _detects(self._postprocess):
+            raise OptionError(
+                f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
+                "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
+                "padding as detections; use nms_mode='host' (the default there)"
+            )
         resize = _auto_resize(load_options) if resize == "auto" else resize
         modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
@@ -466,6 +472,12 @@ class Pipeline:
         return "\n".join(lines)
 
 
+def _detects(postprocess: Sequence[Any]) -> bool:
+    from .postprocess import Nms
+
+    return any(isinstance(s, Nms) for s in postprocess)
+
+
 def _auto_resize(load_options: Mapping[str, Any]) -> str:
     """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
     return "auto" if _auto_nms_mode(load_options, ()) == "dense" else "exact"
@@ -484,5 +496,7 @@ def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) 
     if cpu:
         return "offset" if offset_nms else "per-class"
     first = providers[0].lower() if providers else ""
+    if load_options.get("backend") == "migraphx" or "migraphx" in first:
+        return "host"  # MIGraphX pads NonMaxSuppression/NonZero outputs to static shapes
     dense = load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
     return "dense" if dense else "offset"

@@ -340,6 +340,10 @@ def _output_infos(names: list[str], body: onnx.GraphProto, k: int | None) -> lis
         "classes": (TensorProto.INT64, ["K"]),
         "batch_index": (TensorProto.INT64, ["K"]),
         "candidates": (TensorProto.INT64, ["N"]),
+        "candidate_boxes": (TensorProto.FLOAT, ["N", "A", 4]),
+        "candidate_scores": (TensorProto.FLOAT, ["N", "A"]),
+        "candidate_classes": (TensorProto.INT64, ["N", "A"]),
+        "candidate_mask": (TensorProto.BOOL, ["N", "A"]),
         "indices": (TensorProto.INT64, None),
     }
     out = []

@@ -151,19 +151,18 @@ def _decode_yolo(
 
 
 def _host_candidates(g: _Graph, cls: str, best: str, boxes: str, decode: YoloDecode) -> list[str]:
-    """``nms_mode="host"``: the candidates above the confidence threshold, in anchor order."""
-    # The candidates YoloDecode gives, in anchor order: NMS, max_det and the rescale run on the host with the
-    # Nms/ScaleBoxes stages themselves (ORT's CUDA NonMaxSuppression costs ~0.5 ms per image).
+    """``nms_mode="host"``: every anchor's box, best score and class, and the mask of the candidates above the
+    confidence threshold; :class:`FusedPipeline` takes the masked ones in anchor order (as ``YoloDecode`` gives
+    them) and runs the pipeline's ``Nms``/``ScaleBoxes`` stages on them.
+
+    Static shapes only (no ``NonZero``): MIGraphX pads data-dependent outputs to a fixed size with zeros.
+    """
     best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
-    passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
-    idx = g.op("Transpose", g.op("NonZero", passed), perm=[1, 0])  # (K, 2): image, anchor
-    b = g.op("Reshape", g.slice(idx, 0, 1, 1), g.const([-1], np.int64))
-    flat_best = g.op("Reshape", g.op("Cast", best, to=TensorProto.INT64), g.op("Shape", best_score))
-    g.op("Identity", g.op("GatherND", boxes, idx), out="boxes")
-    g.op("Identity", g.op("GatherND", best_score, idx), out="scores")
-    g.op("Identity", g.op("GatherND", flat_best, idx), out="classes")
-    g.op("Identity", b, out="batch_index")
-    return ["boxes", "scores", "classes", "batch_index"]
+    g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32), out="candidate_mask")
+    g.op("Identity", boxes, out="candidate_boxes")
+    g.op("Identity", best_score, out="candidate_scores")
+    g.op("Squeeze", best, g.const([2], np.int64), out="candidate_classes")
+    return ["candidate_boxes", "candidate_scores", "candidate_classes", "candidate_mask"]
 
 
 def _keep_max_det(
