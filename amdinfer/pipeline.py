@@ -408,12 +408,7 @@ class Pipeline:
         if not load_options:
             proto, load_options = self._fused_load_options(proto)
         nms_mode = _auto_nms_mode(load_options, self._postprocess) if nms_mode == "auto" else nms_mode
-        if load_options.get("backend") == "migraphx" and nms_mode != "host" and _detects(self._postprocess):
-            raise OptionError(
-                f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
-                "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
-                "padding as detections; use nms_mode='host' (the default there)"
-            )
+        _check_nms_backend(load_options, nms_mode, self._postprocess)
         resize = _auto_resize(load_options) if resize == "auto" else resize
         modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
@@ -472,10 +467,20 @@ class Pipeline:
         return "\n".join(lines)
 
 
-def _detects(postprocess: Sequence[Any]) -> bool:
+def _check_nms_backend(load_options: Mapping[str, Any], nms_mode: str, postprocess: Sequence[Any]) -> None:
+    """In-graph NMS is refused on MIGraphX (it pads data-dependent outputs)."""
     from .postprocess import Nms
 
-    return any(isinstance(s, Nms) for s in postprocess)
+    if (
+        load_options.get("backend") == "migraphx"
+        and nms_mode != "host"
+        and any(isinstance(s, Nms) for s in postprocess)
+    ):
+        raise OptionError(
+            f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
+            "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
+            "padding as detections; use nms_mode='host' (the default there)"
+        )
 
 
 def _auto_resize(load_options: Mapping[str, Any]) -> str:
