@@ -1,26 +1,26 @@
 """Images in, answers out on a GPU: fused pipelines against the engine's device-IO rate (one run, one table).
 
-For the YOLOv8n-style detector (640, fp16) and ResNet-50 (224, fp16), batch 64, with uint8 host images of
-640x480 and 1920x1080:
+Models, batch 64, uint8 host images of 640x480 and 1920x1080: the YOLOv8n-style builder (640, random weights,
+random images), ResNet-50 (224), and with ``--trained`` a trained Ultralytics YOLOv8n export (made
+batch-dynamic by :func:`batch_dynamic`) on ``--pages`` (an .npz of RGB images per ``"HxW"`` key):
 
 * ``engine-dev``: ``engine.run`` with a device tensor in and device arrays out (the model alone; the target).
-* ``fused-np``: the fused pipeline (:meth:`amdinfer.Pipeline.fuse` with ``image_size``): one pre-stacked
-  uint8 NumPy batch in, detections/top-5 out (``engine.run`` on the fused model, results split per image).
-* ``fused-pinned``: the same, the batch stacked into a pinned buffer (:class:`PinnedStaging`), as
-  ``FusedPipeline.run_batch`` does on a GPU.
-* ``fused-map``: ``FusedPipeline.map`` over a stream of single images (stacking into pinned buffers,
-  ``run_many`` overlapping copies and compute).
-* ``fused-dev``: the fused graph with the uint8 batch already on the device (its compute alone).
-* ``fused-pre-dev``: only the preprocessing fused (raw outputs left on the device).
-* ``fused-dev-nms``/``fused-pinned-nms`` (detector): NMS inside the graph (``nms_mode="offset"``, ORT's CUDA
-  ``NonMaxSuppression``) instead of the default on a GPU (``"host"``: the graph returns the decoded
-  candidates, the ``Nms``/``ScaleBoxes`` stages finish on the host).
+* ``fused-np``/``fused-pinned``: the fused pipeline (:meth:`amdinfer.Pipeline.fuse` with ``image_size``, GPU
+  defaults) on one pre-stacked uint8 batch, pageable or pinned (:class:`PinnedStaging`), to per-image results.
+* ``fused-run_batch``/``fused-map``: ``FusedPipeline.run_batch(list)`` / ``.map(stream)`` (host stacking
+  included).
+* ``fused-dev``: the fused graph with the uint8 batch already on the device; ``fused-dev-exact`` the same with
+  ``resize="exact"``; ``fused-dev-offset``/``fused-pinned-offset`` (detectors) with ORT's CUDA
+  ``NonMaxSuppression`` (``nms_mode="offset"``) instead of the dense NMS; ``fused-pre-dev`` only the
+  preprocessing fused (raw outputs left on the device).
+* parity columns: fused vs stage-by-stage, dense vs offset NMS, fast vs exact resize, candidate counts.
 
-and at batch 1: ``engine.run`` with device IO against the hand-tuned session (IO bound once, CUDA graph),
-and with NumPy IO against a plain ``InferenceSession.run``. Throughput is images/s from the median time per
-call. Results: stdout, and ``pipeline_gpu.md``/``.jsonl`` under ``--out`` (or ``$OUT``).
+and at batch 1: ``engine.run`` with device IO and ``engine.prepare(...)()`` against the hand-tuned session
+(IO bound once, CUDA graph, outputs read in place), with the per-piece timings of ``engine.run`` (yolov8);
+NumPy IO against a plain ``InferenceSession.run``. Throughput is images/s from the median time per call.
+Results: stdout, and ``pipeline_gpu.md``/``.jsonl`` (+ profiles) under ``--out`` (or ``$OUT``).
 
-    python benchmarks/pipeline_gpu.py                 # on a GPU machine with onnxruntime-gpu (+ torch)
+    python benchmarks/pipeline_gpu.py --trained yolov8n-doclaynet.onnx --pages pages.npz   # GPU + torch
     AMDINFER_BENCH_QUICK=1 python benchmarks/pipeline_gpu.py --provider cpu   # smoke run anywhere
 """
 
