@@ -371,18 +371,24 @@ class IoBindingRunner:
         Returns:
             output name -> NumPy array or :class:`DeviceArray`.
         """
-        key = tuple(feeds[n].shape for n in self._input_names)
-        slot = self._direct_slot(key, feeds) if self._graphs else None
-        if slot is None:
-            slot = self._slot_for(key, {n: feeds[n].shape for n in self._input_names})
-        names = self._output_names if outputs is None else list(outputs)
-        on_device = self._wants_device(feeds, outputs_on)
+        slot, names, on_device = self._slot_of(feeds, outputs, outputs_on)
         with slot.lock:
             graph = self._uses_graph(slot, feeds)
             with self._section(graph and slot.outputs is not None and slot.graph_runs < CAPTURE_RUNS):
                 self._load(slot, feeds)
                 self._execute(slot, graph)
                 return self._fetch(slot, names, on_device, graph)
+
+    def _slot_of(
+        self, feeds: Mapping[str, Any], outputs: Sequence[str] | None, outputs_on: str
+    ) -> tuple[_Slot, list[str], bool]:
+        """The slot for these feeds (address-bound when graphs allow), the output names, device outputs or not."""
+        key = tuple(feeds[n].shape for n in self._input_names)
+        slot = self._direct_slot(key, feeds) if self._graphs else None
+        if slot is None:
+            slot = self._slot_for(key, {n: feeds[n].shape for n in self._input_names})
+        names = self._output_names if outputs is None else list(outputs)
+        return slot, names, self._wants_device(feeds, outputs_on)
 
     def prepare(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None, outputs_on: str) -> Any:
         """A callable repeating :meth:`run` for these checked feeds (:func:`._prepared_run.prepared_call`)."""

@@ -19,12 +19,7 @@ def prepared_call(
     as :class:`~amdinfer.engines.PreparedRun` documents); before that, and for host outputs, the calls are
     :meth:`IoBindingRunner.run`'s.
     """
-    key = tuple(feeds[n].shape for n in runner._input_names)
-    slot = runner._direct_slot(key, feeds) if runner._graphs else None
-    if slot is None:
-        slot = runner._slot_for(key, {n: feeds[n].shape for n in runner._input_names})
-    names = runner._output_names if outputs is None else list(outputs)
-    on_device = runner._wants_device(feeds, outputs_on)
+    slot, names, on_device = runner._slot_of(feeds, outputs, outputs_on)
     own: dict[str, Any] = {}
 
     def call() -> dict[str, Any]:
