@@ -100,6 +100,33 @@ class TestLetterbox(PreprocessorContract):
         diff = np.abs(out.data.astype(int) - want.astype(int))
         assert diff.max() <= 1, diff.max()
 
+    @pytest.mark.parametrize(
+        ("channels", "color"),
+        [
+            (None, (114, 114, 114)),
+            (None, (7, 20, 30)),
+            (1, (7,)),
+            (3, (114, 114, 114)),
+            (3, (10, 20, 30)),
+            (4, (10, 20, 30, 40)),
+            (5, (10, 20, 30, 40, 50)),
+            (5, (9,)),
+        ],
+    )
+    @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+    def test_padding_is_the_same_with_opencv_and_numpy(self, channels, color, dtype) -> None:
+        """Both padding paths against a hand-made canvas: the pad colour per channel (its first value for a
+        2-D grey image, as Ultralytics), the content in between."""
+        shape = (30, 40) if channels is None else (30, 40, channels)
+        image = np.random.default_rng(len(shape)).integers(0, 256, shape).astype(dtype)
+        want = np.empty((64, 64, *shape[2:]), dtype)
+        want[...] = color[0] if channels is None else np.broadcast_to(np.asarray(color, dtype), (channels,))
+        want[17:47, 12:52] = image  # ratio 1 (scaleup=False): 34 rows of padding split 17 + 17, 24 columns 12 + 12
+        for backend in ("numpy", "opencv"):
+            out = Letterbox(64, scaleup=False, color=color, backend=backend)(image).data
+            assert out.shape == want.shape and out.dtype == want.dtype, backend
+            np.testing.assert_array_equal(out, want, err_msg=backend)
+
     def test_metadata(self) -> None:
         out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
         assert out.meta["orig_shape"] == (32, 48)
