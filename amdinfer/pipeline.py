@@ -335,7 +335,12 @@ class Pipeline:
 
     # ------------------------------------------------------------------ fusing
     def fuse(
-        self, *, image_size: int | tuple[int, int] | None = None, nms_mode: str = "auto", **load_options: Any
+        self,
+        *,
+        image_size: int | tuple[int, int] | None = None,
+        nms_mode: str = "auto",
+        max_candidates: int = 2048,
+        **load_options: Any,
     ) -> Any:
         """Compile the stages into the model: one ONNX graph from uint8 ``(N, H, W, C)`` images to answers.
 
@@ -348,11 +353,16 @@ class Pipeline:
                 bit-exact with ``cv2.resize``. ``None``: geometry runs on the host (OpenCV when installed) and
                 the graph starts at the canvas, with per-image ``affine``/``orig_shape`` inputs.
             nms_mode: ``"per-class"`` (exact IoUs), ``"offset"`` (Ultralytics' one-pass class offsets),
-                ``"host"`` (the graph ends at the decoded candidates; the pipeline's ``Nms``/``ScaleBoxes``
-                stages finish on the host), or ``"auto"``: on the CPU or the reference engine, offset when the
-                pipeline's ``Nms`` has a ``class_offset`` (the same arithmetic) else per-class; on a GPU, offset
-                (one ``NonMaxSuppression`` class: ORT's CUDA kernel costs ~0.5 ms per image and class; "host"
-                pays off when there are few candidates per image). See :func:`amdinfer.fuse.fuse_model`.
+                ``"dense"`` (the whole batch's greedy NMS as tensor ops, with the ``Nms`` stage's arithmetic:
+                no per-image host syncs), ``"host"`` (the graph ends at the decoded candidates; the
+                pipeline's ``Nms``/``ScaleBoxes`` stages finish on the host), or ``"auto"``: on the CPU or the
+                reference engine, offset when the pipeline's ``Nms`` has a ``class_offset`` (the same
+                arithmetic) else per-class; on ONNX Runtime's CUDA or ROCm EP, dense (ORT's CUDA
+                ``NonMaxSuppression`` syncs with the host per image and class); on MIGraphX, offset. All modes
+                give the stage-by-stage answers (offset: with the ``class_offset`` arithmetic). See
+                :func:`amdinfer.fuse.fuse_model`.
+            max_candidates: ``nms_mode="dense"``: most candidates per image entering NMS (the IoU matrix is
+                ``max_candidates**2`` per image); more are cut to the best ones, with a logged warning.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
                 providers and precision of this pipeline's engine (fp16 converts the model's own nodes only,
                 before fusing: the pre/post-processing stays float32, and the fused engine's
@@ -393,7 +403,14 @@ class Pipeline:
             proto, load_options = self._fused_load_options(proto)
         if nms_mode == "auto":
             nms_mode = _auto_nms_mode(load_options, self._postprocess)
-        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, nms_mode=nms_mode)
+        model = fuse_model(
+            proto,
+            self._preprocess,
+            self._postprocess,
+            image_size=size,
+            nms_mode=nms_mode,
+            max_candidates=max_candidates,
+        )
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
         return FusedPipeline(
@@ -451,7 +468,7 @@ class Pipeline:
 
 def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
     """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
-    stage has a ``class_offset`` else per-class; on a GPU, offset."""
+    stage has a ``class_offset`` else per-class; dense on ORT's CUDA/ROCm EPs; else (MIGraphX) offset."""
     from .postprocess import Nms
 
     providers = [str(p) for p in load_options.get("providers") or ()]
@@ -459,4 +476,8 @@ def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) 
         bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
     )
     offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess)
-    return ("offset" if offset_nms else "per-class") if cpu else "offset"
+    if cpu:
+        return "offset" if offset_nms else "per-class"
+    first = providers[0].lower() if providers else ""
+    dense = load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
+    return "dense" if dense else "offset"

@@ -79,12 +79,63 @@ def pipeline_for(name: str, model: Any, providers: list[str], precision: str) ->
     )
 
 
+def batch_dynamic(proto: Any) -> Any:
+    """A copy of a batch-1 Ultralytics export with a dynamic batch axis (``Reshape`` shapes ``[1, ...]`` ->
+    ``[0, ...]``, i.e. copy the input's batch); checked against per-image runs by ``--cpu-smoke``."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    del m.graph.value_info[:]  # intermediate shapes recorded at batch 1
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    inits = {t.name: t for t in m.graph.initializer}
+    for node in m.graph.node:
+        if node.op_type == "Reshape" and node.input[1] in inits:
+            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
+            if shape.size and shape[0] == 1:
+                shape[0] = 0
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
+    return m
+
+
+def trained_pipeline(path: str, providers: list[str], precision: str) -> amdinfer.Pipeline:
+    """``amdinfer.yolo`` on a trained Ultralytics export made batch-dynamic (its own size, conf 0.25, iou 0.7)."""
+    import onnx
+
+    return amdinfer.yolo(
+        batch_dynamic(onnx.load(path)), backend="ort", providers=providers, precision=precision, channels="RGB"
+    )
+
+
+def profile_calls(fn: Callable[[], Any], n: int) -> str:
+    """cProfile of ``n`` calls: the top functions by own time (where the per-call cost goes)."""
+    import cProfile
+    import io
+    import pstats
+
+    for _ in range(20):
+        fn()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(22)
+    return buf.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--provider", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--out", default=os.environ.get("OUT"))
     p.add_argument("--batch", type=int, default=4 if QUICK else 64)
     p.add_argument("--budget", type=float, default=400.0)
+    p.add_argument("--trained", default=None, help="a trained Ultralytics YOLO export (batch 1 is made dynamic)")
+    p.add_argument("--pages", default=None, help=".npz of uint8 RGB images per size key 'HxW' for --trained")
+    p.add_argument("--only", default=None, help="comma-separated model names to run (yolov8,resnet50,trained)")
     args = p.parse_args(argv)
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -123,12 +174,25 @@ def main(argv: list[str] | None = None) -> int:
     b = args.batch
     sizes = [(48, 64), (60, 100)] if QUICK else [(480, 640), (1080, 1920)]
     rng = np.random.default_rng(0)
-    for name in ("yolov8", "resnet50"):
-        model = models.yolov8(image_size=64 if QUICK else 640) if name == "yolov8" else models.resnet50()
-        pipe = pipeline_for(name, model, [ep], precision)
+    names = ["yolov8", "resnet50"] + (["trained"] if args.trained else [])
+    if args.only:
+        names = [n for n in names if n in args.only.split(",")]
+    pages = dict(np.load(args.pages)) if args.pages else {}
+    for name in names:
+        if name == "trained":
+            pipe = trained_pipeline(args.trained, [ep], precision)
+        else:
+            model = models.yolov8(image_size=64 if QUICK else 640) if name == "yolov8" else models.resnet50()
+            pipe = pipeline_for(name, model, [ep], precision)
         engine = pipe.engine
         in_name = engine.inputs[0].name
-        side = (64 if QUICK else 640) if name == "yolov8" else 224
+        side = (
+            int(engine.inputs[0].shape[-1])
+            if name == "trained"
+            else (64 if QUICK else 640)
+            if name == "yolov8"
+            else 224
+        )
         x = rng.random((b, 3, side, side), dtype=np.float32)
         xd = torch.from_numpy(x).to("cuda") if torch is not None else x
         base: dict[str, Any] = {"model": name, "precision": precision, "batch": b}
@@ -139,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                 record({"model": name, "image": f"{w}x{h}", "skipped": "budget"})
                 continue
             row = {**base, "image": f"{w}x{h}"}
-            images = [rng.integers(0, 256, (h, w, 3), np.uint8) for _ in range(b)]
+            if name == "trained" and f"{h}x{w}" in pages:
+                src = pages[f"{h}x{w}"]
+                images = [np.ascontiguousarray(src[i % len(src)]) for i in range(b)]
+            else:
+                images = [rng.integers(0, 256, (h, w, 3), np.uint8) for _ in range(b)]
             batch = np.stack(images)
             try:
                 fused = pipe.fuse(image_size=(h, w))
@@ -173,16 +241,32 @@ def main(argv: list[str] | None = None) -> int:
             if torch is not None:
                 bd = torch.from_numpy(batch).to("cuda")
                 timed(row, "fused-dev", lambda: fe.run({"images": bd}), b)
-                if name == "yolov8":  # NMS inside the graph (ORT's CUDA NonMaxSuppression), one class-offset pass
+                if name != "resnet50":  # ORT's CUDA NonMaxSuppression (one class-offset pass) instead of "dense"
                     try:
                         off = pipe.fuse(image_size=(h, w), nms_mode="offset")
-                        timed(row, "fused-dev-nms", lambda: off.engine.run({"images": bd}), b)
+                        timed(row, "fused-dev-offset", lambda: off.engine.run({"images": bd}), b)
                         timed(
-                            row, "fused-pinned-nms", lambda: off.results(off.engine.run({"images": pinned}), samples), b
+                            row,
+                            "fused-pinned-offset",
+                            lambda: off.results(off.engine.run({"images": pinned}), samples),
+                            b,
                         )
+                        same = [
+                            (
+                                len(u),
+                                len(v),
+                                float(np.abs(u.boxes - v.boxes).max(initial=0)) if len(u) == len(v) else None,
+                            )
+                            for u, v in zip(fused.run_batch(images[:8]), off.run_batch(images[:8]))
+                        ]
+                        row["dense_vs_offset"] = same
+                        cand = fe.run({"images": pinned}).get("candidates")
+                        if cand is not None:
+                            row["candidates_max"] = int(np.max(cand))
+                            row["candidates_median"] = float(np.median(cand))
                         off.close()
                     except Exception as exc:
-                        row["fused-nms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                        row["fused-offset_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 tuning = fe.info.settings.get("tuning") if hasattr(fe.info, "settings") else None
                 row["fused-tuning"] = str(tuning)[:300]
                 # where the time goes: the preprocessing alone fused (raw model outputs, left on the device)
@@ -198,8 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             # parity on this batch: fused against stage by stage (the host path), first 4 images
             try:
                 a, s = fused.run_batch(images[:4]), pipe.run_batch(images[:4])
-                if name == "yolov8":
+                if name != "resnet50":
                     row["parity_counts"] = [(len(u), len(v)) for u, v in zip(a, s)]
+                    row["parity_max_box_px"] = max(
+                        (float(np.abs(u.boxes - v.boxes).max(initial=0)) for u, v in zip(a, s) if len(u) == len(v)),
+                        default=None,
+                    )
                 else:
                     row["parity_top5_equal"] = all(u.indices.tolist() == v.indices.tolist() for u, v in zip(a, s))
             except Exception as exc:
@@ -239,6 +327,14 @@ def main(argv: list[str] | None = None) -> int:
                 timed(row1, "raw-best", lambda: best.run_with_iobinding(binding), 1)
                 x1d = torch.from_numpy(x1).to("cuda")
                 timed(row1, "engine-dev", lambda: engine.run({in_name: x1d}), 1)
+                if name == "yolov8":
+                    text = profile_calls(lambda: engine.run({in_name: x1d}), 2000)
+                    print(text, flush=True)
+                    if out is not None:
+                        (out / "profile_b1_engine_dev.txt").write_text(text)
+                    text = profile_calls(lambda: best.run_with_iobinding(binding), 2000)
+                    if out is not None:
+                        (out / "profile_b1_raw_best.txt").write_text(text)
             for a, c in (("engine-dev", "raw-best"), ("engine-np", "raw-naive")):
                 if row1.get(a) and row1.get(c):
                     row1[f"{a}/{c}"] = round(row1[a] / row1[c], 3)
@@ -264,8 +360,9 @@ def table(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
         "fused-map",
         "fused-dev",
         "fused-pre-dev",
-        "fused-dev-nms",
-        "fused-pinned-nms",
+        "fused-dev-offset",
+        "fused-pinned-offset",
+        "candidates_median",
         "fused-pinned/engine-dev",
         "fused-map/engine-dev",
         "raw-best",

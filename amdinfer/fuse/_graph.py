@@ -20,22 +20,25 @@ _MIN_OPSET = 13
 _GEOMETRY = (Letterbox, Resize, CenterCrop)
 _MAX_WH = 7680.0
 _META_KEY = "amdinfer.fuse"
-_NMS_MODES = ("per-class", "offset", "host")  # Ultralytics' class offset for class-aware NMS in one pass
+_NMS_MODES = ("per-class", "offset", "dense", "host")
+#: Most candidates per image the ``"dense"`` NMS takes by default (its IoU matrix is k x k per image).
+_MAX_CANDIDATES = 2048
 
 
 # ---------------------------------------------------------------------------------------------- graph builder
 class _Graph:
-    """A tiny ONNX graph builder: every name it makes starts with ``fuse/``."""
+    """A tiny ONNX graph builder: every name it makes starts with ``prefix`` (``fuse/``)."""
 
-    def __init__(self, opset: int) -> None:
+    def __init__(self, opset: int, prefix: str = _PREFIX) -> None:
         self.opset = opset
+        self.prefix = prefix
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._n = 0
 
     def _name(self, hint: str) -> str:
         self._n += 1
-        return f"{_PREFIX}{hint}_{self._n}"
+        return f"{self.prefix}{hint}_{self._n}"
 
     def const(self, value: Any, dtype: Any = None, hint: str = "c") -> str:
         name = self._name(hint)
@@ -55,6 +58,10 @@ class _Graph:
     def slice(self, x: str, start: int, end: int, axis: int) -> str:
         c = self.const
         return self.op("Slice", x, c([start], np.int64), c([end], np.int64), c([axis], np.int64))
+
+    def dims(self, x: str, start: int, end: int) -> str:
+        """``Shape(x)[start:end]`` (``Shape``'s own ``start``/``end`` need opset 15; fused graphs may be 13)."""
+        return self.slice(self.op("Shape", x), start, end, 0)
 
     def gather(self, x: str, index: Any, axis: int) -> str:
         return self.op("Gather", x, self.const(np.asarray(index, np.int64)), axis=axis)

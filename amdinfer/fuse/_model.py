@@ -19,7 +19,7 @@ from ..preprocess import (
     Normalize,
 )
 from ..stages import Postprocessor, Preprocessor
-from ._graph import _GEOMETRY, _META_KEY, _MIN_OPSET, _NMS_MODES, _Graph
+from ._graph import _GEOMETRY, _MAX_CANDIDATES, _META_KEY, _MIN_OPSET, _NMS_MODES, _Graph
 from ._post import _classify_post, _detect_post
 from ._pre import _Pre
 
@@ -55,6 +55,7 @@ def fuse_model(
     image_size: tuple[int, int] | None = None,
     channels: int = 3,
     nms_mode: str = "per-class",
+    max_candidates: int = _MAX_CANDIDATES,
 ) -> onnx.ModelProto:
     """Build the fused ONNX graph: uint8 ``(N, H, W, C)`` images -> preprocessing -> ``model`` -> answers.
 
@@ -73,7 +74,12 @@ def fuse_model(
             by ``class * 7680`` (one pass; the shifted float32 coordinates lose bits, so a pair at the IoU
             threshold can flip); ``"host"``: the graph ends with the decoded candidates above the threshold
             and :class:`FusedPipeline` runs the pipeline's ``Nms`` and ``ScaleBoxes`` stages on them (the
-            stage-by-stage answers exactly; for GPUs, where ORT's NMS kernel costs ~0.5 ms per image).
+            stage-by-stage answers exactly; for GPUs, where ORT's NMS kernel costs ~0.5 ms per image);
+            ``"dense"``: the whole batch's greedy NMS as tensor ops (IoU matrices and a fixed-point ``Loop``;
+            the same answers as the pipeline's ``Nms``, with its class arithmetic; no per-image host syncs:
+            for GPUs). Adds an output ``candidates (N,)``: each image's candidate count.
+        max_candidates: ``"dense"`` only: most candidates per image entering NMS (its IoU matrix is
+            ``max_candidates**2`` per image); an image with more keeps its best ``max_candidates``.
 
     Returns:
         The fused model, checked by ``onnx.checker``; opset raised to 13 when lower.
@@ -92,6 +98,8 @@ def fuse_model(
     """
     if nms_mode not in _NMS_MODES:
         raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
+    if not isinstance(max_candidates, (int, np.integer)) or isinstance(max_candidates, bool) or max_candidates < 1:
+        raise OptionError(f"max_candidates: got {max_candidates!r}, expected an int >= 1")
     model, opset, model_input = _single_input_model(model)
     g = _Graph(opset)
     pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input)
@@ -104,7 +112,7 @@ def fuse_model(
     if not post:
         out_names = [o.name for o in outputs]
     elif kinds in ([YoloDecode, Nms], [YoloDecode, Nms, ScaleBoxes]):
-        out_names, host_post = _fuse_detect(g, post, outputs, pre, inputs, image_size, nms_mode)
+        out_names, host_post = _fuse_detect(g, post, outputs, pre, inputs, image_size, nms_mode, int(max_candidates))
     elif kinds in ([TopK], [Softmax, TopK]):
         out_names = _fuse_classify(g, post, outputs)
     else:
@@ -125,6 +133,8 @@ def fuse_model(
         initializer=list(body.initializer) + g.inits,
     )
     info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
+    if "candidates" in out_names:
+        info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
     return _finish_model(model, graph, opset, info)
 
 
@@ -196,6 +206,7 @@ def _fuse_detect(
     inputs: list[onnx.ValueInfoProto],
     image_size: tuple[int, int] | None,
     nms_mode: str,
+    max_candidates: int = _MAX_CANDIDATES,
 ) -> tuple[list[str], list[str]]:
     """``YoloDecode, Nms[, ScaleBoxes]`` as nodes (adds ``affine``/``orig_shape`` to ``inputs`` when the
     host makes the canvas); returns the output names and the stages left to the host."""
@@ -212,12 +223,12 @@ def _fuse_detect(
             affine = g.op(
                 "Expand",
                 affine,
-                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([4], np.int64), axis=0),
+                g.op("Concat", g.dims("images", 0, 1), g.const([4], np.int64), axis=0),
             )
             orig = g.op(
                 "Expand",
                 orig,
-                g.op("Concat", g.op("Shape", "images", start=0, end=1), g.const([2], np.int64), axis=0),
+                g.op("Concat", g.dims("images", 0, 1), g.const([2], np.int64), axis=0),
             )
         else:
             inputs.append(helper.make_tensor_value_info("affine", TensorProto.FLOAT, ["N", 4]))
@@ -236,6 +247,7 @@ def _fuse_detect(
         affine,
         orig,
         nms_mode,
+        max_candidates,
     )
     return out_names, ([type(t).__name__ for t in post[1:]] if nms_mode == "host" else [])
 
@@ -301,6 +313,7 @@ def _output_infos(names: list[str], body: onnx.GraphProto, k: int | None) -> lis
         "scores": (TensorProto.FLOAT, None),
         "classes": (TensorProto.INT64, ["K"]),
         "batch_index": (TensorProto.INT64, ["K"]),
+        "candidates": (TensorProto.INT64, ["N"]),
         "indices": (TensorProto.INT64, None),
     }
     out = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -13,6 +14,8 @@ from ..errors import InputError, OptionError, StageError
 from ..results import Classification, Detections
 from ..stages import Postprocessor, Preprocessor, Sample
 from ._graph import _META_KEY
+
+log = logging.getLogger("amdinfer")
 
 
 # ---------------------------------------------------------------------------------------------- running it
@@ -77,6 +80,8 @@ class FusedPipeline:
         self._host_post = tuple(host_post)
         raw = next((p.value for p in model.metadata_props if p.key == _META_KEY), None)
         self._fuse_info: dict[str, Any] = json.loads(raw) if raw else {}
+        self._max_candidates: int | None = self._fuse_info.get("max_candidates")
+        self._cap_warned = False
         if self._fuse_info.get("host_post") and not self._host_post:
             raise OptionError(
                 f"host_post: the model leaves {self._fuse_info['host_post']} to the host; pass those stages"
@@ -189,6 +194,7 @@ class FusedPipeline:
                 {k: v[i] for k, v in outputs.items()} if len(outputs) > 1 else next(iter(outputs.values()))[i]
                 for i in range(n)
             ]
+        self._check_candidates(outputs.get("candidates"))
         batch = outputs["batch_index"]
         order = np.argsort(batch, kind="stable")
         bounds = np.searchsorted(batch[order], np.arange(n + 1))
@@ -206,6 +212,20 @@ class FusedPipeline:
             shape = tuple(meta["orig_shape"])
             out.append(Detections(outputs["boxes"][idx], outputs["scores"][idx], classes, labels, shape))
         return out
+
+    def _check_candidates(self, counts: Any) -> None:
+        """Log once when an image had more candidates than the dense NMS took (its best ones were kept)."""
+        if counts is None or self._max_candidates is None or self._cap_warned or not len(counts):
+            return
+        most = int(np.max(counts))
+        if most > self._max_candidates:
+            self._cap_warned = True
+            log.warning(
+                "fused NMS: an image had %d candidates above the confidence threshold; only its best %d entered "
+                "NMS (raise Pipeline.fuse(max_candidates=...) or the threshold; logged once per pipeline)",
+                most,
+                self._max_candidates,
+            )
 
     def _finish(self, index: int, candidates: Detections, meta: dict[str, Any]) -> Detections:
         """Run the host post stages (``Nms``, ``ScaleBoxes``) on one image's decoded candidates."""

@@ -10,7 +10,8 @@ from onnx import TensorProto
 
 from ..errors import OptionError
 from ..postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode, detect_layout
-from ._graph import _MAX_WH, _Graph
+from ._dense_nms import dense_nms
+from ._graph import _MAX_CANDIDATES, _MAX_WH, _Graph
 
 
 # ---------------------------------------------------------------------------------------------- postprocessing
@@ -25,14 +26,16 @@ def _detect_post(
     affine: str | None,
     orig: str | None,
     mode: str,
+    max_candidates: int = _MAX_CANDIDATES,
 ) -> list[str]:
     """YOLO decode + class-aware NonMaxSuppression + max_det + rescale (or, with ``mode="host"``, decode and
-    the confidence filter only: the candidates, in anchor order); returns the output names."""
+    the confidence filter only: the candidates, in anchor order; with ``mode="dense"``, the NMS of
+    :mod:`._dense_nms`); returns the output names."""
     class_offset = mode == "offset"
     cls, boxes = _decode_yolo(g, pred, pred_shape, decode, nms, input_hw)
     best = g.op("ArgMax", cls, axis=2, keepdims=1)  # (N, A, 1): the first best class, as np.argmax
     cls_t = g.op("Transpose", cls, perm=[0, 2, 1])  # (N, nc, A)
-    nc = g.op("Squeeze", g.op("Shape", cls_t, start=1, end=2), g.const([0], np.int64))
+    nc = g.op("Squeeze", g.dims(cls_t, 1, 2), g.const([0], np.int64))
     nc_range = g.op("Range", g.const(0, np.int64), nc, g.const(1, np.int64))
     onehot = g.op(
         "Equal", g.op("Unsqueeze", nc_range, g.const([0, 2], np.int64)), g.op("Transpose", best, perm=[0, 2, 1])
@@ -46,6 +49,23 @@ def _detect_post(
     zero = g.const(0.0, np.float32)
     if mode == "host":
         return _host_candidates(g, cls, best, boxes, decode)
+    if mode == "dense":
+        best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
+        passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
+        if nms.classes is not None:
+            wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, -1))
+            hit = g.op("Cast", g.op("Equal", g.op("Cast", best, to=TensorProto.INT64), wanted), to=TensorProto.INT32)
+            passed = g.op("And", passed, g.op("Cast", g.reduce("ReduceMax", hit, [2], keepdims=0), to=TensorProto.BOOL))
+        b, score, box, klass, count = dense_nms(
+            g, best_score, g.op("Cast", best, to=TensorProto.INT64), boxes, passed, nms, max_candidates
+        )
+        if scale is not None:
+            assert affine is not None and orig is not None
+            box = _scale_back(g, box, b, affine, orig, scale.clip, zero)
+        for name, value in (("boxes", box), ("scores", score), ("classes", klass), ("batch_index", b)):
+            g.op("Identity", value, out=name)
+        g.op("Identity", count, out="candidates")
+        return ["boxes", "scores", "classes", "batch_index", "candidates"]
     # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
     # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
     # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but
@@ -137,7 +157,7 @@ def _keep_max_det(
 ) -> tuple[str, str, str, str]:
     """The first ``max_det`` detections of each image (``b``: image index, sorted by image then score)."""
     # max_det per image: rank within the image = position - first position of the image.
-    n = g.op("Shape", pred, start=0, end=1)
+    n = g.dims(pred, 0, 1)
     images = g.op("Range", g.const(0, np.int64), g.op("Squeeze", n, g.const([0], np.int64)), g.const(1, np.int64))
     before = g.op(
         "Less", g.op("Unsqueeze", b, g.const([1], np.int64)), g.op("Unsqueeze", images, g.const([0], np.int64))
