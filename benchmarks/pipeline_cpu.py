@@ -159,16 +159,7 @@ def side(name: str, model: str, conf: float, iters: int, kind: str = "pages") ->
     else:
         import amdinfer
 
-        source: Any = model
-        if name == "amd-fused":
-            import onnx
-            from onnx import version_converter
-
-            proto = onnx.load(model)
-            if max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) < 15:
-                # amdinfer.fuse raises a model's opset only to 13 but emits Shape(start=, end=) (opset 15)
-                source = version_converter.convert_version(proto, 15)
-        det = amdinfer.yolo(source, conf=conf, iou=0.7, channels="RGB", fuse=name == "amd-fused", backend="ort")
+        det = amdinfer.yolo(model, conf=conf, iou=0.7, channels="RGB", fuse=name == "amd-fused", backend="ort")
         if name == "amd-engine":
             engine = det.engine
             feeds = [det._preprocess_one(0, im).data[None] for im in images_]
