@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError, OptionError
 from ..stages import Preprocessor, compose_affine
-from ._common import _flag, _hw, _image, _record_geometry, _resize, _resize_backend, _use_opencv
+from ._common import _flag, _hw, _image, _import, _record_geometry, _resize, _resize_backend, _use_opencv
 
 __all__ = ["CenterCrop", "Letterbox", "LetterboxGeometry", "Resize", "letterbox_geometry"]
 
@@ -186,8 +186,7 @@ def _pad(content: np.ndarray, pads: tuple[int, int, int, int], fill: np.ndarray,
     shape = (h + top + bottom, w + left + right, *content.shape[2:])
     channels = content.shape[2] if content.ndim == 3 else 1
     if opencv and content.dtype in (np.uint8, np.float32) and channels <= 4:
-        import cv2
-
+        cv2 = _import("cv2")
         border = [float(v) for v in np.broadcast_to(fill, (channels,))] + [0.0] * (4 - channels)
         out = cv2.copyMakeBorder(content, top, bottom, left, right, cv2.BORDER_CONSTANT, value=border)
         return np.asarray(out).reshape(shape)

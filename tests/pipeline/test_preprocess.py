@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from stage_contract import StageContract
@@ -69,6 +73,41 @@ class PreprocessorContract(StageContract):
         assert sample.meta == {"orig_shape": (99, 99), "tag": 1}
         np.testing.assert_array_equal(image, before)
         assert out.meta["tag"] == 1
+
+
+_FIRST_IMPORT_RACE = textwrap.dedent(
+    """
+    import threading, numpy as np
+    from amdinfer.preprocess import Letterbox
+    barrier, errors = threading.Barrier(4), []
+    def work():
+        barrier.wait()
+        try:
+            for _ in range(3):
+                Letterbox(64)(np.zeros((30, 40, 3), np.uint8))
+        except Exception as exc:
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(errors)
+    """
+)
+
+
+def test_first_opencv_import_from_several_threads() -> None:
+    """``Pipeline.map``'s workers letterbox at once in a fresh process: OpenCV's first import replaces its own
+    ``sys.modules`` entry, and a concurrent lookup used to fail with ``ValueError: cv2.__spec__ is None``
+    (in 2 of 3 fresh processes here before the fix). Three fresh interpreters, run side by side."""
+    pytest.importorskip("cv2")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _FIRST_IMPORT_RACE], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == "[]", out.decode()
 
 
 class TestLetterbox(PreprocessorContract):
