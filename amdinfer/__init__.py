@@ -17,6 +17,7 @@ from typing import Any
 
 from ._load import load
 from .engines._dlpack import DeviceArray
+from .engines._prepared import PreparedRun
 from .engines.base import Engine, EngineInfo
 from .engines.registry import backend_names, register_backend
 from .errors import (
@@ -47,6 +48,7 @@ __all__ = [
     "ModelError",
     "ModelSource",
     "OptionError",
+    "PreparedRun",
     "ShapeBounds",
     "StageError",
     "TensorSpec",

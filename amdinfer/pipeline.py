@@ -340,6 +340,7 @@ class Pipeline:
         image_size: int | tuple[int, int] | None = None,
         nms_mode: str = "auto",
         max_candidates: int = 2048,
+        resize: str = "auto",
         **load_options: Any,
     ) -> Any:
         """Compile the stages into the model: one ONNX graph from uint8 ``(N, H, W, C)`` images to answers.
@@ -361,6 +362,11 @@ class Pipeline:
                 ``NonMaxSuppression`` syncs with the host per image and class); on MIGraphX, offset. All modes
                 give the stage-by-stage answers (offset: with the ``class_offset`` arithmetic). See
                 :func:`amdinfer.fuse.fuse_model`.
+            resize: in-graph ``Letterbox``/``Resize`` (with ``image_size``): ``"exact"`` (bit-exact with
+                ``cv2.resize``, int32 arithmetic), ``"fast"`` (one ONNX ``Resize``, within 1 of OpenCV), or
+                ``"auto"``: on ONNX Runtime's CUDA/ROCm EPs, fast for resized images of 200,000 pixels and
+                more (YOLO's 1024x768: 1.5x the exact form's rate on an H200), exact below (ResNet's 256-pixel
+                side, where exact is faster); exact elsewhere. See :func:`amdinfer.fuse.fuse_model`.
             max_candidates: ``nms_mode="dense"``: most candidates per image entering NMS (the IoU matrix is
                 ``max_candidates**2`` per image); more are cut to the best ones, with a logged warning.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
@@ -401,16 +407,11 @@ class Pipeline:
         proto = self._engine.model.proto
         if not load_options:
             proto, load_options = self._fused_load_options(proto)
-        if nms_mode == "auto":
-            nms_mode = _auto_nms_mode(load_options, self._postprocess)
-        model = fuse_model(
-            proto,
-            self._preprocess,
-            self._postprocess,
-            image_size=size,
-            nms_mode=nms_mode,
-            max_candidates=max_candidates,
-        )
+        nms_mode = _auto_nms_mode(load_options, self._postprocess) if nms_mode == "auto" else nms_mode
+        _check_nms_backend(load_options, nms_mode, self._postprocess)
+        resize = _auto_resize(load_options) if resize == "auto" else resize
+        modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
+        model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
         return FusedPipeline(
@@ -466,6 +467,27 @@ class Pipeline:
         return "\n".join(lines)
 
 
+def _check_nms_backend(load_options: Mapping[str, Any], nms_mode: str, postprocess: Sequence[Any]) -> None:
+    """In-graph NMS is refused on MIGraphX (it pads data-dependent outputs)."""
+    from .postprocess import Nms
+
+    if (
+        load_options.get("backend") == "migraphx"
+        and nms_mode != "host"
+        and any(isinstance(s, Nms) for s in postprocess)
+    ):
+        raise OptionError(
+            f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
+            "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
+            "padding as detections; use nms_mode='host' (the default there)"
+        )
+
+
+def _auto_resize(load_options: Mapping[str, Any]) -> str:
+    """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
+    return "auto" if _auto_nms_mode(load_options, ()) == "dense" else "exact"
+
+
 def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
     """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
     stage has a ``class_offset`` else per-class; dense on ORT's CUDA/ROCm EPs; else (MIGraphX) offset."""
@@ -479,5 +501,7 @@ def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) 
     if cpu:
         return "offset" if offset_nms else "per-class"
     first = providers[0].lower() if providers else ""
+    if load_options.get("backend") == "migraphx" or "migraphx" in first:
+        return "host"  # MIGraphX pads NonMaxSuppression/NonZero outputs to static shapes
     dense = load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
     return "dense" if dense else "offset"

@@ -7,6 +7,7 @@ Example:
 """
 
 from ._dlpack import DeviceArray, DeviceFeed, DlpackOnly, device_feed, register_device_value
+from ._prepared import PreparedRun
 from .base import Engine, EngineInfo
 from .registry import backend_names, get_backend, register_backend
 
@@ -16,6 +17,7 @@ __all__ = [
     "DlpackOnly",
     "Engine",
     "EngineInfo",
+    "PreparedRun",
     "backend_names",
     "device_feed",
     "get_backend",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, final
 
 import numpy as np
@@ -31,6 +31,7 @@ from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
 from ._checks import FeedChecks, Feeds, OutputSelection
 from ._info import EngineInfo
+from ._prepared import PreparedRun, check_bound_in_place
 
 __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
 
@@ -269,6 +270,48 @@ class Engine(FeedChecks, abc.ABC):
         """
         self._check_run_many(outputs, prefetch)
         return (self.run(batch, outputs=outputs) for batch in batches)
+
+    def prepare(self, feeds: Feeds, *, outputs: OutputSelection = None) -> PreparedRun:
+        """Check and bind a run once; the returned callable reruns it on the feeds' current contents.
+
+        For loops that feed the same buffers again and again (a camera frame, a batch-1 server): the checks,
+        output selection and, on a GPU, the binding of device buffers and the CUDA graph capture happen here,
+        once; each call then costs the model's own run plus a few microseconds. Update the inputs in place
+        between calls. See :class:`~amdinfer.engines.PreparedRun` for the lifetime of device outputs.
+
+        Args:
+            feeds: as for :meth:`run`; NumPy arrays must be C-contiguous (the run must read their memory).
+            outputs: as for :meth:`run`.
+
+        Returns:
+            A :class:`~amdinfer.engines.PreparedRun`.
+
+        Raises:
+            EngineClosedError: the engine was closed.
+            InputError: a feed fails :meth:`run`'s checks, or is a non-contiguous array.
+
+        Example:
+            >>> import numpy as np, amdinfer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> engine = amdinfer.load(tiny_cnn(), backend="reference")
+            >>> x = np.ones((2, 3, 32, 32), np.float32)
+            >>> step = engine.prepare(x)
+            >>> step()["logits"].shape, step.inputs
+            ((2, 10), ['input'])
+        """
+        if self._closed:
+            raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
+        given = feeds if isinstance(feeds, Mapping) else dict(zip(self._input_names[:1], [feeds]))
+        checked = self._check_feeds(feeds)
+        check_bound_in_place(given, checked)
+        names = self._select_outputs(outputs)
+        return PreparedRun(self, self._prepared_call(checked, names), list(checked), names or list(self._output_names))
+
+    def _prepared_call(self, feeds: dict[str, Any], outputs: list[str] | None) -> Callable[[], dict[str, Any]]:
+        """Backend hook of :meth:`prepare`: a callable running checked feeds (default: ``_run`` each time)."""
+        if self._buckets:
+            return lambda: self._run_bucketed(feeds, outputs)
+        return lambda: self._run(feeds, outputs)
 
     def _check_run_many(self, outputs: OutputSelection, prefetch: Any) -> list[str] | None:
         """The checks :meth:`run_many` makes at the call (state, ``prefetch``, ``outputs``)."""

@@ -21,7 +21,7 @@ from ..preprocess import (
 from ..stages import Postprocessor, Preprocessor
 from ._graph import _GEOMETRY, _MAX_CANDIDATES, _META_KEY, _MIN_OPSET, _NMS_MODES, _Graph
 from ._post import _classify_post, _detect_post
-from ._pre import _Pre
+from ._pre import _RESIZE_MODES, _Pre
 
 
 # ---------------------------------------------------------------------------------------------- the fused model
@@ -56,6 +56,7 @@ def fuse_model(
     channels: int = 3,
     nms_mode: str = "per-class",
     max_candidates: int = _MAX_CANDIDATES,
+    resize: str = "exact",
 ) -> onnx.ModelProto:
     """Build the fused ONNX graph: uint8 ``(N, H, W, C)`` images -> preprocessing -> ``model`` -> answers.
 
@@ -78,6 +79,11 @@ def fuse_model(
             ``"dense"``: the whole batch's greedy NMS as tensor ops (IoU matrices and a fixed-point ``Loop``;
             the same answers as the pipeline's ``Nms``, with its class arithmetic; no per-image host syncs:
             for GPUs). Adds an output ``candidates (N,)``: each image's candidate count.
+        resize: how ``Letterbox``/``Resize`` resize in the graph: ``"exact"``, int32 arithmetic bit-exact with
+            ``cv2.resize(INTER_LINEAR)`` on uint8 (about a dozen full-size int32 tensor ops); ``"fast"``, one
+            ONNX ``Resize`` (linear, ``half_pixel``) on uint8, the same sampling in floating point: values within
+            1 of OpenCV's (like the NumPy kernel), cheaper on a GPU for large outputs; ``"auto"``, fast for
+            resized images of 200,000 pixels and more (e.g. 1024x576), exact below (measured on an H200).
         max_candidates: ``"dense"`` only: most candidates per image entering NMS (its IoU matrix is
             ``max_candidates**2`` per image); an image with more keeps its best ``max_candidates``.
 
@@ -96,13 +102,10 @@ def fuse_model(
         >>> [(o.name, _dims(o)) for o in m.graph.output]
         [('scores', ['N', 3]), ('indices', ['N', 3])]
     """
-    if nms_mode not in _NMS_MODES:
-        raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
-    if not isinstance(max_candidates, (int, np.integer)) or isinstance(max_candidates, bool) or max_candidates < 1:
-        raise OptionError(f"max_candidates: got {max_candidates!r}, expected an int >= 1")
+    _check_modes(nms_mode, resize, max_candidates)
     model, opset, model_input = _single_input_model(model)
     g = _Graph(opset)
-    pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input)
+    pre, inputs = _fuse_pre(g, preprocess, image_size, channels, model_input, resize)
     pre_out = pre.x
     body = _rewired_body(model.graph, model_input.name, pre_out)
     outputs = list(body.output)
@@ -120,22 +123,44 @@ def fuse_model(
             f"fuse: postprocessing {[k.__name__ for k in kinds]} has no fused form; fusable: YoloDecode, Nms"
             "[, ScaleBoxes] or [Softmax,] TopK, or none"
         )
+    graph = _assemble(g, model, body, pre_out, inputs, out_names, post)
+    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
+    if "candidates" in out_names:
+        info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
+    return _finish_model(model, graph, opset, info)
+
+
+def _assemble(
+    g: _Graph,
+    model: onnx.ModelProto,
+    body: onnx.GraphProto,
+    pre_out: str,
+    inputs: list[onnx.ValueInfoProto],
+    out_names: list[str],
+    post: list[Postprocessor],
+) -> onnx.GraphProto:
+    """The fused graph: preprocessing nodes, the model's body, postprocessing nodes, in dependency order."""
     nodes = _toposort(
         list(g.nodes[: _count_pre(g, pre_out)]) + list(body.node) + list(g.nodes[_count_pre(g, pre_out) :]),
         {i.name for i in inputs} | {t.name for t in body.initializer} | {t.name for t in g.inits},
     )
     outputs_vi = _output_infos(out_names, body, post[-1].k if post and isinstance(post[-1], TopK) else None)
-    graph = helper.make_graph(
+    return helper.make_graph(
         nodes,
         f"{model.graph.name or 'model'}_fused",
         inputs,
         outputs_vi,
         initializer=list(body.initializer) + g.inits,
     )
-    info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
-    if "candidates" in out_names:
-        info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
-    return _finish_model(model, graph, opset, info)
+
+
+def _check_modes(nms_mode: str, resize: str, max_candidates: Any) -> None:
+    if nms_mode not in _NMS_MODES:
+        raise OptionError(f"nms_mode: got {nms_mode!r}, expected one of {_NMS_MODES}")
+    if resize not in _RESIZE_MODES:
+        raise OptionError(f"resize: got {resize!r}, expected one of {_RESIZE_MODES}")
+    if not isinstance(max_candidates, (int, np.integer)) or isinstance(max_candidates, bool) or max_candidates < 1:
+        raise OptionError(f"max_candidates: got {max_candidates!r}, expected an int >= 1")
 
 
 def _rewired_body(graph: onnx.GraphProto, old: str, new: str) -> onnx.GraphProto:
@@ -172,6 +197,7 @@ def _fuse_pre(
     image_size: tuple[int, int] | None,
     channels: int,
     model_input: onnx.ValueInfoProto,
+    resize: str = "exact",
 ) -> tuple[_Pre, list[onnx.ValueInfoProto]]:
     """The preprocessing nodes from the ``images`` input, checked against the model input; and the graph inputs."""
     _, graph_stages = split_host_stages(preprocess, image_size)
@@ -180,7 +206,7 @@ def _fuse_pre(
         inputs = [helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", h, w, channels])]
     else:
         inputs = [helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", "H", "W", channels])]
-    pre = _Pre(g, "images", None if image_size is None else (int(image_size[0]), int(image_size[1])))
+    pre = _Pre(g, "images", None if image_size is None else (int(image_size[0]), int(image_size[1])), resize)
     for stage in graph_stages:
         pre.add(stage)
     pre.finish()
@@ -314,6 +340,10 @@ def _output_infos(names: list[str], body: onnx.GraphProto, k: int | None) -> lis
         "classes": (TensorProto.INT64, ["K"]),
         "batch_index": (TensorProto.INT64, ["K"]),
         "candidates": (TensorProto.INT64, ["N"]),
+        "candidate_boxes": (TensorProto.FLOAT, ["N", "A", 4]),
+        "candidate_scores": (TensorProto.FLOAT, ["N", "A"]),
+        "candidate_classes": (TensorProto.INT64, ["N", "A"]),
+        "candidate_mask": (TensorProto.BOOL, ["N", "A"]),
         "indices": (TensorProto.INT64, None),
     }
     out = []

@@ -99,7 +99,9 @@ class FusedPipeline:
         self._inputs = [i.name for i in engine.inputs]
         self._outputs = [o.name for o in engine.outputs]
         self._kind = (
-            "detect"
+            "candidates"
+            if "candidate_mask" in self._outputs
+            else "detect"
             if "batch_index" in self._outputs
             else "classify"
             if self._outputs == ["scores", "indices"]
@@ -194,6 +196,8 @@ class FusedPipeline:
                 {k: v[i] for k, v in outputs.items()} if len(outputs) > 1 else next(iter(outputs.values()))[i]
                 for i in range(n)
             ]
+        if self._kind == "candidates":
+            return [self._finish_candidates(i, outputs, s.meta) for i, s in enumerate(samples)]
         self._check_candidates(outputs.get("candidates"))
         batch = outputs["batch_index"]
         order = np.argsort(batch, kind="stable")
@@ -204,14 +208,20 @@ class FusedPipeline:
             classes = outputs["classes"][idx]
             labels = None if self._labels is None else [self._labels[int(c)] for c in classes]
             meta = samples[i].meta
-            if self._host_post:
-                out.append(
-                    self._finish(i, Detections(outputs["boxes"][idx], outputs["scores"][idx], classes, labels), meta)
-                )
-                continue
             shape = tuple(meta["orig_shape"])
             out.append(Detections(outputs["boxes"][idx], outputs["scores"][idx], classes, labels, shape))
         return out
+
+    def _finish_candidates(self, index: int, outputs: dict[str, Any], meta: dict[str, Any]) -> Detections:
+        """``nms_mode="host"``: image ``index``'s candidates (the masked anchors, in anchor order) through the
+        host post stages."""
+        keep = np.flatnonzero(np.asarray(outputs["candidate_mask"][index]))
+        classes = np.asarray(outputs["candidate_classes"][index])[keep]
+        labels = None if self._labels is None else [self._labels[int(c)] for c in classes]
+        boxes = np.asarray(outputs["candidate_boxes"][index])[keep]
+        return self._finish(
+            index, Detections(boxes, np.asarray(outputs["candidate_scores"][index])[keep], classes, labels), meta
+        )
 
     def _check_candidates(self, counts: Any) -> None:
         """Log once when an image had more candidates than the dense NMS took (its best ones were kept)."""

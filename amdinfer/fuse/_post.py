@@ -50,22 +50,8 @@ def _detect_post(
     if mode == "host":
         return _host_candidates(g, cls, best, boxes, decode)
     if mode == "dense":
-        best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
-        passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
-        if nms.classes is not None:
-            wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, -1))
-            hit = g.op("Cast", g.op("Equal", g.op("Cast", best, to=TensorProto.INT64), wanted), to=TensorProto.INT32)
-            passed = g.op("And", passed, g.op("Cast", g.reduce("ReduceMax", hit, [2], keepdims=0), to=TensorProto.BOOL))
-        b, score, box, klass, count = dense_nms(
-            g, best_score, g.op("Cast", best, to=TensorProto.INT64), boxes, passed, nms, max_candidates
-        )
-        if scale is not None:
-            assert affine is not None and orig is not None
-            box = _scale_back(g, box, b, affine, orig, scale.clip, zero)
-        for name, value in (("boxes", box), ("scores", score), ("classes", klass), ("batch_index", b)):
-            g.op("Identity", value, out=name)
-        g.op("Identity", count, out="candidates")
-        return ["boxes", "scores", "classes", "batch_index", "candidates"]
+        scaling = None if scale is None else (scale, affine, orig)
+        return _dense_post(g, cls, best, boxes, decode, nms, scaling, max_candidates)
     # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
     # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
     # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but
@@ -108,6 +94,34 @@ def _detect_post(
     return ["boxes", "scores", "classes", "batch_index"]
 
 
+def _dense_post(
+    g: _Graph,
+    cls: str,
+    best: str,
+    boxes: str,
+    decode: YoloDecode,
+    nms: Nms,
+    scaling: tuple[ScaleBoxes, str | None, str | None] | None,
+    max_candidates: int,
+) -> list[str]:
+    """``mode="dense"``: the confidence and class filters, :func:`._dense_nms.dense_nms`, the rescale."""
+    best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
+    passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
+    if nms.classes is not None:
+        wanted = g.const(np.asarray(nms.classes, np.int64).reshape(1, 1, -1))
+        hit = g.op("Cast", g.op("Equal", best, wanted), to=TensorProto.INT32)  # (N, A, k)
+        passed = g.op("And", passed, g.op("Cast", g.reduce("ReduceMax", hit, [2], keepdims=0), to=TensorProto.BOOL))
+    b, score, box, klass, count = dense_nms(g, best_score, best, boxes, passed, nms, max_candidates)
+    if scaling is not None:
+        scale, affine, orig = scaling
+        assert affine is not None and orig is not None
+        box = _scale_back(g, box, b, affine, orig, scale.clip, g.const(0.0, np.float32))
+    for name, value in (("boxes", box), ("scores", score), ("classes", klass), ("batch_index", b)):
+        g.op("Identity", value, out=name)
+    g.op("Identity", count, out="candidates")
+    return ["boxes", "scores", "classes", "batch_index", "candidates"]
+
+
 def _decode_yolo(
     g: _Graph, pred: str, pred_shape: Sequence[Any], decode: YoloDecode, nms: Nms, input_hw: tuple[int, int] | None
 ) -> tuple[str, str]:
@@ -137,19 +151,18 @@ def _decode_yolo(
 
 
 def _host_candidates(g: _Graph, cls: str, best: str, boxes: str, decode: YoloDecode) -> list[str]:
-    """``nms_mode="host"``: the candidates above the confidence threshold, in anchor order."""
-    # The candidates YoloDecode gives, in anchor order: NMS, max_det and the rescale run on the host with the
-    # Nms/ScaleBoxes stages themselves (ORT's CUDA NonMaxSuppression costs ~0.5 ms per image).
+    """``nms_mode="host"``: every anchor's box, best score and class, and the mask of the candidates above the
+    confidence threshold; :class:`FusedPipeline` takes the masked ones in anchor order (as ``YoloDecode`` gives
+    them) and runs the pipeline's ``Nms``/``ScaleBoxes`` stages on them.
+
+    Static shapes only (no ``NonZero``): MIGraphX pads data-dependent outputs to a fixed size with zeros.
+    """
     best_score = g.reduce("ReduceMax", cls, [2], keepdims=0)  # (N, A)
-    passed = g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32))
-    idx = g.op("Transpose", g.op("NonZero", passed), perm=[1, 0])  # (K, 2): image, anchor
-    b = g.op("Reshape", g.slice(idx, 0, 1, 1), g.const([-1], np.int64))
-    flat_best = g.op("Reshape", g.op("Cast", best, to=TensorProto.INT64), g.op("Shape", best_score))
-    g.op("Identity", g.op("GatherND", boxes, idx), out="boxes")
-    g.op("Identity", g.op("GatherND", best_score, idx), out="scores")
-    g.op("Identity", g.op("GatherND", flat_best, idx), out="classes")
-    g.op("Identity", b, out="batch_index")
-    return ["boxes", "scores", "classes", "batch_index"]
+    g.op("Greater", best_score, g.const(decode.conf_threshold, np.float32), out="candidate_mask")
+    g.op("Identity", boxes, out="candidate_boxes")
+    g.op("Identity", best_score, out="candidate_scores")
+    g.op("Squeeze", best, g.const([2], np.int64), out="candidate_classes")
+    return ["candidate_boxes", "candidate_scores", "candidate_classes", "candidate_mask"]
 
 
 def _keep_max_det(

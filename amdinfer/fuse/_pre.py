@@ -51,10 +51,28 @@ def _resize_cv2(g: _Graph, x: str, hw: tuple[int, int], new_hw: tuple[int, int])
     return g.op("Div", total, c(4, np.int32))
 
 
+def _resize_onnx(g: _Graph, x: str, new_hw: tuple[int, int]) -> str:
+    """Bilinear resize of a float32 NCHW tensor of whole pixel values with one ONNX ``Resize``
+    (``half_pixel``, no antialiasing: the sampling of ``cv2.resize(INTER_LINEAR)``, in floating point),
+    rounded to whole values: within 1 of OpenCV's uint8 result."""
+    sizes = g.op("Concat", g.dims(x, 0, 2), g.const(list(new_hw), np.int64), axis=0)
+    resized = g.op("Resize", x, "", "", sizes, mode="linear", coordinate_transformation_mode="half_pixel")
+    return g.op("Round", resized)
+
+
+_RESIZE_MODES = ("exact", "fast", "auto")
+#: ``resize="auto"``: the one-``Resize`` form from this output size up. Measured on an H200 (ORT 1.31 CUDA EP,
+#: batch 64; docs/performance.md): the exact form's dozen int32 ops scale with the output and lose from
+#: 590k pixels up (1024x576: 1.38x slower, 1024x768: 1.54x), tie at 307k (640x480), win below 120k
+#: (ResNet's 455x256 and 341x256: the fast form's float copy of the whole source costs more there).
+_FAST_RESIZE_PIXELS = 200_000
+
+
 class _Pre:
     """Compiles the preprocessing stages; tracks the layout (channel axis) and dtype of the running tensor."""
 
-    def __init__(self, g: _Graph, x: str, hw: tuple[int, int] | None) -> None:
+    def __init__(self, g: _Graph, x: str, hw: tuple[int, int] | None, resize: str = "exact") -> None:
+        self.resize = resize
         self.g = g
         self.x = x
         self.hw = hw  # (H, W) while geometry is still in the graph; None once it is not known
@@ -63,6 +81,9 @@ class _Pre:
         self.affine = (1.0, 1.0, 0.0, 0.0)
         self.orig_hw = hw
         self.pixels = True  # the values are still whole uint8 pixel values (in uint8, int32 or float32)
+        # resize="fast": geometry runs on a float32 NCHW copy (ORT's CUDA Resize scales the innermost axes)
+        # while the stages still see HWC; HwcToChw then costs nothing, and finish() transposes back if needed.
+        self.hwc_as_chw = False
 
     def _int32(self) -> None:
         if self.dtype != np.int32:
@@ -83,28 +104,55 @@ class _Pre:
                 f"fuse: {type(stage).__name__} after a non-geometric stage cannot run in the graph without "
                 "image_size; pass image_size=(H, W) or move it first"
             )
-        if self.channel_axis != 3:
+        if self.channel_axis != 3 and not self.hwc_as_chw:
             raise OptionError(f"fuse: {type(stage).__name__} after HwcToChw cannot be fused (it expects HWC)")
-        self._int32()
         g, (h, w) = self.g, self.hw
         if isinstance(stage, Letterbox):
+            new_hw: tuple[int, int] = letterbox_geometry((h, w), stage).resized
+        elif isinstance(stage, Resize):
+            new_hw = stage.target(h, w)
+        else:
+            new_hw = (h, w)
+        fast = self.resize == "fast" or (
+            self.resize == "auto" and new_hw != (h, w) and new_hw[0] * new_hw[1] >= _FAST_RESIZE_PIXELS
+        )
+        if fast and not self.hwc_as_chw and self.dtype == np.uint8:
+            self.x = g.op("Cast", g.op("Transpose", self.x, perm=[0, 3, 1, 2]), to=TensorProto.FLOAT)
+            self.dtype, self.channel_axis, self.hwc_as_chw = np.dtype(np.float32), 1, True
+        if not self.hwc_as_chw:
+            self._int32()
+        hw_axes = [2, 3] if self.hwc_as_chw else [1, 2]
+
+        def resize(new_hw: tuple[int, int]) -> str:
+            if tuple(new_hw) == (h, w):
+                return self.x
+            return _resize_onnx(g, self.x, new_hw) if self.hwc_as_chw else _resize_cv2(g, self.x, (h, w), new_hw)
+
+        if isinstance(stage, Letterbox):
             geo = letterbox_geometry((h, w), stage)
-            self.x = _resize_cv2(g, self.x, (h, w), geo.resized)
+            self.x = resize(geo.resized)
             if any(geo.pads):
                 if len(set(stage.color)) != 1:
                     raise OptionError(f"fuse: Letterbox(color={stage.color}) must use one value for every channel")
                 top, bottom, left, right = geo.pads
-                pads = g.const([0, top, left, 0, 0, bottom, right, 0], np.int64)
+                pads = [0, 0, 0, 0, 0, 0, 0, 0]
+                pads[hw_axes[0]], pads[hw_axes[1]], pads[4 + hw_axes[0]], pads[4 + hw_axes[1]] = (
+                    top,
+                    left,
+                    bottom,
+                    right,
+                )
                 # Pad in float32 (whole numbers, exact): ORT's CUDA EP has no int32 Pad and would run it on the CPU.
-                self.x = g.op("Cast", self.x, to=TensorProto.FLOAT)
-                self.dtype = np.dtype(np.float32)
+                if self.dtype != np.float32:
+                    self.x = g.op("Cast", self.x, to=TensorProto.FLOAT)
+                    self.dtype = np.dtype(np.float32)
                 fill = g.const(float(round(stage.color[0])), np.float32)
-                self.x = g.op("Pad", self.x, pads, fill, mode="constant")
+                self.x = g.op("Pad", self.x, g.const(pads, np.int64), fill, mode="constant")
             sx, sy, tx, ty = geo.affine
             self.hw = geo.shape
         elif isinstance(stage, Resize):
             th, tw = stage.target(h, w)
-            self.x = _resize_cv2(g, self.x, (h, w), (th, tw))
+            self.x = resize((th, tw))
             sx, sy, tx, ty = tw / w, th / h, 0.0, 0.0
             self.hw = (th, tw)
         else:
@@ -115,7 +163,7 @@ class _Pre:
             top, left = round((h - th) / 2.0), round((w - tw) / 2.0)
             c = g.const
             self.x = g.op(
-                "Slice", self.x, c([top, left], np.int64), c([top + th, left + tw], np.int64), c([1, 2], np.int64)
+                "Slice", self.x, c([top, left], np.int64), c([top + th, left + tw], np.int64), c(hw_axes, np.int64)
             )
             sx, sy, tx, ty = 1.0, 1.0, -float(left), -float(top)
             self.hw = (th, tw)
@@ -129,7 +177,10 @@ class _Pre:
         elif isinstance(stage, BgrToRgb):
             self.x = g.gather(self.x, [2, 1, 0], self.channel_axis)
         elif isinstance(stage, HwcToChw):
-            self.x = g.op("Transpose", self.x, perm=[0, 3, 1, 2])
+            if self.hwc_as_chw:
+                self.hwc_as_chw = False  # the tensor is NCHW already
+            else:
+                self.x = g.op("Transpose", self.x, perm=[0, 3, 1, 2])
             self.channel_axis = 1
         elif isinstance(stage, Normalize):
             self._float()
@@ -163,6 +214,9 @@ class _Pre:
             )
 
     def finish(self) -> None:
+        if self.hwc_as_chw:  # no HwcToChw followed the fast geometry: back to the HWC the stages produce
+            self.x = self.g.op("Transpose", self.x, perm=[0, 2, 3, 1])
+            self.channel_axis, self.hwc_as_chw = 3, False
         if self.pixels and self.dtype != np.uint8:  # geometry only: the model takes what the host path gives
             self.x = self.g.op("Cast", self.x, to=TensorProto.UINT8)
             self.dtype = np.dtype(np.uint8)

@@ -198,8 +198,8 @@ class TestPipeline:
     [
         ({"backend": "ort", "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}, "dense"),
         ({"backend": "ort", "providers": ["ROCMExecutionProvider"]}, "dense"),
-        ({"backend": "ort", "providers": ["MIGraphXExecutionProvider"]}, "offset"),
-        ({"backend": "migraphx"}, "offset"),
+        ({"backend": "ort", "providers": ["MIGraphXExecutionProvider"]}, "host"),
+        ({"backend": "migraphx"}, "host"),
         ({"backend": "ort", "providers": ["CPUExecutionProvider"]}, "per-class"),
         ({"backend": "reference"}, "per-class"),
     ],

@@ -384,6 +384,12 @@ class IoBindingRunner:
                 self._execute(slot, graph)
                 return self._fetch(slot, names, on_device, graph)
 
+    def prepare(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None, outputs_on: str) -> Any:
+        """A callable repeating :meth:`run` for these checked feeds (:func:`._prepared_run.prepared_call`)."""
+        from ._prepared_run import prepared_call
+
+        return prepared_call(self, feeds, outputs, outputs_on)
+
     def _section(self, may_capture: bool) -> Any:
         """The :class:`CaptureGate` section a run takes: alone when it may capture a graph, else shared."""
         if self._dev == "cpu" and not self._graphs:

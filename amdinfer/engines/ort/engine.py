@@ -387,6 +387,12 @@ class OrtEngine(Engine):
             batches, self._check_feeds, names, self._options.datapath.outputs_on, int(prefetch)
         )
 
+    def _prepared_call(self, feeds: dict[str, Any], outputs: list[str] | None) -> Any:
+        plain = outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs))
+        if self._runner is None or self._buckets or plain:
+            return super()._prepared_call(feeds, outputs)
+        return self._runner.prepare(feeds, outputs, self._options.datapath.outputs_on)
+
     def _accepts_device_tensor(self, value: Any) -> bool:
         return True  # _device_feed decides: host DLPack -> NumPy view, device tensor -> bound (or an error)
 

@@ -1,0 +1,43 @@
+"""``engine.prepare`` on an IO-bound ONNX Runtime engine: the slot found once, graph outputs handed out as is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._dlpack import DeviceArray
+from ._capture import CAPTURE_RUNS
+
+
+def prepared_call(
+    runner: Any, feeds: Mapping[str, Any], outputs: Sequence[str] | None, outputs_on: str
+) -> Callable[[], dict[str, Any]]:
+    """A callable repeating ``runner.run(feeds, outputs, outputs_on)``.
+
+    The slot (device buffers, IOBinding, graph id) is looked up once. Once the slot's CUDA/HIP graph is
+    captured, device outputs are the slot's own output buffers (no copy: the next replay overwrites them,
+    as :class:`~amdinfer.engines.PreparedRun` documents); before that, and for host outputs, the calls are
+    :meth:`IoBindingRunner.run`'s.
+    """
+    key = tuple(feeds[n].shape for n in runner._input_names)
+    slot = runner._direct_slot(key, feeds) if runner._graphs else None
+    if slot is None:
+        slot = runner._slot_for(key, {n: feeds[n].shape for n in runner._input_names})
+    names = runner._output_names if outputs is None else list(outputs)
+    on_device = runner._wants_device(feeds, outputs_on)
+    own: dict[str, Any] = {}
+
+    def call() -> dict[str, Any]:
+        with slot.lock:
+            graph = runner._uses_graph(slot, feeds)
+            with runner._section(graph and slot.outputs is not None and slot.graph_runs < CAPTURE_RUNS):
+                runner._load(slot, feeds)
+                runner._execute(slot, graph)
+                if not (on_device and graph and slot.outputs is not None and slot.graph_runs > CAPTURE_RUNS):
+                    return runner._fetch(slot, names, on_device, graph)
+                slot.fresh_outputs = False
+                if not own:
+                    own.update((n, DeviceArray(slot.outputs[n])) for n in names)
+                return dict(own)
+
+    return call
