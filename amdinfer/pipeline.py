@@ -359,7 +359,8 @@ class Pipeline:
                 pipeline's ``Nms``/``ScaleBoxes`` stages finish on the host), or ``"auto"``: on the CPU or the
                 reference engine, offset when the pipeline's ``Nms`` has a ``class_offset`` (the same
                 arithmetic) else per-class; on ONNX Runtime's CUDA or ROCm EP, dense (ORT's CUDA
-                ``NonMaxSuppression`` syncs with the host per image and class); on MIGraphX, offset. All modes
+                ``NonMaxSuppression`` syncs with the host per image and class); on MIGraphX, host (it pads
+                data-dependent outputs; in-graph NMS is refused there); elsewhere offset. All modes
                 give the stage-by-stage answers (offset: with the ``class_offset`` arithmetic). See
                 :func:`amdinfer.fuse.fuse_model`.
             resize: in-graph ``Letterbox``/``Resize`` (with ``image_size``): ``"exact"`` (bit-exact with
@@ -483,14 +484,26 @@ def _check_nms_backend(load_options: Mapping[str, Any], nms_mode: str, postproce
         )
 
 
+def _first_provider(load_options: Mapping[str, Any]) -> str:
+    providers = load_options.get("providers") or ()
+    return str(providers[0]).lower() if providers else ""
+
+
+def _ort_gpu_ep(load_options: Mapping[str, Any]) -> bool:
+    """Whether the fused model loads on ONNX Runtime's CUDA or ROCm EP (first in ``providers``)."""
+    first = _first_provider(load_options)
+    return load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
+
+
 def _auto_resize(load_options: Mapping[str, Any]) -> str:
     """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
-    return "auto" if _auto_nms_mode(load_options, ()) == "dense" else "exact"
+    return "auto" if _ort_gpu_ep(load_options) else "exact"
 
 
 def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
     """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
-    stage has a ``class_offset`` else per-class; dense on ORT's CUDA/ROCm EPs; else (MIGraphX) offset."""
+    stage has a ``class_offset`` else per-class; host on MIGraphX (native or EP); dense on ORT's CUDA/ROCm
+    EPs; else offset."""
     from .postprocess import Nms
 
     providers = [str(p) for p in load_options.get("providers") or ()]
@@ -500,8 +513,6 @@ def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) 
     offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess)
     if cpu:
         return "offset" if offset_nms else "per-class"
-    first = providers[0].lower() if providers else ""
-    if load_options.get("backend") == "migraphx" or "migraphx" in first:
+    if load_options.get("backend") == "migraphx" or "migraphx" in _first_provider(load_options):
         return "host"  # MIGraphX pads NonMaxSuppression/NonZero outputs to static shapes
-    dense = load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
-    return "dense" if dense else "offset"
+    return "dense" if _ort_gpu_ep(load_options) else "offset"

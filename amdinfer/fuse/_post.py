@@ -34,6 +34,11 @@ def _detect_post(
     class_offset = mode == "offset"
     cls, boxes = _decode_yolo(g, pred, pred_shape, decode, nms, input_hw)
     best = g.op("ArgMax", cls, axis=2, keepdims=1)  # (N, A, 1): the first best class, as np.argmax
+    if mode == "host":
+        return _host_candidates(g, cls, best, boxes, decode)
+    if mode == "dense":
+        scaling = None if scale is None else (scale, affine, orig)
+        return _dense_post(g, cls, best, boxes, decode, nms, scaling, max_candidates)
     cls_t = g.op("Transpose", cls, perm=[0, 2, 1])  # (N, nc, A)
     nc = g.op("Squeeze", g.dims(cls_t, 1, 2), g.const([0], np.int64))
     nc_range = g.op("Range", g.const(0, np.int64), nc, g.const(1, np.int64))
@@ -47,11 +52,6 @@ def _detect_post(
         in_set = g.reduce("ReduceMax", hit, [3], keepdims=0)  # (1, nc, 1)
         onehot = g.op("And", onehot, g.op("Cast", in_set, to=TensorProto.BOOL))
     zero = g.const(0.0, np.float32)
-    if mode == "host":
-        return _host_candidates(g, cls, best, boxes, decode)
-    if mode == "dense":
-        scaling = None if scale is None else (scale, affine, orig)
-        return _dense_post(g, cls, best, boxes, decode, nms, scaling, max_candidates)
     # Class-aware NMS either per class (exact IoUs, as Nms computes them) or as Ultralytics does it: one
     # NonMaxSuppression over boxes shifted by class * 7680, so boxes of different classes never overlap (one NMS
     # class instead of nc: ORT's CUDA kernel runs each (image, class) pair in turn, with a host sync each; but

@@ -107,14 +107,14 @@ class _Pre:
         if self.channel_axis != 3 and not self.hwc_as_chw:
             raise OptionError(f"fuse: {type(stage).__name__} after HwcToChw cannot be fused (it expects HWC)")
         g, (h, w) = self.g, self.hw
-        if isinstance(stage, Letterbox):
-            new_hw: tuple[int, int] = letterbox_geometry((h, w), stage).resized
-        elif isinstance(stage, Resize):
-            new_hw = stage.target(h, w)
+        geo = letterbox_geometry((h, w), stage) if isinstance(stage, Letterbox) else None
+        if geo is not None:
+            new_hw = (int(geo.resized[0]), int(geo.resized[1]))
         else:
-            new_hw = (h, w)
+            new_hw = stage.target(h, w) if isinstance(stage, Resize) else (h, w)
+        resizing = new_hw != (h, w)  # Letterbox/Resize to another size (CenterCrop never)
         fast = self.resize == "fast" or (
-            self.resize == "auto" and new_hw != (h, w) and new_hw[0] * new_hw[1] >= _FAST_RESIZE_PIXELS
+            self.resize == "auto" and resizing and new_hw[0] * new_hw[1] >= _FAST_RESIZE_PIXELS
         )
         if fast and not self.hwc_as_chw and self.dtype == np.uint8:
             self.x = g.op("Cast", g.op("Transpose", self.x, perm=[0, 3, 1, 2]), to=TensorProto.FLOAT)
@@ -122,26 +122,17 @@ class _Pre:
         if not self.hwc_as_chw:
             self._int32()
         hw_axes = [2, 3] if self.hwc_as_chw else [1, 2]
-
-        def resize(new_hw: tuple[int, int]) -> str:
-            if tuple(new_hw) == (h, w):
-                return self.x
-            return _resize_onnx(g, self.x, new_hw) if self.hwc_as_chw else _resize_cv2(g, self.x, (h, w), new_hw)
-
-        if isinstance(stage, Letterbox):
-            geo = letterbox_geometry((h, w), stage)
-            self.x = resize(geo.resized)
+        if resizing:
+            self.x = _resize_onnx(g, self.x, new_hw) if self.hwc_as_chw else _resize_cv2(g, self.x, (h, w), new_hw)
+        if geo is not None:
+            assert isinstance(stage, Letterbox)
             if any(geo.pads):
                 if len(set(stage.color)) != 1:
                     raise OptionError(f"fuse: Letterbox(color={stage.color}) must use one value for every channel")
                 top, bottom, left, right = geo.pads
-                pads = [0, 0, 0, 0, 0, 0, 0, 0]
-                pads[hw_axes[0]], pads[hw_axes[1]], pads[4 + hw_axes[0]], pads[4 + hw_axes[1]] = (
-                    top,
-                    left,
-                    bottom,
-                    right,
-                )
+                pads = [0] * 8  # begins of the 4 axes, then ends
+                for axis, before, after in zip(hw_axes, (top, left), (bottom, right)):
+                    pads[axis], pads[4 + axis] = before, after
                 # Pad in float32 (whole numbers, exact): ORT's CUDA EP has no int32 Pad and would run it on the CPU.
                 if self.dtype != np.float32:
                     self.x = g.op("Cast", self.x, to=TensorProto.FLOAT)
@@ -151,8 +142,7 @@ class _Pre:
             sx, sy, tx, ty = geo.affine
             self.hw = geo.shape
         elif isinstance(stage, Resize):
-            th, tw = stage.target(h, w)
-            self.x = resize((th, tw))
+            th, tw = new_hw
             sx, sy, tx, ty = tw / w, th / h, 0.0, 0.0
             self.hw = (th, tw)
         else:
