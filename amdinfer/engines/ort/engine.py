@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -380,16 +380,18 @@ class OrtEngine(Engine):
             [(4, 10), (4, 10), (4, 10)]
         """
         names = self._check_run_many(outputs, prefetch)
-        plain = names is not None and (names == ["*"] or any(n not in self._output_names for n in names))
-        if self._runner is None or self._buckets or plain:
+        if self._runner is None or self._buckets or self._intermediate(names):
             return (self.run(batch, outputs=outputs) for batch in batches)
         return self._runner.run_many(
             batches, self._check_feeds, names, self._options.datapath.outputs_on, int(prefetch)
         )
 
+    def _intermediate(self, outputs: list[str] | None) -> TypeGuard[list[str]]:
+        """Whether ``outputs`` asks for intermediate tensors (served by a separate session, not IO binding)."""
+        return outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs))
+
     def _prepared_call(self, feeds: dict[str, Any], outputs: list[str] | None) -> Any:
-        plain = outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs))
-        if self._runner is None or self._buckets or plain:
+        if self._runner is None or self._buckets or self._intermediate(outputs):
             return super()._prepared_call(feeds, outputs)
         return self._runner.prepare(feeds, outputs, self._options.datapath.outputs_on)
 
@@ -406,7 +408,7 @@ class OrtEngine(Engine):
         return feed
 
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
-        if outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs)):
+        if self._intermediate(outputs):
             return self._run_intermediate(host_feeds(feeds, "outputs= with intermediate tensors"), outputs)
         if self._runner is not None:
             return self._runner.run(feeds, outputs, self._options.datapath.outputs_on)
