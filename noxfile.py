@@ -87,7 +87,8 @@ def serve(session: nox.Session) -> None:
     # register the same names in protobuf's default pool, so they cannot share one process.
     # --timeout: a server or Ray job that hangs fails its test (with the stacks) instead of stalling CI.
     args = ["-p", "no:cacheprovider", "--timeout=300"]
-    session.run("pytest", *args, *(session.posargs or ["tests/serving"]), env=env)
+    # tests/robustness/test_server.py: hostile requests to a served model (it skips in the main session).
+    session.run("pytest", *args, *(session.posargs or ["tests/serving", "tests/robustness/test_server.py"]), env=env)
     if not session.posargs:
         session.run("pytest", "--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray", env=env)
 

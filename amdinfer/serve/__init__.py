@@ -20,9 +20,9 @@ import importlib
 import sys
 from typing import Any
 
-from ._batcher import BatchWorker, DynamicBatcher
+from ._batcher import BatchWorker, DynamicBatcher, run_isolated
 from ._metrics import ServingMetrics
-from ._workers import EngineWorker, PipelineWorker, check_request, result_tensors
+from ._workers import EngineWorker, PipelineWorker, batch_axis, check_request, request_rows, result_tensors
 
 __all__ = [
     "AmdinferModel",
@@ -33,11 +33,14 @@ __all__ = [
     "PipelineWorker",
     "Server",
     "ServingMetrics",
+    "batch_axis",
     "build_model",
     "check_request",
     "decode_rest",
     "load_workers",
+    "request_rows",
     "result_tensors",
+    "run_isolated",
     "serve",
     "serve_processes",
     "tensor_metadata",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,16 +15,18 @@ import numpy as np
 
 from ..errors import OptionError
 
-__all__ = ["BatchWorker", "DynamicBatcher"]
+__all__ = ["BatchWorker", "DynamicBatcher", "run_isolated"]
 
 Tensors = dict[str, np.ndarray]
+logger = logging.getLogger("amdinfer.serve")
 
 
 class BatchWorker(Protocol):
     """What the batcher drives: one per device (see :class:`~amdinfer.serve.EngineWorker`).
 
     ``run`` gets the feeds of several requests and returns one output dict per request; it runs on the
-    worker's own thread, never on the event loop.
+    worker's own thread, never on the event loop. It raises rather than answer with rows it cannot
+    attribute to a request; the batcher then runs the requests of that batch one by one (:func:`run_isolated`).
 
     Example:
         >>> from amdinfer.serve import EngineWorker, PipelineWorker
@@ -44,6 +47,41 @@ class BatchWorker(Protocol):
     def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
         """Run the requests with one engine call; one output dict per request, in order."""
         ...
+
+
+def run_isolated(worker: BatchWorker, requests: Sequence[Tensors]) -> list[Tensors | Exception]:
+    """Run ``requests`` as one call; if that fails, run each alone: every request gets its own outcome.
+
+    A batch can fail because of one of its requests (data the checks before batching could not judge, a
+    stage that refuses an image) or because the worker answered with the wrong number of results or rows.
+    Either way no request gets another's error or rows: each is retried on its own and gets its own
+    answer or its own exception.
+
+    Example:
+        >>> class Picky:
+        ...     name = "cpu"
+        ...     def run(self, requests):
+        ...         if any(r["x"].min() < 0 for r in requests):
+        ...             raise ValueError("negative")
+        ...         return [{"y": r["x"] + 1} for r in requests]
+        >>> outs = run_isolated(Picky(), [{"x": np.array([1])}, {"x": np.array([-1])}])
+        >>> outs[0]["y"].tolist(), type(outs[1]).__name__
+        ([2], 'ValueError')
+    """
+    try:
+        outs = worker.run(requests)
+        if not isinstance(outs, list) or len(outs) != len(requests):
+            got = len(outs) if isinstance(outs, list) else type(outs).__name__
+            raise RuntimeError(f"worker {worker.name!r}: got {got} results for {len(requests)} requests")
+        return list(outs)
+    except Exception as exc:
+        if len(requests) == 1:
+            return [exc]
+        logger.info("a batch of %d requests failed (%s); running them one by one", len(requests), exc)
+    results: list[Tensors | Exception] = []
+    for feeds in requests:
+        results.extend(run_isolated(worker, [feeds]))
+    return results
 
 
 @dataclass(eq=False)
@@ -67,7 +105,10 @@ class DynamicBatcher:
     A batch starts with the oldest waiting request and takes the later ones that share its
     :meth:`BatchWorker.key` (same non-batch shapes and dtypes) until ``max_batch_size`` rows, or until
     ``max_delay_ms`` has passed since the oldest arrived, whichever comes first; a request alone larger than
-    ``max_batch_size`` runs alone. Each worker (one per device) has its own thread and takes the next batch
+    ``max_batch_size`` runs alone. Requests are checked one by one before they queue (the server does it;
+    see :func:`~amdinfer.serve.check_request`) and their rows are counted per request; a batch that fails is
+    run again request by request (:func:`run_isolated`), so a request never gets another's data or error.
+    Each worker (one per device) has its own thread and takes the next batch
     when it is free, so requests spread over the devices. ``max_batch_size=1`` turns batching off.
 
     Args:
@@ -161,12 +202,15 @@ class DynamicBatcher:
 
         Raises:
             RuntimeError: the batcher is not running or is stopping.
-            Exception: whatever the worker raised for the batch this request was in.
+            Exception: whatever the worker raised for this request run alone, or ``worker.rows``'s error.
         """
         if self._cond is None or not self._tasks or self._closing:
             raise RuntimeError("the batcher is not running (start() it, or it is shutting down)")
         worker = self._workers[0]
-        item = _Pending(feeds, worker.rows(feeds), worker.key(feeds), asyncio.get_running_loop().create_future())
+        rows = worker.rows(feeds)
+        if not isinstance(rows, int) or rows < 1:
+            raise RuntimeError(f"worker {worker.name!r}: counted {rows!r} rows in a request, expected an int >= 1")
+        item = _Pending(feeds, rows, worker.key(feeds), asyncio.get_running_loop().create_future())
         async with self._cond:
             self._pending.append(item)
             self._cond.notify_all()
@@ -230,16 +274,17 @@ class DynamicBatcher:
                 for item in live:
                     self._observer.queued(now - item.queued)
             try:
-                outs = await loop.run_in_executor(pool, worker.run, [item.feeds for item in live])
-            except Exception as exc:
-                for item in live:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                continue
+                outs = await loop.run_in_executor(pool, run_isolated, worker, [item.feeds for item in live])
+            except Exception as exc:  # the executor itself failed (shut down): nothing ran
+                outs = [exc] * len(live)
             finally:
                 self.batches += 1
             if self._observer is not None:
                 self._observer.batch(worker.name, sum(i.rows for i in live), time.perf_counter() - now)
             for item, out in zip(live, outs):
-                if not item.future.done():
+                if item.future.done():
+                    continue
+                if isinstance(out, Exception):
+                    item.future.set_exception(out)
+                else:
                     item.future.set_result(out)

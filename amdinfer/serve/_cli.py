@@ -21,12 +21,39 @@ def _devices(text: str) -> list[int]:
     return devices
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a TCP port 0..65535")
+    return port
+
+
+def _grpc_port(text: str) -> int:
+    return -1 if text.strip() == "-1" else _port(text)
+
+
+def _byte_count(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        value = -1
+    if value < 1024:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a size of at least 1024 bytes, e.g. 256M or 1G")
+    return value
+
+
 def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
     """The ``amdinfer serve`` arguments of the process that serves ``device``."""
     argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port)]
     argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
     argv += ["--max-delay-ms", str(args.max_delay_ms), "--backend", args.backend, "--precision", args.precision]
-    argv += ["--devices", str(device), "--reuse-port"]
+    argv += ["--devices", str(device), "--reuse-port", "--max-request-bytes", str(args.max_request_bytes)]
     for flag, value in (("--name", args.name), ("--providers", args.providers)):
         if value:
             argv += [flag, value]
@@ -62,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         warmup=not args.no_warmup,
         reuse_port=args.reuse_port,
+        max_request_bytes=args.max_request_bytes,
         **options,
     )
     return 0
@@ -73,14 +101,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     Example:
         >>> from amdinfer.cli import build_parser
         >>> args = build_parser().parse_args(["serve", "m.onnx", "--devices", "0,1", "--max-batch-size", "64"])
-        >>> args.devices, args.max_batch_size, args.host
-        ([0, 1], 64, '127.0.0.1')
+        >>> args.devices, args.max_batch_size, args.host, args.max_request_bytes
+        ([0, 1], 64, '127.0.0.1', 268435456)
+        >>> build_parser().parse_args(["serve", "m.onnx", "--max-request-bytes", "64M"]).max_request_bytes
+        67108864
     """
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0: all)")
-    p.add_argument("--http-port", type=int, default=8080, help="REST port (default 8080)")
-    p.add_argument("--grpc-port", type=int, default=8081, help="gRPC port (default 8081; -1: no gRPC)")
+    p.add_argument("--http-port", type=_port, default=8080, help="REST port (default 8080)")
+    p.add_argument("--grpc-port", type=_grpc_port, default=8081, help="gRPC port (default 8081; -1: no gRPC)")
+    p.add_argument(
+        "--max-request-bytes",
+        type=_byte_count,
+        default=256 << 20,
+        help="largest request body/message taken, e.g. 64M (default 256M: 64 images of 1024x1024x3); "
+        "larger REST bodies get 413 before they are read",
+    )
     p.add_argument("--max-batch-size", type=int, default=32, help="items per engine call at most (1: no batching)")
     p.add_argument("--max-delay-ms", type=float, default=2.0, help="how long a request waits for others (ms)")
     p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")

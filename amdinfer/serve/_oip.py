@@ -21,25 +21,82 @@ from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
 from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 
-from ..errors import AmdinferError, InputError, OptionError
+from ..errors import AmdinferError, InputError, OptionError, StageError
 from ..types import TensorSpec
 from ._batcher import DynamicBatcher
 from ._metrics import ServingMetrics
 
-__all__ = ["AmdinferModel", "FastDataPlane", "decode_rest", "tensor_metadata", "to_numpy"]
+__all__ = [
+    "AmdinferModel",
+    "FastDataPlane",
+    "decode_rest",
+    "json_length",
+    "tensor_metadata",
+    "to_numpy",
+    "version_error",
+]
 
 INFERENCE_HEADER = "inference-header-content-length"
-_INPUT_ERRORS = (InputError, OptionError, InvalidInput)
+#: Errors that the request caused: answered 400 / INVALID_ARGUMENT with their message. A stage that refuses
+#: an item (an RGBA image to a 3-channel letterbox) is the request's fault too.
+_INPUT_ERRORS = (InputError, OptionError, InvalidInput, StageError)
 
 
-def decode_rest(body: bytes, json_length: int | None, model_name: str) -> InferRequest:
+def json_length(header: str | None, body_length: int) -> int | None:
+    """The ``Inference-Header-Content-Length`` value: the size of a body's JSON part (``None``: all of it).
+
+    Raises:
+        kserve.errors.InvalidInput: a value that is not a plain byte count, or one larger than the body.
+
+    Example:
+        >>> json_length("12", 100), json_length(None, 100)
+        (12, None)
+        >>> json_length("1e3", 100)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        kserve.errors.InvalidInput: Inference-Header-Content-Length: got '1e3', expected the byte count of ...
+    """
+    if header is None:
+        return None
+    text = header.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > body_length:
+        raise InvalidInput(
+            f"Inference-Header-Content-Length: got {header[:40]!r}, expected the byte count of the JSON part "
+            f"(0..{body_length})"
+        )
+    return int(text)
+
+
+def version_error(model_name: str, version: str) -> str:
+    """The answer to a request naming a model version, the same over REST and gRPC.
+
+    Example:
+        >>> version_error("det", "99")
+        "model 'det': got version '99', but this server keeps one unversioned model per name; send no version"
+    """
+    return (
+        f"model {model_name!r}: got version {version[:40]!r}, but this server keeps one unversioned model per name; "
+        "send no version"
+    )
+
+
+def decode_rest(
+    body: bytes, json_length: int | None, model_name: str, *, max_json_bytes: int | None = None
+) -> InferRequest:
     """An ``InferRequest`` from a REST body: JSON, or JSON + binary tensors (Triton's binary extension).
 
     Binary tensors stay as views of ``body`` (no per-element conversion); ``to_numpy`` then views them
     with ``np.frombuffer``.
 
+    Args:
+        body: the whole request body.
+        json_length: the size of its JSON part (``None``: the body is JSON only).
+        model_name: the model the request is for.
+        max_json_bytes: the JSON part at most (``None``: no limit); larger is refused before it is parsed.
+
     Raises:
-        kserve.errors.InvalidInput: unreadable JSON, or binary sizes that do not add up.
+        kserve.errors.InvalidInput: unreadable JSON (the message never repeats the body), a JSON part over
+            ``max_json_bytes``, or binary sizes that do not add up.
 
     Example:
         >>> x = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -53,6 +110,11 @@ def decode_rest(body: bytes, json_length: int | None, model_name: str) -> InferR
     end_json = len(body) if json_length is None else int(json_length)
     if not 0 <= end_json <= len(body):
         raise InvalidInput(f"{INFERENCE_HEADER}: got {json_length}, expected at most the body's {len(body)} bytes")
+    if max_json_bytes is not None and end_json > max_json_bytes:
+        raise InvalidInput(
+            f"request body: got {end_json} bytes of JSON, expected at most {max_json_bytes}; send large tensors "
+            "as binary data (Triton's binary tensor extension, e.g. tritonclient's binary_data=True)"
+        )
     try:
         head = orjson.loads(view[:end_json])
     except orjson.JSONDecodeError as exc:
@@ -82,6 +144,8 @@ def decode_rest(body: bytes, json_length: int | None, model_name: str) -> InferR
         inputs.append(inp)
     outputs = None
     if isinstance(head.get("outputs"), list):
+        if not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in head["outputs"]):
+            raise InvalidInput("outputs: expected a list of objects with a name")
         outputs = [RequestedOutput(name=o["name"], parameters=o.get("parameters")) for o in head["outputs"]]
     return InferRequest(
         model_name=model_name,
@@ -121,13 +185,52 @@ def to_numpy(inp: InferInput) -> np.ndarray:
                 f"{list(shape)} {inp.datatype}"
             )
         return np.frombuffer(raw, dtype=dtype).reshape(shape)
-    try:
-        arr = np.asarray(inp.data, dtype=dtype)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"input {name!r}: data cannot be read as {inp.datatype}: {exc}") from None
+    data = inp.data
+    if isinstance(data, np.ndarray) and data.dtype == dtype:  # converted earlier (off the event loop)
+        arr = data
+    else:
+        arr = _from_json(name, data, inp.datatype, dtype)
     if arr.size != count:
         raise InputError(f"input {name!r}: got {arr.size} values, expected {count} for shape {list(shape)}")
     return arr.reshape(shape)
+
+
+def _from_json(name: str, data: Any, datatype: str, dtype: np.dtype) -> np.ndarray:
+    """JSON ``data`` as ``dtype``, only when every value is one ``dtype`` holds exactly (Engine.run's rule)."""
+    try:
+        raw = np.asarray(data)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"input {name!r}: data is not a flat or nested list of numbers ({exc})") from None
+    if raw.dtype == object or raw.dtype.kind not in "biuf":
+        flat = raw.ravel().tolist() if raw.dtype == object else []
+        what = "null" if any(v is None for v in flat) else f"{raw.dtype.kind!r}-kind values"
+        if raw.dtype.kind in "US":
+            what = "strings"
+        raise InputError(f"input {name!r}: data holds {what}, expected {datatype} numbers")
+    kind = dtype.kind
+    if kind == "b":
+        if raw.dtype.kind != "b":
+            raise InputError(f"input {name!r}: data holds numbers, expected {datatype} values true/false")
+        return raw.astype(dtype)
+    if raw.dtype.kind == "b":
+        raise InputError(f"input {name!r}: data holds true/false, expected {datatype} numbers")
+    if kind in "iu":
+        if raw.dtype.kind == "f":
+            raise InputError(f"input {name!r}: data holds non-integer numbers, expected {datatype} integers")
+        info = np.iinfo(dtype)
+        if raw.size and (raw.min() < info.min or raw.max() > info.max):
+            bad = raw.min() if raw.min() < info.min else raw.max()
+            raise InputError(f"input {name!r}: value {bad} is out of range for {datatype} ({info.min}..{info.max})")
+        return raw.astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = raw.astype(dtype)
+    if raw.size and not np.isfinite(arr).all():
+        bad = raw.ravel()[np.flatnonzero(~np.isfinite(arr.ravel()))[0]].item()
+        raise InputError(
+            f"input {name!r}: value {bad!r} overflows {datatype} (largest {float(np.finfo(dtype).max):.6g}); "
+            "nothing is cast silently"
+        )
+    return arr
 
 
 def tensor_metadata(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
@@ -164,7 +267,7 @@ class FastDataPlane(DataPlane):
     def decode_inference_request(self, body: Any, headers: Mapping[str, str], model_name: str) -> InferRequest:
         if isinstance(body, (bytes, bytearray)):
             length = (headers or {}).get(INFERENCE_HEADER)
-            return decode_rest(bytes(body), None if length is None else int(length), model_name)
+            return decode_rest(bytes(body), json_length(length, len(body)), model_name)
         return super().decode_inference_request(body, headers, model_name)
 
 
@@ -221,6 +324,9 @@ class AmdinferModel(Model):
         if not isinstance(payload, InferRequest):
             self.metrics.request("invalid")
             raise InvalidInput(f"model {self.name!r}: expected an Open Inference Protocol v2 request")
+        if payload.model_version:
+            self.metrics.request("invalid")
+            raise InvalidInput(version_error(self.name, str(payload.model_version)))
         try:
             feeds: dict[str, np.ndarray] = {}
             for inp in payload.inputs:

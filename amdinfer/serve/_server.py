@@ -25,14 +25,13 @@ from ..engines.base import Engine
 from ..errors import OptionError
 from ._batcher import DynamicBatcher
 from ._metrics import ServingMetrics
-from ._oip import AmdinferModel, FastDataPlane
+from ._oip import AmdinferModel, FastDataPlane, version_error
+from ._rest import DEFAULT_MAX_REQUEST_BYTES, install_routes
 from ._workers import EngineWorker, PipelineWorker
 
 __all__ = ["Server", "build_model", "load_workers", "serve", "serve_processes"]
 
 logger = logging.getLogger("amdinfer.serve")
-
-_MAX_MESSAGE = 256 << 20  # gRPC message limit: a batch of 64 640x640x3 images is 79 MB
 
 
 def load_workers(
@@ -111,19 +110,53 @@ def build_model(
     if not all(type(w) is type(first) for w in workers):
         raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
     if isinstance(first, EngineWorker) and not first.batchable:
-        max_batch_size = 1  # fixed batch axis: each request is its own engine call
+        if max_batch_size > 1:
+            logger.info("amdinfer serve: %s: requests are not batched: %s", name, first.unbatchable_reason)
+        max_batch_size = 1  # no shared batch axis: each request is its own engine call
     metrics = ServingMetrics(name)
     batcher = DynamicBatcher(workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics)
     return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
 
 
-def _reuse_port_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket with ``SO_REUSEPORT`` for uvicorn (which has no such option of its own)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def _port(name: str, value: Any, *, optional: bool = False) -> Any:
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise OptionError(f"{name}: got {value!r}, expected a TCP port 0..65535 (0: any free port)")
+    return value
+
+
+def _check_host(host: Any) -> str:
+    """``host`` when it is an address or a name of this machine's resolver, else a one-line OptionError."""
+    if not isinstance(host, str) or not host or "\0" in host:
+        raise OptionError(f"host: got {host!r}, expected an IP address or host name such as 127.0.0.1")
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise OptionError(
+            f"host: got {host!r}, which is neither an IP address nor a name this machine resolves "
+            f"({getattr(exc, 'strerror', None) or exc}); use e.g. 127.0.0.1 or 0.0.0.0"
+        ) from None
+    return host
+
+
+def _bound_socket(host: str, port: int, *, reuse_port: bool, protocol: str = "REST") -> socket.socket:
+    """A TCP socket bound to ``host:port`` for uvicorn, bound here so that a taken port is one clear error.
+
+    ``SO_REUSEPORT`` only when asked (one server process per GPU sharing the port): otherwise a second
+    server on a taken port fails instead of silently sharing it.
+    """
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"{protocol}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 
 
@@ -186,30 +219,114 @@ def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
                 signal.signal(sig, handler)
 
 
+_OIP_DATATYPES = (
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+)
+
+
+class _Interceptor(ExceptionToStatusInterceptor):
+    """KServe's error-to-status mapping; a client's error is logged in one line, without a traceback."""
+
+    async def handle_exception(self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str) -> None:
+        from grpc import StatusCode
+        from kserve.errors import InvalidInput, ModelNotFound
+
+        if isinstance(ex, InvalidInput):
+            logger.info("INVALID_ARGUMENT %s: %s", method_name, ex.reason)
+            await context.abort(StatusCode.INVALID_ARGUMENT, ex.reason)
+        elif isinstance(ex, ModelNotFound):
+            logger.info("NOT_FOUND %s: %s", method_name, ex.reason)
+            await context.abort(StatusCode.NOT_FOUND, ex.reason)
+        else:
+            await super().handle_exception(ex, request_or_iterator, context, method_name)
+
+
+class _Servicer(InferenceServicer):
+    """KServe's servicer; a model version gets the answer REST gives, a datatype is checked by name."""
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:  # gRPC's method name
+        from kserve.errors import InvalidInput
+
+        for tensor in request.inputs:
+            if tensor.datatype not in _OIP_DATATYPES and tensor.datatype != "BYTES":
+                raise InvalidInput(
+                    f"input {tensor.name[:80]!r}: got datatype {tensor.datatype[:40]!r}, expected one of "
+                    f"{', '.join(_OIP_DATATYPES)}"
+                )
+        return await super().ModelInfer(request, context)
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:  # gRPC's method name
+        await self._versioned(request, context)
+        return await super().ModelMetadata(request, context)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        await self._versioned(request, context)
+        return await super().ModelReady(request, context)
+
+    async def _versioned(self, request: Any, context: Any) -> None:
+        if request.version:
+            from kserve.errors import InvalidInput
+
+            await self._data_plane.get_model(request.name)  # NOT_FOUND for an unknown model first
+            raise InvalidInput(version_error(request.name, request.version))
+
+
 class _GrpcServer:
-    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``)."""
+    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``).
 
-    def __init__(self, host: str, port: int, dataplane: Any, repository_extension: Any, grace: float) -> None:
-        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._dataplane, self._ext, self._grace = dataplane, repository_extension, grace
-        self._server: Any = None
+    Bound on construction (a taken port is an error before the models load), started by :meth:`start`.
+    """
 
-    async def start(self) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        dataplane: Any,
+        repository_extension: Any,
+        grace: float,
+        *,
+        max_message: int,
+        reuse_port: bool,
+    ) -> None:
         from grpc import aio
 
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._grace = grace
         self._server = aio.server(
             futures.ThreadPoolExecutor(max_workers=4),
-            interceptors=(ExceptionToStatusInterceptor(),),
+            interceptors=(_Interceptor(),),
             options=[
-                ("grpc.max_send_message_length", _MAX_MESSAGE),
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                ("grpc.so_reuseport", 1),  # one server process per GPU may share the port
+                ("grpc.max_send_message_length", max_message),
+                ("grpc.max_receive_message_length", max_message),
+                # gRPC sets SO_REUSEPORT by default: a second server would share a taken port silently
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
-        servicer = InferenceServicer(self._dataplane, self._ext)
+        servicer = _Servicer(dataplane, repository_extension)
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
-        if self._server.add_insecure_port(self.address) == 0:
-            raise OSError(f"gRPC: cannot bind {self.address}")
+        if not reuse_port and port:  # a taken port in one line, before gRPC's own error log
+            _bound_socket(host, port, reuse_port=False, protocol="gRPC").close()
+        try:
+            bound = self._server.add_insecure_port(self.address)
+        except Exception as exc:  # grpc raises RuntimeError("Failed to bind ...") in recent releases
+            bound, why = 0, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
+            why = "the port is taken or the address is not this machine's"
+        if bound == 0:
+            raise OSError(f"gRPC: cannot listen on {self.address}: {why}")
+
+    async def start(self) -> None:
         await self._server.start()
 
     async def wait(self) -> None:
@@ -237,6 +354,12 @@ class Server(ModelServer):
             server reports ready.
         reuse_port: bind with ``SO_REUSEPORT`` so that several server processes (one per GPU) share the
             ports; the kernel spreads connections over them (see :func:`serve_processes`).
+        max_request_bytes: the largest request body (REST) or message (gRPC) taken; a larger REST body is
+            answered 413 before it is read (default 256 MiB: a batch of 64 images of 1024x1024x3 uint8).
+
+    Raises:
+        OptionError: a port outside 0..65535, a host that is neither an address nor a resolvable name, or a
+            ``max_request_bytes`` below 1 KiB.
 
     Example:
         >>> import amdinfer
@@ -255,7 +378,13 @@ class Server(ModelServer):
         grace_period: int = 30,
         warmup: bool = True,
         reuse_port: bool = False,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
+        _port("http_port", http_port)
+        _port("grpc_port", grpc_port, optional=True)
+        _check_host(host)
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1024:
+            raise OptionError(f"max_request_bytes: got {max_request_bytes!r}, expected an int >= 1024")
         super().__init__(
             http_port=http_port,
             grpc_port=grpc_port or 0,
@@ -267,6 +396,7 @@ class Server(ModelServer):
         self.host = host
         self.warmup = bool(warmup)
         self.reuse_port = bool(reuse_port)
+        self.max_request_bytes = max_request_bytes
         self.dataplane = FastDataPlane(model_registry=self.registered_models)
         self._models: list[AmdinferModel] = []
         self._stopping: asyncio.Event | None = None
@@ -275,8 +405,25 @@ class Server(ModelServer):
         """Serve until :meth:`shutdown` (or a signal); then drain the batchers and close the engines."""
         self._models = list(models)
         self._stopping = asyncio.Event()
-        self._register_and_check_atleast_one_model_is_ready(self._models)
         loop = asyncio.get_running_loop()
+        # Bind both ports before the models register and warm up: a taken port is one clear error, at once.
+        http_socket = _bound_socket(self.host, self.http_port, reuse_port=self.reuse_port)
+        grpc = None
+        try:
+            if self.enable_grpc:
+                grpc = _GrpcServer(
+                    self.host,
+                    self.grpc_port,
+                    self.dataplane,
+                    self.model_repository_extension,
+                    5,
+                    max_message=self.max_request_bytes,
+                    reuse_port=self.reuse_port,
+                )
+        except BaseException:
+            http_socket.close()
+            raise
+        self._register_and_check_atleast_one_model_is_ready(self._models)
         for m in self._models:
             if self.warmup:
                 # every worker at once (one device each), off the event loop; before the server is ready
@@ -298,19 +445,19 @@ class Server(ModelServer):
         )
         rest.config.host = self.host  # KServe binds 0.0.0.0
         rest.create_application()
+        from kserve.model_server import app
+
+        install_routes(app, self.dataplane, max_request_bytes=self.max_request_bytes)
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             _multiprocess_metrics_route()
-        grpc = None
-        if self.enable_grpc:
-            grpc = _GrpcServer(self.host, self.grpc_port, self.dataplane, self.model_repository_extension, 5)
+        if grpc is not None:
             await grpc.start()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, self.shutdown)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        sockets = [_reuse_port_socket(self.host, self.http_port)] if self.reuse_port else None
-        rest_task = asyncio.create_task(rest._server.serve(sockets=sockets))
+        rest_task = asyncio.create_task(rest._server.serve(sockets=[http_socket]))
         while not rest._server.started and not rest_task.done():
             await asyncio.sleep(0.01)
         if rest_task.done():
@@ -357,6 +504,7 @@ def serve(
     precision: str = "fp32",
     warmup: bool = True,
     reuse_port: bool = False,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -374,6 +522,7 @@ def serve(
         precision: ``amdinfer.load``'s precision.
         warmup: run each engine at its batch sizes before reporting ready.
         reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
+        max_request_bytes: the largest request taken (REST body or gRPC message); larger REST bodies get 413.
         **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
 
     Example:
@@ -384,6 +533,15 @@ def serve(
 
     from ..pipeline import Pipeline
 
+    # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
+    server = Server(
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        warmup=warmup,
+        reuse_port=reuse_port,
+        max_request_bytes=max_request_bytes,
+    )
     if isinstance(model, (Engine, Pipeline, list, tuple)):
         target = model
     else:
@@ -391,4 +549,4 @@ def serve(
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
     built = build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms)
-    Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port).start([built])
+    server.start([built])

@@ -12,7 +12,7 @@ from ..engines.base import Engine
 from ..errors import InputError, OptionError
 from ..types import TensorSpec
 
-__all__ = ["EngineWorker", "PipelineWorker", "check_request", "result_tensors"]
+__all__ = ["EngineWorker", "PipelineWorker", "batch_axis", "check_request", "request_rows", "result_tensors"]
 
 Tensors = dict[str, np.ndarray]
 
@@ -26,10 +26,14 @@ def _fmt_shape(shape: Sequence[Any]) -> str:
 def check_request(specs: Sequence[TensorSpec], feeds: Tensors) -> None:
     """Check one request's tensors against the model's inputs before it joins a batch.
 
-    A bad request must fail alone with a message that names the tensor, not the batch it would join.
+    Everything ``Engine.run`` would check on this request alone is checked here, so that a bad request fails
+    alone with a message that names the tensor, never the batch it would have joined: names, dtypes, ranks,
+    fixed dimensions, and every symbolic dimension against the same symbol in the other inputs (``a`` with
+    ``N = 2`` rows and ``b`` with ``N = 1`` is refused, whatever else is queued).
 
     Raises:
-        InputError: a missing or unknown input, a wrong dtype, rank or fixed dimension.
+        InputError: a missing, unknown or repeated input, a wrong dtype, rank, fixed dimension, an empty axis,
+            or a symbolic dimension that disagrees with another input's.
 
     Example:
         >>> spec = TensorSpec("x", np.dtype("float32"), ("N", 3))
@@ -37,6 +41,11 @@ def check_request(specs: Sequence[TensorSpec], feeds: Tensors) -> None:
         Traceback (most recent call last):
         ...
         amdinfer.errors.InputError: input 'x': got shape (2, 4), expected (N, 3)
+        >>> a, b = TensorSpec("a", np.dtype("float32"), ("N", 4)), TensorSpec("b", np.dtype("float32"), ("N", 4))
+        >>> check_request([a, b], {"a": np.zeros((2, 4), np.float32), "b": np.zeros((1, 4), np.float32)})
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'b': axis 0 ('N') is 1, but input 'a' has 'N' = 2
     """
     names = [s.name for s in specs]
     unknown = sorted(set(feeds) - set(names))
@@ -45,25 +54,96 @@ def check_request(specs: Sequence[TensorSpec], feeds: Tensors) -> None:
         raise InputError(
             f"inputs: got {sorted(feeds)}, expected {names}" + (f" (unknown: {unknown})" if unknown else "")
         )
+    symbols: dict[str, tuple[int, str]] = {}
     for spec in specs:
         arr = feeds[spec.name]
+        if not isinstance(arr, np.ndarray):
+            raise InputError(f"input {spec.name!r}: got {type(arr).__name__}, expected a numpy array")
         if arr.dtype != spec.dtype:
             raise InputError(f"input {spec.name!r}: got dtype {arr.dtype}, expected {spec.dtype}")
         if arr.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)):
             raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected {_fmt_shape(spec.shape)}")
-        if arr.ndim == 0 or arr.shape[0] == 0:
-            raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected at least one item on axis 0")
+        if arr.ndim == 0 or 0 in arr.shape:
+            axis = arr.shape.index(0) if arr.ndim else 0
+            raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected at least one item on axis {axis}")
+        for axis, (dim, size) in enumerate(zip(spec.shape, arr.shape)):
+            if isinstance(dim, str):
+                seen = symbols.setdefault(dim, (size, spec.name))
+                if seen[0] != size:
+                    raise InputError(
+                        f"input {spec.name!r}: axis {axis} ({dim!r}) is {size}, "
+                        f"but input {seen[1]!r} has {dim!r} = {seen[0]}"
+                    )
 
 
-def _batch_axis_dynamic(specs: Sequence[TensorSpec]) -> bool:
-    return all(len(s.shape) > 0 and not isinstance(s.shape[0], int) for s in specs)
+def request_rows(feeds: Tensors) -> int:
+    """How many rows (items on axis 0) a request carries; every input must carry the same number.
+
+    Requests are batched on axis 0 and the outputs split back by these counts, so inputs that disagree on
+    their row count cannot share a batch.
+
+    Raises:
+        InputError: an input with no axis 0, or inputs with different row counts.
+
+    Example:
+        >>> request_rows({"a": np.zeros((3, 4)), "b": np.zeros((3,))})
+        3
+        >>> request_rows({"a": np.zeros((2, 4)), "b": np.zeros((1, 4))})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'b': got 1 rows on axis 0, but input 'a' has 2; ...
+    """
+    first: tuple[str, int] | None = None
+    for name, arr in feeds.items():
+        if np.ndim(arr) == 0:
+            raise InputError(f"input {name!r}: got a scalar, expected items on axis 0")
+        n = int(arr.shape[0])
+        if first is None:
+            first = (name, n)
+        elif n != first[1]:
+            raise InputError(
+                f"input {name!r}: got {n} rows on axis 0, but input {first[0]!r} has {first[1]}; requests are "
+                "batched on axis 0, so every input needs the same number of rows"
+            )
+    if first is None:
+        raise InputError("inputs: got none, expected at least one tensor")
+    return first[1]
+
+
+def batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
+    """Why requests to this model cannot share an engine call, or ``None`` when they can.
+
+    Stacking requests on axis 0 and splitting the outputs back by rows is only right when axis 0 of every
+    input and every output is the same symbolic dimension (the batch): an output whose axis 0 is another
+    symbol (``K`` detections, an ``unk__`` name) or unnamed would be split at the wrong rows.
+
+    Example:
+        >>> x = TensorSpec("x", np.dtype("float32"), ("N", 3))
+        >>> batch_axis([x], [TensorSpec("y", np.dtype("float32"), ("N", 10))]) is None
+        True
+        >>> batch_axis([x], [TensorSpec("idx", np.dtype("int64"), ("K", 3))])
+        "output 'idx': axis 0 is 'K', not the inputs' batch axis 'N'"
+    """
+    specs = [("input", s) for s in inputs] + [("output", s) for s in outputs]
+    if not inputs:
+        return "the model has no inputs"
+    batch = inputs[0].shape[0] if inputs[0].shape else None
+    if not isinstance(batch, str):
+        return f"input {inputs[0].name!r}: axis 0 is {batch!r}, not a named dynamic (batch) dimension"
+    for kind, s in specs:
+        dim = s.shape[0] if s.shape else None
+        if dim != batch:
+            return f"{kind} {s.name!r}: axis 0 is {dim!r}, not the inputs' batch axis {batch!r}"
+    return None
 
 
 class EngineWorker:
     """Runs concatenated requests through one engine (one device) and splits the outputs per request.
 
-    Requests are stacked on axis 0 when every input and output has a dynamic batch axis; otherwise each
-    request is its own engine call (``batchable`` is ``False``).
+    Requests are stacked on axis 0 when axis 0 of every input and output is the same named dynamic
+    dimension (see :func:`batch_axis`); otherwise each request is its own engine call (``batchable`` is
+    ``False`` and ``unbatchable_reason`` says why). A batch whose outputs do not have one row per input row
+    raises, and the batcher then runs its requests one by one: a request never gets another's rows.
 
     Args:
         engine: the engine of this worker's device.
@@ -87,11 +167,15 @@ class EngineWorker:
         self.name = name or str(engine.info.device or "engine")
         self.inputs = list(engine.inputs)
         self.outputs = list(engine.outputs)
-        self.batchable = _batch_axis_dynamic(self.inputs) and _batch_axis_dynamic(self.outputs)
+        #: why requests cannot share an engine call (``None``: they can)
+        self.unbatchable_reason = batch_axis(self.inputs, self.outputs)
+        self.batchable = self.unbatchable_reason is None
 
     def check(self, feeds: Tensors) -> None:
-        """:func:`check_request` against this engine's inputs."""
+        """:func:`check_request` against this engine's inputs, and equal row counts when requests are batched."""
         check_request(self.inputs, feeds)
+        if self.batchable:
+            request_rows(feeds)
 
     def warmup(self, max_rows: int, runs: int = 3) -> list[int]:
         """Run zeros of each batch size a batch can reach, ``runs`` times, before serving.
@@ -124,15 +208,24 @@ class EngineWorker:
         return tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(feeds.items()))
 
     def rows(self, feeds: Tensors) -> int:
-        return int(next(iter(feeds.values())).shape[0])
+        return request_rows(feeds) if self.batchable else int(np.shape(next(iter(feeds.values())))[0])
 
     def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
         if len(requests) == 1:
             return [dict(self.engine.run(requests[0]))]
+        if not self.batchable:
+            raise RuntimeError(f"{len(requests)} requests in one call, but {self.unbatchable_reason}")
         names = [s.name for s in self.inputs]
+        counts = [request_rows(r) for r in requests]
         feeds = {n: np.concatenate([r[n] for r in requests], axis=0) for n in names}
         out = self.engine.run(feeds)
-        bounds = np.cumsum([0] + [self.rows(r) for r in requests])
+        total = sum(counts)
+        for k, v in out.items():
+            if np.ndim(v) == 0 or np.shape(v)[0] != total:
+                raise RuntimeError(
+                    f"output {k!r}: got shape {np.shape(v)} for a batch of {total} rows, expected {total} on axis 0"
+                )
+        bounds = np.cumsum([0, *counts])
         return [{k: np.asarray(v)[bounds[i] : bounds[i + 1]] for k, v in out.items()} for i in range(len(requests))]
 
 
@@ -209,6 +302,8 @@ class PipelineWorker:
         arr = feeds[self.input_name]
         if arr.ndim < 1 or arr.shape[0] == 0:
             raise InputError(f"input {self.input_name!r}: got shape {arr.shape}, expected items on axis 0")
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"input {self.input_name!r}: got dtype {arr.dtype}, expected a numeric tensor")
 
     def key(self, feeds: Tensors) -> Hashable:
         return "items"  # preprocessing makes items alike: any requests may share a call
@@ -221,6 +316,8 @@ class PipelineWorker:
 
         items = [item for r in requests for item in r[self.input_name]]
         raw = self.pipeline.run_batch(items)
+        if len(raw) != len(items):
+            raise RuntimeError(f"pipeline: got {len(raw)} results for {len(items)} items, expected one per item")
         ragged = bool(raw) and isinstance(raw[0], Detections)
         results = [result_tensors(r) for r in raw]
         out, start = [], 0

@@ -7,9 +7,10 @@ import re
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from _corpus import Case
+if TYPE_CHECKING:  # the corpus imports most of amdinfer: conftest.py (which imports this) stays light
+    from _corpus import Case
 
 #: kind -> count, filled by the corpus and fuzz tests of this session and printed by conftest.py.
 TALLY: Counter[str] = Counter()
