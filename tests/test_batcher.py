@@ -267,3 +267,96 @@ def test_check_request_with_fixed_dims_only():
     check_request(spec, {"x": np.zeros((2, 4, 9), np.uint8)})  # symbolic W: any size
     with pytest.raises(InputError, match=r"expected \(N, 4, W\)"):
         check_request(spec, {"x": np.zeros((2, 5, 9), np.uint8)})
+
+
+class Poisoned(Recorder):
+    """Adds ``x`` to ``b``; a batch holding a request with a negative ``x`` fails as a whole (like an engine)."""
+
+    def key(self, feeds):
+        return "all"
+
+    def run(self, requests: Sequence[dict]) -> list[dict]:
+        self.calls.append([len(r["x"]) for r in requests])
+        if any((r["x"] < 0).any() for r in requests):
+            raise InputError("input 'x': negative")
+        return [{"y": r["x"] + r["b"]} for r in requests]
+
+
+class TestIsolation:
+    """A request's data and errors never reach another request (issue 20)."""
+
+    def test_a_failed_batch_is_rerun_request_by_request(self):
+        worker = Poisoned()
+        feeds = [{"x": np.full((1, 2), float(i)), "b": np.full((1, 2), 10.0 * i)} for i in range(4)]
+        feeds[2]["x"] = -feeds[2]["x"]
+
+        async def main():
+            async with DynamicBatcher([worker], max_batch_size=8, max_delay_ms=50) as b:
+                return await asyncio.gather(*(b.submit(f) for f in feeds), return_exceptions=True)
+
+        results = run(main())
+        assert worker.calls == [[1, 1, 1, 1], [1], [1], [1], [1]]  # one batch, then each request alone
+        for i in (0, 1, 3):
+            assert results[i]["y"].tolist() == [[11.0 * i] * 2]  # its own x + b, nobody else's
+        assert isinstance(results[2], InputError) and "negative" in str(results[2])
+
+    def test_a_worker_answering_with_the_wrong_count_is_rerun_alone(self):
+        class Short(Recorder):
+            def run(self, requests):
+                self.calls.append([len(r["x"]) for r in requests])
+                outs = [{"y": r["x"] * 2} for r in requests]
+                return outs[:1] if len(requests) > 1 else outs
+
+        from amdinfer.serve import run_isolated
+
+        worker = Short()
+        outs = run_isolated(worker, [{"x": np.ones((1, 2)) * k} for k in (1, 2, 3)])
+        assert [o["y"].tolist() for o in outs] == [[[2.0, 2.0]], [[4.0, 4.0]], [[6.0, 6.0]]]
+        assert worker.calls == [[1, 1, 1], [1], [1], [1]]
+
+    def test_check_request_compares_symbols_across_inputs(self):
+        a, b = (TensorSpec(n, np.dtype("float32"), ("N", 4)) for n in "ab")
+        with pytest.raises(InputError, match=r"input 'b': axis 0 \('N'\) is 1, but input 'a' has 'N' = 2"):
+            check_request([a, b], {"a": np.zeros((2, 4), np.float32), "b": np.zeros((1, 4), np.float32)})
+        check_request([a, b], {"a": np.zeros((3, 4), np.float32), "b": np.zeros((3, 4), np.float32)})
+
+    def test_request_rows_counts_every_input(self):
+        from amdinfer.serve import request_rows
+
+        assert request_rows({"a": np.zeros((3, 4)), "b": np.zeros((3, 1))}) == 3
+        with pytest.raises(InputError, match="input 'b': got 1 rows on axis 0, but input 'a' has 2"):
+            request_rows({"a": np.zeros((2, 4)), "b": np.zeros((1, 4))})
+
+    @pytest.mark.parametrize(
+        ("outputs", "reason"),
+        [
+            ([("y", ("N", 4))], None),
+            ([("y", ("N", 4)), ("idx", ("K", 3))], "output 'idx': axis 0 is 'K', not the inputs' batch axis 'N'"),
+            ([("y", (None, 4))], "output 'y': axis 0 is None, not the inputs' batch axis 'N'"),
+        ],
+    )
+    def test_batching_needs_one_batch_symbol_on_every_tensor(self, outputs, reason):
+        from amdinfer.serve import batch_axis
+
+        ins = [TensorSpec("a", np.dtype("float32"), ("N", 4)), TensorSpec("b", np.dtype("float32"), ("N", 4))]
+        outs = [TensorSpec(n, np.dtype("float32"), shape) for n, shape in outputs]
+        assert batch_axis(ins, outs) == reason
+
+    def test_engine_worker_refuses_outputs_that_do_not_split_by_rows(self, engine):
+        class Collapsing:
+            """An engine stand-in whose output has one row per call: splitting it would hand rows around."""
+
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, name):
+                return getattr(self.inner, name)
+
+            def run(self, feeds):
+                return {"logits": self.inner.run(feeds)["logits"][:1]}
+
+        worker = EngineWorker(engine)
+        worker.engine = Collapsing(engine)  # type: ignore[assignment]
+        x = np.zeros((1, 3, 32, 32), np.float32)
+        with pytest.raises(RuntimeError, match=r"output 'logits': got shape \(1, 10\) for a batch of 3 rows"):
+            worker.run([{"input": x}, {"input": np.concatenate([x, x])}])
