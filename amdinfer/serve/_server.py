@@ -6,26 +6,23 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent import futures
 from typing import Any
 
 from kserve import ModelServer
-from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
-from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
-from kserve.protocol.grpc.servicer import InferenceServicer
 from kserve.protocol.rest.server import RESTServer
 
 from ..engines.base import Engine
 from ..errors import OptionError
 from ._batcher import DynamicBatcher
+from ._grpc import GrpcServer
 from ._metrics import ServingMetrics
-from ._oip import AmdinferModel, FastDataPlane, version_error
+from ._net import bound_socket, check_host, check_port
+from ._oip import AmdinferModel, FastDataPlane
 from ._rest import DEFAULT_MAX_REQUEST_BYTES, install_routes
 from ._workers import EngineWorker, PipelineWorker
 
@@ -118,48 +115,6 @@ def build_model(
     return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
 
 
-def _port(name: str, value: Any, *, optional: bool = False) -> Any:
-    if optional and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise OptionError(f"{name}: got {value!r}, expected a TCP port 0..65535 (0: any free port)")
-    return value
-
-
-def _check_host(host: Any) -> str:
-    """``host`` when it is an address or a name of this machine's resolver, else a one-line OptionError."""
-    if not isinstance(host, str) or not host or "\0" in host:
-        raise OptionError(f"host: got {host!r}, expected an IP address or host name such as 127.0.0.1")
-    try:
-        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise OptionError(
-            f"host: got {host!r}, which is neither an IP address nor a name this machine resolves "
-            f"({getattr(exc, 'strerror', None) or exc}); use e.g. 127.0.0.1 or 0.0.0.0"
-        ) from None
-    return host
-
-
-def _bound_socket(host: str, port: int, *, reuse_port: bool, protocol: str = "REST") -> socket.socket:
-    """A TCP socket bound to ``host:port`` for uvicorn, bound here so that a taken port is one clear error.
-
-    ``SO_REUSEPORT`` only when asked (one server process per GPU sharing the port): otherwise a second
-    server on a taken port fails instead of silently sharing it.
-    """
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"{protocol}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
-
-
 def _multiprocess_metrics_route() -> None:
     """``/metrics`` summed over the server processes (prometheus_client's multiprocess mode)."""
     from kserve.model_server import app
@@ -219,124 +174,6 @@ def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
                 signal.signal(sig, handler)
 
 
-_OIP_DATATYPES = (
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-)
-
-
-class _Interceptor(ExceptionToStatusInterceptor):
-    """KServe's error-to-status mapping; a client's error is logged in one line, without a traceback."""
-
-    async def handle_exception(self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str) -> None:
-        from grpc import StatusCode
-        from kserve.errors import InvalidInput, ModelNotFound
-
-        if isinstance(ex, InvalidInput):
-            logger.info("INVALID_ARGUMENT %s: %s", method_name, ex.reason)
-            await context.abort(StatusCode.INVALID_ARGUMENT, ex.reason)
-        elif isinstance(ex, ModelNotFound):
-            logger.info("NOT_FOUND %s: %s", method_name, ex.reason)
-            await context.abort(StatusCode.NOT_FOUND, ex.reason)
-        else:
-            await super().handle_exception(ex, request_or_iterator, context, method_name)
-
-
-class _Servicer(InferenceServicer):
-    """KServe's servicer; a model version gets the answer REST gives, a datatype is checked by name."""
-
-    async def ModelInfer(self, request: Any, context: Any) -> Any:  # gRPC's method name
-        from kserve.errors import InvalidInput
-
-        for tensor in request.inputs:
-            if tensor.datatype not in _OIP_DATATYPES and tensor.datatype != "BYTES":
-                raise InvalidInput(
-                    f"input {tensor.name[:80]!r}: got datatype {tensor.datatype[:40]!r}, expected one of "
-                    f"{', '.join(_OIP_DATATYPES)}"
-                )
-        return await super().ModelInfer(request, context)
-
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:  # gRPC's method name
-        await self._versioned(request, context)
-        return await super().ModelMetadata(request, context)
-
-    async def ModelReady(self, request: Any, context: Any) -> Any:
-        await self._versioned(request, context)
-        return await super().ModelReady(request, context)
-
-    async def _versioned(self, request: Any, context: Any) -> None:
-        if request.version:
-            from kserve.errors import InvalidInput
-
-            await self._data_plane.get_model(request.name)  # NOT_FOUND for an unknown model first
-            raise InvalidInput(version_error(request.name, request.version))
-
-
-class _GrpcServer:
-    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``).
-
-    Bound on construction (a taken port is an error before the models load), started by :meth:`start`.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        dataplane: Any,
-        repository_extension: Any,
-        grace: float,
-        *,
-        max_message: int,
-        reuse_port: bool,
-    ) -> None:
-        from grpc import aio
-
-        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._grace = grace
-        self._server = aio.server(
-            futures.ThreadPoolExecutor(max_workers=4),
-            interceptors=(_Interceptor(),),
-            options=[
-                ("grpc.max_send_message_length", max_message),
-                ("grpc.max_receive_message_length", max_message),
-                # gRPC sets SO_REUSEPORT by default: a second server would share a taken port silently
-                ("grpc.so_reuseport", 1 if reuse_port else 0),
-            ],
-        )
-        servicer = _Servicer(dataplane, repository_extension)
-        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
-        if not reuse_port and port:  # a taken port in one line, before gRPC's own error log
-            _bound_socket(host, port, reuse_port=False, protocol="gRPC").close()
-        try:
-            bound = self._server.add_insecure_port(self.address)
-        except Exception as exc:  # grpc raises RuntimeError("Failed to bind ...") in recent releases
-            bound, why = 0, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        else:
-            why = "the port is taken or the address is not this machine's"
-        if bound == 0:
-            raise OSError(f"gRPC: cannot listen on {self.address}: {why}")
-
-    async def start(self) -> None:
-        await self._server.start()
-
-    async def wait(self) -> None:
-        await self._server.wait_for_termination()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(grace=self._grace)
-
-
 class Server(ModelServer):
     """KServe's ModelServer with amdinfer's data plane, bound to ``host`` (``127.0.0.1`` by default).
 
@@ -380,9 +217,9 @@ class Server(ModelServer):
         reuse_port: bool = False,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
-        _port("http_port", http_port)
-        _port("grpc_port", grpc_port, optional=True)
-        _check_host(host)
+        check_port("http_port", http_port)
+        check_port("grpc_port", grpc_port, optional=True)
+        check_host(host)
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1024:
             raise OptionError(f"max_request_bytes: got {max_request_bytes!r}, expected an int >= 1024")
         super().__init__(
@@ -407,11 +244,11 @@ class Server(ModelServer):
         self._stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         # Bind both ports before the models register and warm up: a taken port is one clear error, at once.
-        http_socket = _bound_socket(self.host, self.http_port, reuse_port=self.reuse_port)
+        http_socket = bound_socket(self.host, self.http_port, reuse_port=self.reuse_port)
         grpc = None
         try:
             if self.enable_grpc:
-                grpc = _GrpcServer(
+                grpc = GrpcServer(
                     self.host,
                     self.grpc_port,
                     self.dataplane,

@@ -1,0 +1,139 @@
+"""The gRPC side of the server: KServe's servicer on a grpc.aio server bound to the chosen host.
+
+Client errors (``InvalidInput``, an unknown model) become ``INVALID_ARGUMENT`` / ``NOT_FOUND`` logged in one
+line; a model version gets the answer REST gives; a datatype is checked by name before KServe decodes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Any
+
+from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
+from kserve.protocol.grpc.servicer import InferenceServicer
+
+from ._net import bound_socket
+from ._oip import version_error
+
+__all__ = ["GrpcServer"]
+
+logger = logging.getLogger("amdinfer.serve")
+
+_OIP_DATATYPES = (
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+)
+
+
+class _Interceptor(ExceptionToStatusInterceptor):
+    """KServe's error-to-status mapping; a client's error is logged in one line, without a traceback."""
+
+    async def handle_exception(self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str) -> None:
+        from grpc import StatusCode
+        from kserve.errors import InvalidInput, ModelNotFound
+
+        if isinstance(ex, InvalidInput):
+            logger.info("INVALID_ARGUMENT %s: %s", method_name, ex.reason)
+            await context.abort(StatusCode.INVALID_ARGUMENT, ex.reason)
+        elif isinstance(ex, ModelNotFound):
+            logger.info("NOT_FOUND %s: %s", method_name, ex.reason)
+            await context.abort(StatusCode.NOT_FOUND, ex.reason)
+        else:
+            await super().handle_exception(ex, request_or_iterator, context, method_name)
+
+
+class _Servicer(InferenceServicer):
+    """KServe's servicer; a model version gets the answer REST gives, a datatype is checked by name."""
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:  # gRPC's method name
+        from kserve.errors import InvalidInput
+
+        for tensor in request.inputs:
+            if tensor.datatype not in _OIP_DATATYPES and tensor.datatype != "BYTES":
+                raise InvalidInput(
+                    f"input {tensor.name[:80]!r}: got datatype {tensor.datatype[:40]!r}, expected one of "
+                    f"{', '.join(_OIP_DATATYPES)}"
+                )
+        return await super().ModelInfer(request, context)
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:  # gRPC's method name
+        await self._versioned(request, context)
+        return await super().ModelMetadata(request, context)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        await self._versioned(request, context)
+        return await super().ModelReady(request, context)
+
+    async def _versioned(self, request: Any, context: Any) -> None:
+        if request.version:
+            from kserve.errors import InvalidInput
+
+            await self._data_plane.get_model(request.name)  # NOT_FOUND for an unknown model first
+            raise InvalidInput(version_error(request.name, request.version))
+
+
+class GrpcServer:
+    """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``).
+
+    Bound on construction (a taken port is an error before the models load), started by :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        dataplane: Any,
+        repository_extension: Any,
+        grace: float,
+        *,
+        max_message: int,
+        reuse_port: bool,
+    ) -> None:
+        from grpc import aio
+
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._grace = grace
+        self._server = aio.server(
+            futures.ThreadPoolExecutor(max_workers=4),
+            interceptors=(_Interceptor(),),
+            options=[
+                ("grpc.max_send_message_length", max_message),
+                ("grpc.max_receive_message_length", max_message),
+                # gRPC sets SO_REUSEPORT by default: a second server would share a taken port silently
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
+            ],
+        )
+        servicer = _Servicer(dataplane, repository_extension)
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        if not reuse_port and port:  # a taken port in one line, before gRPC's own error log
+            bound_socket(host, port, reuse_port=False, protocol="gRPC").close()
+        try:
+            bound = self._server.add_insecure_port(self.address)
+        except Exception as exc:  # grpc raises RuntimeError("Failed to bind ...") in recent releases
+            bound, why = 0, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
+            why = "the port is taken or the address is not this machine's"
+        if bound == 0:
+            raise OSError(f"gRPC: cannot listen on {self.address}: {why}")
+
+    async def start(self) -> None:
+        await self._server.start()
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=self._grace)
