@@ -1,8 +1,11 @@
-"""Reading untrusted files and paths safely: regular files only, sizes checked before anything is allocated.
+"""Reading untrusted files and writing user-named outputs safely.
 
 Every file amdinfer reads on a caller's behalf (models, external data, images, ``.npz`` inputs, cache
 manifests) goes through here, so a FIFO never blocks, ``/dev/zero`` is never read until memory runs out, and a
-path with a NUL byte or of the wrong type is a typed error that names the argument. See ``docs/security.md``.
+path with a NUL byte or of the wrong type is a typed error that names the argument. Every output file a user
+names (``amdinfer compile --out``, ``quantize --out``, ``profile --trace``, ...) is written by
+:func:`write_atomic`: a temporary file beside it, renamed over it, so a symbolic link planted at the path is
+replaced, never followed. See ``docs/security.md``.
 
 Example:
     >>> from amdinfer._files import check_path
@@ -16,18 +19,30 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
+import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from .errors import AmdinferError, InputError, OptionError
 
-__all__ = ["allocation_limit", "check_allocation", "check_path", "file_kind", "read_npz", "read_regular"]
+__all__ = [
+    "allocation_limit",
+    "check_allocation",
+    "check_path",
+    "file_kind",
+    "read_npz",
+    "read_regular",
+    "same_file",
+    "write_atomic",
+]
 
 
 def check_path(value: Any, what: str, *, error: type[AmdinferError] = OptionError) -> Path:
@@ -231,3 +246,110 @@ def read_npz(path: Any, what: str, *, error: type[AmdinferError] = InputError) -
                     "expected a file written by numpy.savez"
                 ) from None
     return out
+
+
+# ---------------------------------------------------------------------------------------------- writing
+def same_file(a: Any, b: Any) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same resolved path, or (both existing) the same inode.
+
+    Example:
+        >>> same_file("/tmp/../tmp/x.onnx", "/tmp/x.onnx"), same_file("/tmp/x.onnx", "/tmp/y.onnx")
+        (True, False)
+    """
+    try:
+        if os.path.samefile(a, b):  # hard links, bind mounts, symbolic links
+            return True
+    except (OSError, ValueError):  # one of them does not exist (yet)
+        pass
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):  # a symbolic-link loop
+        return os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+
+
+def write_atomic(
+    path: Any, data: bytes | bytearray | memoryview | Callable[[IO[bytes]], object], *, argument: str
+) -> Path:
+    """Write an output file the caller named: to a temporary file beside it, then :func:`os.replace` over it.
+
+    A symbolic link at ``path`` is replaced by the new file, never followed (the file it points at is left
+    as it was); a reader sees the old file or the new one, never half of one; the temporary file (same folder,
+    created exclusively by :func:`tempfile.mkstemp`) is removed when anything fails. The new file gets the
+    usual mode (``0o666`` less the umask).
+
+    Args:
+        path: the output file.
+        data: the bytes, or a function that writes them to the binary file object it is given. Writers
+            that take only a path may write to ``f.name`` (the temporary file; its name ends with ``path``'s
+            suffix), but must not add to the name (``np.savez`` appends ``.npz`` to a path: give it ``f``).
+        argument: the option or argument that named the file (``"--out"``), for errors.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OptionError: the folder does not exist or cannot be written, ``path`` is a folder, or writing failed
+            (disk full). Errors of ``data`` itself propagate unchanged (after the clean-up).
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> write_atomic(os.path.join(d, "a.bin"), b"abc", argument="--out").read_bytes()
+        b'abc'
+        >>> write_atomic(os.path.join(d, "b.txt"), lambda f: f.write(b"hi"), argument="--out").read_bytes()
+        b'hi'
+        >>> write_atomic(os.path.join(d, "missing", "c"), b"", argument="--out")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: --out: cannot write '.../missing/c': folder '.../missing' does not exist
+    """
+    p = check_path(path, argument).expanduser()
+    folder = p.parent
+    if not folder.is_dir():
+        raise OptionError(f"{argument}: cannot write '{p}': folder '{folder}' does not exist")
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(p).st_mode):
+            raise OptionError(f"{argument}: cannot write '{p}': it is a folder; expected a file path")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{p.name[:64]}.", suffix=f".tmp{p.suffix[:16]}")
+    except OSError as exc:
+        raise OptionError(f"{argument}: cannot write '{p}': {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        raw = io.FileIO(fd, "r+", closefd=True)
+        raw.name = tmp_name  # type: ignore[misc]  # for writers that take only a path
+        with io.BufferedRandom(raw) as f:
+            os.fchmod(fd, 0o666 & ~_umask())
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+            f.flush()
+            os.fsync(fd)
+        st = os.lstat(tmp)
+        if not stat.S_ISREG(st.st_mode):  # the writer replaced our file with something else
+            raise OptionError(f"{argument}: the writer left {file_kind(st.st_mode)} at '{tmp}', expected a file")
+        os.replace(tmp, p)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise OptionError(f"{argument}: cannot write '{p}': {exc.strerror or exc}") from None
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return p
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux reports it (``os.umask`` is process-wide)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # pragma: no cover - non-Linux
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover

@@ -367,6 +367,9 @@ def plot_sweep(results: Sequence[BenchResult], path: str | Path, *, title: str =
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    from ._files import write_atomic
+
     out = Path(path)
-    fig.savefig(out, dpi=100)
-    return out
+    # through a temporary file beside it: a symbolic link planted at ``path`` is replaced, never written through
+    fmt = out.suffix.lstrip(".").lower() or "png"
+    return write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=100), argument="path")

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._files import write_atomic
 from ._progress import progress_bar
 from .engines.base import Engine
 from .errors import OptionError
@@ -242,11 +243,12 @@ def profile(
         runs: profiled runs (node times are averaged over them).
         warmup: runs before profiling starts counting.
         trace: write ONNX Runtime's profile of the measured runs here: Chrome trace event format, for
-            ``chrome://tracing`` or Perfetto.
+            ``chrome://tracing`` or Perfetto. Written to a temporary file beside it and renamed over it, so a
+            symbolic link at ``trace`` is replaced, never followed.
         progress: show a tqdm bar over the profiled runs on a terminal's stderr.
 
     Raises:
-        OptionError: the engine is not an ONNX Runtime engine.
+        OptionError: the engine is not an ONNX Runtime engine, or ``trace`` cannot be written.
 
     Example:
         >>> import amdinfer
@@ -287,10 +289,9 @@ def profile(
         prof_file = prof.end_profiling()
         events = _node_events(prof_file)
         if trace is not None:
-            try:
-                shutil.copyfile(prof_file, trace)
-            except OSError as exc:
-                raise OptionError(f"trace: cannot write {os.fspath(trace)!r}: {exc.strerror or exc}") from None
+            # A temporary file beside ``trace``, renamed over it: a symbolic link there is replaced, not followed.
+            with open(prof_file, "rb") as src:
+                write_atomic(trace, lambda f: shutil.copyfileobj(src, f, 1 << 20), argument="trace")
     nodes = _node_timings(events, runs)
     notes = [] if first else ["the provider reported no per-node events (fused into one compiled graph?)"]
     return ProfileReport(nodes, providers, runs, notes, os.fspath(trace) if trace is not None else None)

@@ -447,3 +447,152 @@ class TestOrtEngineCache:
             self.load(model, cache_dir=tmp_path, optimized_model_path=tmp_path / "o.onnx")
         with pytest.raises(amdinfer.OptionError, match="use_cache: got 'yes'"):
             self.load(model, use_cache="yes")
+
+
+# ---------------------------------------------------------------------------------------------- clearing while loading
+class TestClearWhileLoading:
+    """Another process may clear the cache at any moment; a load never fails because of it (docs/cache.md)."""
+
+    def load(self, model, **kw):
+        return amdinfer.load(model, backend="ort", providers=["cpu"], threads=1, **kw)
+
+    def test_entry_removed_between_check_and_load_is_rebuilt(
+        self, tmp_path: Path, model, x, want, monkeypatch, caplog
+    ) -> None:
+        with self.load(model, cache_dir=tmp_path):
+            pass
+        real_get = CompiledModelCache.get
+
+        def get_then_cleared(self, key, validate=None, *, parts=None):
+            path = real_get(self, key, validate, parts=parts)
+            if path is not None:
+                clear(self.root)  # the other process, right after the check
+            return path
+
+        monkeypatch.setattr(CompiledModelCache, "get", get_then_cleared)
+        with caplog.at_level(logging.INFO, logger="amdinfer.cache"):
+            with self.load(model, cache_dir=tmp_path) as engine:
+                assert engine.info.cache_hit is False
+                np.testing.assert_allclose(engine.run(x)["logits"], want, rtol=1e-5, atol=1e-6)
+        assert "was removed while it was loaded; rebuilding it" in caplog.text
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # not a damaged entry
+        monkeypatch.undo()
+        with self.load(model, cache_dir=tmp_path) as engine:  # the rebuilt entry is stored
+            assert engine.info.cache_hit is True
+
+    def test_clear_leaves_a_build_in_progress_alone(self, cache: CompiledModelCache) -> None:
+        key = cache.key(**PARTS)
+        seen = []
+
+        def build(tmp: Path) -> str:
+            assert tmp.parent == cache.root / ".building" and tmp.exists()
+            seen.append(clear(cache.root))  # the other process clears while this one compiles
+            assert tmp.exists() and (cache.root / ".locks" / f"{key}.lock").exists()
+            with open(tmp, "wb") as f:  # how ONNX Runtime writes optimized_model_filepath: needs the folder
+                f.write(b"compiled")
+            return "built"
+
+        assert cache.get_or_build(key, parts=PARTS, build=build, load=lambda p: "loaded") == ("built", False)
+        assert seen == [0] and cache.get(key, parts=PARTS).read_bytes() == b"compiled"
+        assert clear(cache.root) == 1 and not (cache.root / ".building").exists()
+        assert not (cache.root / ".locks").exists()  # nobody holds the lock now: clear removes it
+
+    def test_build_whose_scratch_folder_vanished_runs_again_uncached(self, cache: CompiledModelCache, caplog) -> None:
+        import shutil
+
+        key = cache.key(**PARTS)
+        places = []
+
+        def build(tmp: Path) -> str:  # a build that could not take the lock, its folder removed meanwhile
+            places.append(tmp)
+            if len(places) == 1:
+                shutil.rmtree(tmp.parent)
+            with open(tmp, "wb") as f:  # FileNotFoundError on the first call, as ONNX Runtime's "SystemError : 2"
+                f.write(b"compiled")
+            return "built"
+
+        with caplog.at_level(logging.WARNING, logger="amdinfer.cache"):
+            assert cache.get_or_build(key, parts=PARTS, build=build, load=lambda p: "x") == ("built", False)
+        assert len(places) == 2 and cache.root not in places[1].parents and not places[1].exists()
+        assert "was removed while it was built (cache cleared meanwhile?)" in caplog.text
+        assert cache.get(key, parts=PARTS) is None  # not cached, and the next load builds again
+
+    def test_a_genuine_build_failure_is_not_retried(self, cache: CompiledModelCache) -> None:
+        calls = []
+
+        def build(tmp: Path) -> str:
+            calls.append(tmp)
+            raise ValueError("the model does not compile")
+
+        with pytest.raises(ValueError, match="does not compile"):
+            cache.get_or_build(cache.key(**PARTS), parts=PARTS, build=build, load=str)
+        assert len(calls) == 1
+
+    def test_builder_that_writes_nothing_stores_nothing(self, cache: CompiledModelCache, caplog) -> None:
+        key = cache.key(**PARTS)
+        with caplog.at_level(logging.WARNING, logger="amdinfer.cache"):
+            assert cache.get_or_build(key, parts=PARTS, build=lambda tmp: "obj", load=str) == ("obj", False)
+        assert "wrote no artefact" in caplog.text and cache.entries() == []
+
+    def test_clear_leaves_a_held_lock_file(self, cache: CompiledModelCache) -> None:
+        from amdinfer.cache._lock import holding_if_free
+
+        key = cache.key(**PARTS)
+        lock = cache.root / ".locks" / f"{key}.lock"
+        with cache.lock(key) as got:
+            assert got
+            with holding_if_free(lock) as free:
+                assert not free
+            clear(cache.root)
+            assert lock.exists()
+        clear(cache.root)
+        assert not lock.exists()
+
+    def test_lock_file_deleted_before_it_was_locked_is_not_shared(self, cache: CompiledModelCache, monkeypatch) -> None:
+        # `clear` deletes a free lock file right after a builder opened it: the builder must lock the new file,
+        # or a third process creating it would hold "the" lock at the same time.
+        import fcntl
+
+        from amdinfer.cache._lock import holding_if_free
+
+        key = cache.key(**PARTS)
+        lock = cache.root / ".locks" / f"{key}.lock"
+        real_flock, calls = fcntl.flock, []
+
+        def flock_after_clear(fd, op):
+            calls.append(op)
+            if len(calls) == 1:
+                clear(cache.root)  # between open and flock
+            return real_flock(fd, op)
+
+        monkeypatch.setattr(fcntl, "flock", flock_after_clear)
+        with cache.lock(key) as got:
+            monkeypatch.setattr(fcntl, "flock", real_flock)
+            assert got and lock.exists()
+            with holding_if_free(lock) as free:
+                assert not free  # the file now at the path is the one held
+        # the builder on the deleted file, clear's own lock before deleting it, the builder on the new file
+        assert [op for op in calls if op != fcntl.LOCK_UN] == [fcntl.LOCK_EX | fcntl.LOCK_NB] * 3
+
+    def test_clearing_process_against_loads(self, tmp_path: Path, model) -> None:
+        """The issue's race: a process clearing in a loop while this one loads 60 times; no load fails."""
+        root = tmp_path / "c"
+        with self.load(model, cache_dir=root):
+            pass
+        ctx = mp.get_context("spawn")
+        stop = ctx.Event()
+        clearer = ctx.Process(target=_clear_until, args=(str(root), stop))
+        clearer.start()
+        try:
+            for _ in range(60):
+                with self.load(model, cache_dir=root):
+                    pass
+        finally:
+            stop.set()
+            clearer.join(timeout=60)
+        assert clearer.exitcode == 0
+
+
+def _clear_until(root: str, stop) -> None:
+    while not stop.is_set():
+        clear(root)

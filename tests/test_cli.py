@@ -198,7 +198,7 @@ def test_dynamic_axis_from_input_shapes_matches_onnxruntime(encoder_path, tmp_pa
     assert main(["run", str(encoder_path), "--providers", "cpu", "-q"]) == 1
     assert "--input-shapes input:1xSx64 (a number for S)" in capsys.readouterr().err
     out = tmp_path / "out.npz"
-    argv = ["run", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:1x7x64", "--batch", "2"]
+    argv = ["run", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:Nx7x64", "--batch", "2"]
     assert main([*argv, "--seed", "3", "--save", str(out), "-q"]) == 0
     assert "input float32 (2, 7, 64)" in capsys.readouterr().out
     import onnxruntime as ort
@@ -307,7 +307,7 @@ def test_bench_sweep_text_json_and_plot(model_path, tmp_path, capsys) -> None:
 
 
 def test_bench_dynamic_axis_with_input_shapes(encoder_path, capsys) -> None:
-    argv = ["bench", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:1x16x64", "--batch", "1,2"]
+    argv = ["bench", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:Nx16x64", "--batch", "1,2"]
     assert main([*argv, "--iterations", "2", "--warmup", "0", "--json", "-q"]) == 0
     assert [r["batch"] for r in json.loads(capsys.readouterr().out)["results"]] == [1, 2]
 
@@ -569,3 +569,239 @@ def test_verify_fp16_engine_against_the_float_reference(model_path, capsys) -> N
     assert main(["verify", str(model_path), "--providers", "cpu", "--precision", "fp16", "--json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["precision"] == "fp16" and doc["expected"] == "reference (cpu, fp64)" and doc["passed"] is True
+
+
+# ---------------------------------------------------------------------------------------------- output files
+def _plant_link(out, tmp_path):
+    """A symbolic link at the output path, pointing at a file outside the command's business."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"not yours to overwrite")
+    out.symlink_to(victim)
+    return victim
+
+
+def _seeded(shape, seed=0):
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)  # the documented random inputs
+
+
+def _ort_logits(model_path, x):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+
+
+def _check_run_save(out, model_path, doc):
+    with np.load(out) as saved:
+        np.testing.assert_allclose(saved["logits"], _ort_logits(model_path, _seeded((1, 3, 32, 32))), rtol=1e-5)
+
+
+def _check_golden(out, model_path, doc):
+    with np.load(out) as saved:
+        np.testing.assert_array_equal(saved["input/input"], _seeded((1, 3, 32, 32)))
+        np.testing.assert_allclose(saved["output/logits"], _ort_logits(model_path, _seeded((1, 3, 32, 32))), rtol=1e-4)
+
+
+def _check_compiled(out, model_path, doc):
+    from pathlib import Path
+
+    assert out.read_bytes() == Path(doc["artefact"]).read_bytes()  # the cache entry, copied
+
+
+def _check_trace(out, model_path, doc):
+    events = json.loads(out.read_text())
+    assert any(e.get("cat") == "Node" for e in events)  # ONNX Runtime's per-node events
+
+
+def _check_fp16(out, model_path, doc):
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    assert {t.data_type for t in m.graph.initializer} == {onnx.TensorProto.FLOAT16}
+
+
+def _check_png(out, model_path, doc):
+    assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+WRITERS = {
+    "run --save": (["run", "{model}", "--providers", "cpu", "--save", "{out}"], _check_run_save),
+    "verify --save-golden": (["verify", "{model}", "--providers", "cpu", "--save-golden", "{out}"], _check_golden),
+    "compile --out": (["compile", "{model}", "--providers", "cpu", "--out", "{out}"], _check_compiled),
+    "profile --trace": (["profile", "{model}", "--providers", "cpu", "--runs", "1", "--trace", "{out}"], _check_trace),
+    "quantize --out": (["quantize", "{model}", "--precision", "fp16", "--out", "{out}"], _check_fp16),
+    "quantize --plot": (
+        ["quantize", "{model}", "--precision", "fp16", "--out", "{model}.fp16", "--plot", "{out}"],
+        _check_png,
+    ),
+    "bench --plot": (["bench", "{model}", "--providers", "cpu", "--iterations", "2", "--plot", "{out}"], _check_png),
+}
+
+
+@pytest.mark.parametrize("command", WRITERS, ids=[c.replace(" ", "") for c in WRITERS])
+def test_outputs_replace_a_planted_symlink_never_follow_it(command, model_path, tmp_path, capsys) -> None:
+    argv, check = WRITERS[command]
+    out = tmp_path / ("out.png" if "plot" in command else "out.bin")
+    victim = _plant_link(out, tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = [a.format(model=model_path, out=out) for a in argv]
+    assert main([*argv, "--json", "-q"]) in (0, 1)  # quantize exits 1 when the report fails its tolerance
+    doc = json.loads(capsys.readouterr().out)
+    assert victim.read_bytes() == b"not yours to overwrite"
+    assert out.is_file() and not out.is_symlink()
+    check(out, model_path, doc)
+    made = {out.name, f"{model_path.name}.fp16", "amdinfer-cache"}  # no temporary file left beside the output
+    assert {p.name for p in tmp_path.iterdir()} - set(before) <= made
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compile", "{model}", "--providers", "cpu", "--out", "{model}"],
+        ["compile", "{model}", "--providers", "cpu", "--out", "{dir}/sub/../cnn.onnx"],  # another spelling
+        ["compile", "{model}", "--providers", "cpu", "--out", "{dir}/hardlink.onnx"],  # the same inode
+        ["compile", "{model}", "--providers", "cpu", "--out", "{dir}/link.onnx"],  # a link to the model
+        ["quantize", "{model}", "--precision", "fp16", "--out", "{model}"],
+        ["run", "{model}", "--providers", "cpu", "--inputs", "{dir}/x.npz", "--save", "{dir}/x.npz"],
+        ["verify", "{model}", "--providers", "cpu", "--save-golden", "{model}"],
+        ["quantize", "{model}", "--precision", "fp16", "--out", "{dir}/q.png", "--plot", "{dir}/q.png"],
+    ],
+)
+def test_an_output_that_is_an_input_is_refused(argv, model_path, tmp_path, capsys) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "hardlink.onnx").hardlink_to(model_path)
+    (tmp_path / "link.onnx").symlink_to(model_path)
+    np.savez(tmp_path / "x.npz", input=_seeded((1, 3, 32, 32)))
+    model_bytes, x_bytes = model_path.read_bytes(), (tmp_path / "x.npz").read_bytes()
+    argv = [a.format(model=model_path, dir=tmp_path) for a in argv]
+    assert main([*argv, "-q"]) == 1
+    err = capsys.readouterr().err
+    flag = argv[-2]
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"amdinfer {argv[0]}: OptionError: {flag}: got ")
+    assert "the same file as " in err and "expected a different path" in err
+    assert model_path.read_bytes() == model_bytes and (tmp_path / "x.npz").read_bytes() == x_bytes
+    assert not (tmp_path / "q.png").exists()
+
+
+def test_save_golden_writes_exactly_the_path_given(model_path, tmp_path, capsys) -> None:
+    out = tmp_path / "g_out"
+    assert main(["verify", str(model_path), "--providers", "cpu", "--save-golden", str(out), "-q"]) == 0
+    assert f"golden    wrote inputs and reference outputs to {out}\n" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("g_out")) == ["g_out"]
+    with np.load(out) as saved:  # an .npz archive under the name given
+        np.testing.assert_array_equal(saved["input/input"], _seeded((1, 3, 32, 32)))
+    assert main(["verify", str(model_path), "--providers", "cpu", "--golden", str(out), "-q"]) == 0
+
+
+def test_run_save_writes_exactly_the_path_given(model_path, tmp_path, capsys) -> None:
+    out = tmp_path / "outputs"
+    assert main(["run", str(model_path), "--providers", "cpu", "--save", str(out), "-q"]) == 0
+    assert f"saved outputs to {out}" in capsys.readouterr().out
+    assert not (tmp_path / "outputs.npz").exists()
+    _check_run_save(out, model_path, {})
+
+
+def test_plot_needs_an_image_suffix(model_path, tmp_path, capsys) -> None:
+    assert main(["bench", str(model_path), "--providers", "cpu", "--plot", str(tmp_path / "plot"), "-q"]) == 1
+    assert "OptionError: --plot: got " in capsys.readouterr().err
+
+
+def test_failed_write_leaves_no_temporary_file(model_path, tmp_path, capsys, monkeypatch) -> None:
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    out = tmp_path / "out.npz"
+    victim = _plant_link(out, tmp_path)
+    monkeypatch.setattr(np, "savez", full_disk)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["run", str(model_path), "--providers", "cpu", "--save", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"amdinfer run: OptionError: --save: cannot write '{out}': No space left on device\n"
+    after = sorted(p.name for p in tmp_path.iterdir() if p.name != "amdinfer-cache")
+    assert after == before  # the link is as it was, no temporary file
+    assert out.is_symlink() and victim.read_bytes() == b"not yours to overwrite"
+
+
+def test_write_atomic_cleans_up_and_keeps_the_old_file(tmp_path) -> None:
+    from amdinfer._files import write_atomic
+    from amdinfer.errors import OptionError
+
+    out = tmp_path / "model.onnx"
+    out.write_bytes(b"old")
+
+    def broken(f):
+        f.write(b"half of a new fi")
+        raise ValueError("writer failed")
+
+    with pytest.raises(ValueError, match="writer failed"):
+        write_atomic(out, broken, argument="--out")
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"] and out.read_bytes() == b"old"
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(OptionError, match=r"^--out: cannot write '.*folder': it is a folder"):
+        write_atomic(tmp_path / "folder", b"x", argument="--out")
+    assert write_atomic(out, b"new", argument="--out").read_bytes() == b"new"
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "model.onnx"]
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ------------------------------------------------------------------------------------------ --input-shapes / --batch
+def test_input_shapes_axis_0_placeholder() -> None:
+    from amdinfer.cli._common import parse_input_shapes
+
+    assert parse_input_shapes("a:Nx3x8x8,b:[N,5]") == {"a": (None, 3, 8, 8), "b": (None, 5)}
+    for bad in ("a:3xN", "a:NxN", "a:[3,N]", "a:n"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_input_shapes(bad)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "batch", "want"),
+    [
+        ("input:2x3x32x32", "5", None),  # conflict
+        ("input:2x3x32x32", "2", (2, 3, 32, 32)),
+        ("input:Nx3x32x32", "5", (5, 3, 32, 32)),
+        ("input:Nx3x32x32", None, (1, 3, 32, 32)),
+        ("input:4x3x32x32", None, (4, 3, 32, 32)),
+    ],
+)
+def test_input_shapes_and_batch_must_agree(model_path, capsys, shapes, batch, want) -> None:
+    argv = ["run", str(model_path), "--providers", "cpu", "--input-shapes", shapes, "--json", "-q"]
+    rc = main(argv + (["--batch", batch] if batch else []))
+    out, err = capsys.readouterr()
+    if want is None:
+        assert rc == 1
+        assert err == (
+            "amdinfer run: OptionError: --input-shapes input:2x3x32x32 and --batch 5 disagree on axis 0 of input "
+            "'input'; give equal values, drop one, or write axis 0 as N (--input-shapes input:Nx3x32x32) to take it "
+            "from --batch\n"
+        )
+    else:
+        assert rc == 0 and json.loads(out)["inputs"]["input"]["shape"] == list(want)
+
+
+def test_bench_sweep_with_a_conflicting_axis_0_is_refused(encoder_path, capsys) -> None:
+    argv = ["bench", str(encoder_path), "--providers", "cpu", "--input-shapes", "input:1x16x64", "--batch", "1,2"]
+    assert main([*argv, "-q"]) == 1
+    assert "--input-shapes input:1x16x64 and --batch 2 disagree" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- usage errors
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [
+        (["run", "m.onnx", "--bogus"], "amdinfer run"),
+        (["cache", "list", "--bogus", "1"], "amdinfer cache"),
+        (["--bogus"], "amdinfer"),
+    ],
+)
+def test_unknown_option_names_the_subcommand(argv, prog, capsys) -> None:
+    assert main(argv) == 2
+    extra = " ".join(argv[argv.index("--bogus") :])
+    assert capsys.readouterr().err == f"{prog}: UsageError: unrecognized arguments: {extra} (see {prog} --help)\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._lock import holding_if_free
 from ._manifest import KEY_RE, MANIFEST, is_own_entry, read_manifest, untrusted_file
 
 __all__ = ["RUNTIME_DIRS", "CacheEntry"]
@@ -123,10 +124,14 @@ def clear_folder(root: Path, remove: Callable[[str], bool]) -> int:
             shutil.rmtree(p, ignore_errors=True)
         elif p.is_dir() and p.name in (".locks", ".building"):
             pattern = _LOCK_RE if p.name == ".locks" else _BUILDING_RE
-            for f in p.iterdir():
-                if pattern.match(f.name) and not f.is_symlink() and f.is_file():
-                    with contextlib.suppress(OSError):
-                        f.unlink()
+            with contextlib.suppress(OSError):  # another clear may remove the folder meanwhile
+                for f in list(p.iterdir()):
+                    if pattern.match(f.name) and not f.is_symlink() and f.is_file():
+                        # A build in progress holds its key's lock: its lock and scratch files stay.
+                        with holding_if_free(root / ".locks" / f"{f.name[:32]}.lock") as free:
+                            if free:
+                                with contextlib.suppress(OSError):
+                                    f.unlink()
             with contextlib.suppress(OSError):
                 p.rmdir()  # only when empty
         elif p.is_dir() and p.name == RUNTIME_DIRS["ort-migraphx-ep"]:

@@ -33,6 +33,7 @@ from ._manifest import (
     write_json_atomic,
 )
 from ._paths import PathLike, resolve_cache_dir
+from ._scratch import building_file, written
 
 __all__ = ["CompiledModelCache"]
 
@@ -238,7 +239,11 @@ class CompiledModelCache:
     @staticmethod
     def _drop_stale(entry: Path, keep: str) -> None:
         now = time.time()
-        for p in entry.iterdir():
+        try:
+            names = list(entry.iterdir())
+        except OSError:  # the entry was cleared meanwhile: nothing stale left
+            return
+        for p in names:
             if p.name in (keep, MANIFEST):
                 continue
             # Another writer's temporary file may sit here for as long as its producer runs.
@@ -349,24 +354,33 @@ class CompiledModelCache:
             hit = self._try_load(key, parts, load)  # another process may have built it meanwhile
             if hit is not None:
                 return hit[0], True
-            tmp_dir = self.root / ".building"
             scratch: tempfile.TemporaryDirectory[str] | None = None
             try:
-                self._make_root()
-                tmp_dir.mkdir(exist_ok=True)
-                tmp = tmp_dir / f"{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
-                # Probe: an existing folder may still be read-only (the runtime's own error would be opaque).
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                tmp.unlink()
+                tmp = building_file(self.root, key, suffix, self._make_root)
             except OSError as exc:
                 log.warning("amdinfer cache %s: not writable (%s); running uncached", self.root, exc.strerror or exc)
                 scratch = tempfile.TemporaryDirectory(prefix="amdinfer-build-")
                 tmp = Path(scratch.name) / f"artefact{suffix}"
             try:
-                obj = build(tmp)
+                try:
+                    obj = build(tmp)
+                except Exception:
+                    if scratch is not None or os.path.lexists(tmp):
+                        raise
+                    # Our scratch file vanished: another process cleared the cache (unlocked build, or a
+                    # folder removed under us). That is no reason to fail the load: build again, uncached.
+                    log.warning(
+                        "amdinfer cache %s: the scratch file of %s was removed while it was built (cache cleared "
+                        "meanwhile?); building again in a private folder, not cached",
+                        self.root,
+                        key,
+                    )
+                    scratch = tempfile.TemporaryDirectory(prefix="amdinfer-build-")
+                    tmp = Path(scratch.name) / f"artefact{suffix}"
+                    obj = build(tmp)
                 if scratch is not None:
                     pass  # nothing can be stored
-                elif tmp.is_file():
+                elif written(tmp):
                     extra = meta() if callable(meta) else meta
                     try:
                         self.put(key, tmp, extra, parts=parts, suffix=suffix)
@@ -390,6 +404,11 @@ class CompiledModelCache:
         try:
             return (load(path),)
         except Exception as exc:
+            if not os.path.lexists(path):
+                # Removed between the check and the load (another process cleared the cache): not damaged,
+                # and a newer entry may already stand in its place, so nothing is removed; build it again.
+                log.info("amdinfer cache %s: entry %s was removed while it was loaded; rebuilding it", self.root, key)
+                return None
             self._invalidate(key, f"the runtime could not load it ({type(exc).__name__}: {str(exc).strip()[:300]})")
             return None
 

@@ -9,7 +9,6 @@ from typing import Any
 from ._common import (
     add_model_args,
     add_output_args,
-    check_writable,
     emit,
     engine_header,
     feeds_for,
@@ -21,6 +20,7 @@ from ._common import (
     progress_enabled,
 )
 from ._common import non_negative_int as _non_negative
+from ._outputs import check_plot_path
 
 NAME = "bench"
 HELP = "latency mean/std/percentiles and measured throughput, over a batch sweep (--batch 1,8,32)"
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import OptionError
 
         raise OptionError("--batch: a sweep makes random inputs; drop --inputs or give one batch size")
-    plot = check_writable(args.plot, "--plot") if args.plot else None
+    plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
     batches = args.batch or [None]
     plans = plan_feeds(args, batches) if not args.inputs else None
     extra = {"outputs_on": "device"} if args.io == "device" else {}
@@ -163,8 +163,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     if plot is not None:
-        name = args.model.rsplit("/", 1)[-1]
-        plot_sweep(results, plot, title=f"{name}: {info.backend} {','.join(info.providers)} {info.precision}")
+        from .._files import write_atomic
+
+        title = f"{args.model.rsplit('/', 1)[-1]}: {info.backend} {','.join(info.providers)} {info.precision}"
+        # plot_sweep takes a path: the temporary file's name ends with the plot's suffix (the format).
+        write_atomic(plot, lambda f: plot_sweep(results, f.name, title=title), argument="--plot")
     ver = versions(info)
     warnings = spread_warnings(results)
     lines = info_lines(info)

@@ -92,29 +92,33 @@ def parse_batches(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
-_SHAPE_ITEM = re.compile(r"\s*([^:,\s\[\]]+)\s*:\s*(\[[\d,\s]*\]|\d+(?:x\d+)*)\s*(?:,|$)")
+_SHAPE_ITEM = re.compile(r"\s*([^:,\s\[\]]+)\s*:\s*(\[\s*(?:\d+|N)?[\d,\s]*\]|(?:\d+|N)(?:x\d+)*)\s*(?:,|$)")
 
 
-def parse_input_shapes(text: str) -> dict[str, tuple[int, ...]]:
+def parse_input_shapes(text: str) -> dict[str, tuple[int | None, ...]]:
     """``--input-shapes``: ``name:1x3x224x224,mask:1x128`` or Polygraphy's ``name:[1,3,224,224]``.
+
+    Axis 0 may be ``N`` (``images:Nx3x640x640``): its size then comes from ``--batch`` (``None`` here).
 
     Example:
         >>> parse_input_shapes("images:1x3x640x640,mask:[1,128]")
         {'images': (1, 3, 640, 640), 'mask': (1, 128)}
+        >>> parse_input_shapes("images:Nx3x640x640")
+        {'images': (None, 3, 640, 640)}
     """
-    out: dict[str, tuple[int, ...]] = {}
+    out: dict[str, tuple[int | None, ...]] = {}
     pos = 0
     text = text.strip()
     while pos < len(text):
         m = _SHAPE_ITEM.match(text, pos)
         if m is None or m.end() == pos:
             raise argparse.ArgumentTypeError(
-                f"got {text!r}, expected name:1x3x224x224[,name2:...] (or name:[1,3,224,224])"
+                f"got {text!r}, expected name:1x3x224x224[,name2:...] (or name:[1,3,224,224]; axis 0 may be N)"
             )
         name, dims = m.group(1), m.group(2)
         values = [d for d in re.split(r"[x,\[\]\s]+", dims) if d]
-        shape = tuple(int(d) for d in values)
-        if any(d < 1 for d in shape):
+        shape = tuple(None if d == "N" else int(d) for d in values)
+        if any(d is not None and d < 1 for d in shape):
             raise argparse.ArgumentTypeError(f"input {name!r}: got shape {shape}, expected every dimension >= 1")
         if name in out:
             raise argparse.ArgumentTypeError(f"input {name!r} is given twice")
@@ -125,8 +129,8 @@ def parse_input_shapes(text: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _merge_shapes(values: list[dict[str, tuple[int, ...]]] | None) -> dict[str, tuple[int, ...]]:
-    merged: dict[str, tuple[int, ...]] = {}
+def _merge_shapes(values: list[dict[str, tuple[int | None, ...]]] | None) -> dict[str, tuple[int | None, ...]]:
+    merged: dict[str, tuple[int | None, ...]] = {}
     for v in values or []:
         merged.update(v)
     return merged
@@ -271,26 +275,28 @@ def load_npz(path: str, what: str = "--inputs") -> dict[str, np.ndarray]:
     return read_npz(path, what)
 
 
-def check_writable(path: str, what: str) -> Path:
-    """An output path whose folder exists, checked before any work is done."""
-    from .._files import check_path
-
-    p = check_path(path, what).expanduser()
-    if p.is_dir():
-        raise OptionError(f"{what}: got {path!r}, a folder; expected a file path")
-    if not p.parent.is_dir():
-        raise OptionError(f"{what}: got {path!r}, but folder '{p.parent}' does not exist; expected a file path")
-    return p
-
-
 # ---------------------------------------------------------------------------------------------- shapes and feeds
 def feed_shapes(
-    specs: Sequence[Any], overrides: Mapping[str, tuple[int, ...]], batch: int | None
+    specs: Sequence[Any], overrides: Mapping[str, tuple[int | None, ...]], batch: int | None
 ) -> dict[str, tuple[int, ...]]:
     """The concrete shape of every input: the model's fixed dims, ``--input-shapes``, then ``--batch`` on axis 0.
 
+    ``--batch`` and a number on axis 0 of ``--input-shapes`` must agree (write ``N`` there to take ``--batch``).
+
     Raises:
-        OptionError: an unknown input name, a shape that contradicts the model, or a dynamic axis with no value.
+        OptionError: an unknown input name, a shape that contradicts the model or ``--batch``, or a dynamic axis
+            with no value.
+
+    Example:
+        >>> from amdinfer.model import ModelSource
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> specs = ModelSource.from_any(tiny_cnn()).inputs  # input (N, 3, 32, 32)
+        >>> feed_shapes(specs, {"input": (None, 3, 32, 32)}, 4)
+        {'input': (4, 3, 32, 32)}
+        >>> feed_shapes(specs, {"input": (2, 3, 32, 32)}, 5)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: --input-shapes input:2x3x32x32 and --batch 5 disagree on axis 0 of input 'input'...
     """
     names = [s.name for s in specs]
     unknown = [n for n in overrides if n not in names]
@@ -307,10 +313,20 @@ def feed_shapes(
                     f"expected rank {len(model_shape)} {tuple(model_shape)}"
                 )
             for i, (d, m) in enumerate(zip(shape, model_shape)):
-                if isinstance(m, int) and d != m:
+                if isinstance(m, int) and d is None:
+                    shape[i] = m  # ``N`` on a fixed batch axis
+                elif isinstance(m, int) and d != m:
                     raise OptionError(
                         f"--input-shapes: input {spec.name!r} axis {i} got {d}, expected {m} (fixed in the model)"
                     )
+            if batch is not None and shape and not isinstance(model_shape[0], int) and shape[0] not in (None, batch):
+                given = "x".join(str(d) for d in overrides[spec.name])
+                rest = "x".join(str(d) for d in overrides[spec.name][1:])
+                raise OptionError(
+                    f"--input-shapes {spec.name}:{given} and --batch {batch} disagree on axis 0 of input "
+                    f"{spec.name!r}; give equal values, drop one, or write axis 0 as N "
+                    f"(--input-shapes {spec.name}:N{'x' + rest if rest else ''}) to take it from --batch"
+                )
         else:
             shape = [d if isinstance(d, int) else None for d in model_shape]
         if batch is not None and model_shape and not isinstance(model_shape[0], int):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ from ..errors import OptionError
 from ._common import (
     add_model_args,
     add_output_args,
-    check_writable,
     emit,
     engine_header,
     info_lines,
@@ -20,6 +18,7 @@ from ._common import (
     make_feeds,
     plan_feeds,
 )
+from ._outputs import check_writable, copy_file
 
 NAME = "compile"
 HELP = "compile a model for a backend/precision/shapes into the cache (MIGraphX .mxr, ORT optimized model)"
@@ -61,7 +60,7 @@ def artefacts(cache_dir: Path, info: Any, model_name: str) -> list[tuple[str, Pa
 def run(args: argparse.Namespace) -> int:
     from ..cache import resolve_cache_dir
 
-    out = check_writable(args.out, "--out") if args.out else None
+    out = check_writable(args.out, "--out", args) if args.out else None
     if args.backend == "reference":
         raise OptionError("--backend reference: the NumPy reference has nothing to compile; use ort or migraphx")
     cache_dir = resolve_cache_dir(args.cache_dir)
@@ -81,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         if len(found) != 1:
             what = f"{len(found)} artefacts (one per shape; give one --batch)" if found else "no artefact"
             raise OptionError(f"--out: backend {info.backend} left {what} in {cache_dir} ({kind or 'nothing cached'})")
-        shutil.copyfile(found[0][1], out)
+        copy_file(found[0][1], out, "--out")
     lines = info_lines(info)
     state = "loaded from the cache" if info.cache_hit else "compiled"
     lines.append(f"compile   {state} in {info.compile_seconds:.3f} s (load {info.load_seconds:.3f} s)")

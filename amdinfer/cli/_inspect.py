@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from ._stats import migraphx_coverage, model_stats, ort_placement
 
     source = model_specs(args.model)
-    overrides: dict[str, tuple[int, ...]] = {}
+    overrides: dict[str, tuple[int | None, ...]] = {}
     for v in args.input_shapes or []:
         overrides.update(v)
     try:

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -32,6 +33,17 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _UsageError(f"{self.prog}: UsageError: {message} (see {self.prog} --help)")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # argparse reports options no subcommand knows from the top-level parser ("amdinfer: ..."); name the
+        # subcommand they were given to, whose --help lists the options it takes.
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(ns, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            message = f"unrecognized arguments: {' '.join(extra)}"
+            raise _UsageError(f"{prog}: UsageError: {message} (see {prog} --help)")
+        return ns
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,6 @@ import argparse
 from ._common import (
     add_model_args,
     add_output_args,
-    check_writable,
     emit,
     engine_header,
     feeds_for,
@@ -18,6 +17,7 @@ from ._common import (
     progress_enabled,
 )
 from ._common import non_negative_int as _non_negative
+from ._outputs import check_writable
 
 NAME = "profile"
 HELP = "per-node time and provider (which nodes ran on the CPU), per-op totals, a Chrome trace"
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..profile import profile
 
-    trace = check_writable(args.trace, "--trace") if args.trace else None
+    trace = check_writable(args.trace, "--trace", args) if args.trace else None
     shapes = plan_feeds(args, [args.batch]) if not args.inputs else None
     engine = load_engine(args, shapes)
     with engine:

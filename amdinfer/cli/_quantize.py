@@ -9,7 +9,6 @@ from typing import Any
 from ..errors import OptionError
 from ._common import (
     add_output_args,
-    check_writable,
     emit,
     feed_shapes,
     load_samples,
@@ -20,6 +19,7 @@ from ._common import (
     positive_int,
     progress_enabled,
 )
+from ._outputs import check_plot_path, check_writable, save_figure
 
 NAME = "quantize"
 HELP = "write an fp16 or int8 (calibrated) model and its accuracy report against the float model"
@@ -58,12 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..quantize import Fp16Quantizer, Int8Quantizer, evaluate
 
-    out = check_writable(args.out, "--out")
-    plot = check_writable(args.plot, "--plot") if args.plot else None
+    out = check_writable(args.out, "--out", args)
+    plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
     if args.keep_last < 0:
         raise OptionError(f"--keep-last: got {args.keep_last}, expected an int >= 0")
     source = model_specs(args.model)
-    overrides: dict[str, tuple[int, ...]] = {}
+    overrides: dict[str, tuple[int | None, ...]] = {}
     for v in args.input_shapes or []:
         overrides.update(v)
     shapes = feed_shapes(source.inputs, overrides, args.batch)
@@ -103,11 +103,13 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     import onnx
 
-    onnx.save(qmodel, str(out))
+    from .._files import write_atomic
+
+    write_atomic(out, lambda f: onnx.save_model(qmodel, f), argument="--out")
     note(args, f"evaluating on {len(held_out)} samples")
     report = evaluate(qmodel, source.proto, held_out, task=args.task, per_layer=bool(args.per_layer or plot))
     if plot is not None:
-        report.plot(plot)
+        save_figure(report.plot(), plot, "--plot")
     size_in = source.path.stat().st_size if source.path else len(source.to_bytes())
     size_out = out.stat().st_size
     lines = [

@@ -10,7 +10,6 @@ import numpy as np
 from ._common import (
     add_model_args,
     add_output_args,
-    check_writable,
     emit,
     engine_header,
     feeds_for,
@@ -18,6 +17,7 @@ from ._common import (
     load_engine,
     plan_feeds,
 )
+from ._outputs import check_writable, save_npz
 
 NAME = "run"
 HELP = "run a model once; print what ran and each output's dtype, shape and statistics"
@@ -47,7 +47,7 @@ def output_stats(arr: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    save = check_writable(args.save, "--save") if args.save else None
+    save = check_writable(args.save, "--save", args) if args.save else None
     shapes = plan_feeds(args, [args.batch]) if not args.inputs else None
     engine = load_engine(args, shapes)
     with engine:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         info = engine.info
         stats = {name: output_stats(a) for name, a in out.items()}
         if save is not None:
-            np.savez(save, **{k: np.asarray(v) for k, v in out.items()})  # type: ignore[arg-type]
+            save_npz(save, out, "--save")
     lines = info_lines(info)
     lines.append("inputs    " + ", ".join(f"{k} {v.dtype} {tuple(v.shape)}" for k, v in feeds.items()))
     for name, s in stats.items():

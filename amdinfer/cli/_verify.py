@@ -13,7 +13,6 @@ from ..errors import InputError, OptionError
 from ._common import (
     add_model_args,
     add_output_args,
-    check_writable,
     emit,
     engine_header,
     feeds_for,
@@ -25,6 +24,7 @@ from ._common import (
     plan_feeds,
 )
 from ._common import non_negative_int as _non_negative
+from ._outputs import check_writable, save_npz
 
 NAME = "verify"
 HELP = "compare a backend's outputs with the float64 NumPy reference (or a golden file); exit 1 on mismatch"
@@ -47,10 +47,14 @@ def _describe(info: Any) -> str:
 
 
 def save_golden(path: Path, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    """``input/<name>`` and ``output/<name>`` arrays plus a JSON ``meta`` string, readable without pickle."""
-    arrays = {f"input/{k}": np.asarray(v) for k, v in feeds.items()}
+    """``input/<name>`` and ``output/<name>`` arrays plus a JSON ``meta`` string, readable without pickle.
+
+    Written at exactly ``path`` (no ``.npz`` appended), through a temporary file renamed over it.
+    """
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+    arrays.update({f"input/{k}": np.asarray(v) for k, v in feeds.items()})
     arrays.update({f"output/{k}": np.asarray(v) for k, v in outputs.items()})
-    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
+    save_npz(path, arrays, "--save-golden")
 
 
 def load_golden(path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import verify
 
-    save = check_writable(args.save_golden, "--save-golden") if args.save_golden else None
+    save = check_writable(args.save_golden, "--save-golden", args) if args.save_golden else None
     golden = load_golden(args.golden) if args.golden else None
     if golden is not None and (args.inputs or args.per_layer):
         raise OptionError("--golden: it holds the inputs and outputs; drop --inputs and --per-layer")

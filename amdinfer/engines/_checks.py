@@ -17,7 +17,7 @@ from .._files import check_allocation
 from ..errors import InputError, OptionError
 from ..types import ShapeBounds, TensorSpec
 
-__all__ = ["Feeds", "FeedChecks", "OutputSelection"]
+__all__ = ["Feeds", "FeedChecks", "OutputSelection", "dtype_expr"]
 
 
 Feeds = Mapping[str, Any] | np.ndarray | Any
@@ -29,6 +29,26 @@ OutputSelection = str | Sequence[str] | None
 InputCheck = tuple[
     str, np.dtype, int, tuple[tuple[int, int], ...], tuple[tuple[int, str], ...], TensorSpec, ShapeBounds | None
 ]
+
+
+def dtype_expr(dtype: Any) -> str:
+    """How code names ``dtype`` under NumPy 2, for hints (``np.object`` and ``np.bfloat16`` do not exist).
+
+    Example:
+        >>> dtype_expr(np.float32), dtype_expr(object), dtype_expr(np.dtype("<U3"))
+        ('np.float32', 'object', "np.dtype('<U3')")
+        >>> import ml_dtypes
+        >>> dtype_expr(ml_dtypes.bfloat16)
+        'ml_dtypes.bfloat16'
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "O":
+        return "object"
+    if dt.kind not in "SUVMm" and getattr(np, dt.name, None) is dt.type:
+        return f"np.{dt.name}"
+    if dt.type.__module__.split(".")[0] == "ml_dtypes":
+        return f"ml_dtypes.{dt.type.__name__}"
+    return f"np.dtype({dt.str!r})"
 
 
 class FeedChecks:
@@ -105,7 +125,7 @@ class FeedChecks:
             if arr.dtype != dtype:
                 raise InputError(
                     f"input {name!r}: got dtype {arr.dtype}, expected {dtype} "
-                    f"(cast explicitly, e.g. x.astype(np.{dtype}))"
+                    f"(cast explicitly, e.g. x.astype({dtype_expr(dtype)}))"
                 )
             shape = arr.shape
             if len(shape) != rank:
@@ -176,7 +196,7 @@ class FeedChecks:
                     raise InputError(
                         f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
                         f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
-                        f"np.asarray(value, dtype=np.{dtype}) to accept the rounding"
+                        f"np.asarray(value, dtype={dtype_expr(dtype)}) to accept the rounding"
                     )
                 arr = converted
             return arr

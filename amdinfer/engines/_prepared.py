@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import EngineClosedError, InputError
 
-__all__ = ["PreparedRun"]
+__all__ = ["BoundFeeds", "PreparedRun"]
 
 
 class PreparedRun:
@@ -17,6 +17,9 @@ class PreparedRun:
 
     Made by :meth:`amdinfer.Engine.prepare`. Each call reads the feeds' memory as it is then: update the
     inputs in place between calls (``x[...] = new`` for NumPy, ``x.copy_(new)`` for PyTorch) and call again.
+    The run keeps the arrays given to ``prepare``: putting another array into the feeds dict afterwards changes
+    nothing, and an array whose shape or dtype changed in place (``x.resize(...)``, ``x.shape = ...``) is an
+    :class:`~amdinfer.errors.InputError` naming the input and both shapes; prepare again for a new shape.
     The shape/dtype checks, output selection and, on a GPU, the binding of device buffers (and the CUDA graph
     capture) happen once, at :meth:`~amdinfer.Engine.prepare`; a call then costs the model's own run plus
     a few microseconds (on an H200: 0.97x a hand-tuned ONNX Runtime session at batch 1, docs/gpu.md).
@@ -83,3 +86,36 @@ def check_bound_in_place(given: Mapping[str, Any], checked: Mapping[str, Any]) -
                 f"input {name!r}: got a non-contiguous array, which engine.run copies; a prepared run must read "
                 "the caller's memory, so pass a C-contiguous array (np.ascontiguousarray) and update that one"
             )
+
+
+class BoundFeeds:
+    """The shape and dtype of each NumPy feed at ``prepare`` time, checked again before each prepared call.
+
+    ``ndarray.resize`` and assigning ``.shape``/``.dtype`` change an array in place; a prepared run bound to its
+    old shape would hand the runtime the wrong number of bytes.
+
+    Example:
+        >>> x = np.zeros((2, 3), np.float32)
+        >>> bound = BoundFeeds({"x": x})
+        >>> bound.check()
+        >>> x.resize((1, 3), refcheck=False)
+        >>> bound.check()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': prepared with shape (2, 3) float32, now shape (1, 3) float32 (...)...
+    """
+
+    __slots__ = ("_arrays",)
+
+    def __init__(self, feeds: Mapping[str, Any]) -> None:
+        self._arrays = [(name, a, a.shape, a.dtype) for name, a in feeds.items() if isinstance(a, np.ndarray)]
+
+    def check(self) -> None:
+        """Raise :class:`~amdinfer.errors.InputError` for an array resized or re-typed since ``prepare``."""
+        for name, a, shape, dtype in self._arrays:
+            if a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                now = "" if a.flags.c_contiguous else ", no longer C-contiguous"
+                raise InputError(
+                    f"input {name!r}: prepared with shape {shape} {dtype}, now shape {a.shape} {a.dtype}{now} "
+                    "(changed in place after engine.prepare); prepare again for the new shape"
+                )

@@ -31,7 +31,7 @@ from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
 from ._checks import FeedChecks, Feeds, OutputSelection
 from ._info import EngineInfo
-from ._prepared import PreparedRun, check_bound_in_place
+from ._prepared import BoundFeeds, PreparedRun, check_bound_in_place
 
 __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
 
@@ -308,10 +308,19 @@ class Engine(FeedChecks, abc.ABC):
         return PreparedRun(self, self._prepared_call(checked, names), list(checked), names or list(self._output_names))
 
     def _prepared_call(self, feeds: dict[str, Any], outputs: list[str] | None) -> Callable[[], dict[str, Any]]:
-        """Backend hook of :meth:`prepare`: a callable running checked feeds (default: ``_run`` each time)."""
-        if self._buckets:
-            return lambda: self._run_bucketed(feeds, outputs)
-        return lambda: self._run(feeds, outputs)
+        """Backend hook of :meth:`prepare`: a callable running checked feeds (default: ``_run`` each time).
+
+        Each call first checks that no feed was resized or re-typed in place since ``prepare``
+        (:class:`~amdinfer.engines._prepared.BoundFeeds`): the run would read the wrong number of bytes.
+        """
+        bound = BoundFeeds(feeds)
+        run = self._run_bucketed if self._buckets else self._run
+
+        def call() -> dict[str, Any]:
+            bound.check()
+            return run(feeds, outputs)
+
+        return call
 
     def _check_run_many(self, outputs: OutputSelection, prefetch: Any) -> list[str] | None:
         """The checks :meth:`run_many` makes at the call (state, ``prefetch``, ``outputs``)."""

@@ -78,3 +78,38 @@ def test_checks_happen_at_prepare() -> None:
         step()
     with pytest.raises(EngineClosedError):
         engine.prepare(np.zeros((1, 3, 32, 32), np.float32))
+
+
+# ----------------------------------------------------------------------------------- feeds changed after prepare
+RESIZABLE = LOADS  # every way to prepare: IO-bound, plain, bucketed, reference
+
+
+@pytest.mark.parametrize("load", RESIZABLE.values(), ids=RESIZABLE.keys())
+def test_feed_resized_in_place_is_an_input_error(load) -> None:
+    x = np.zeros((2, 3, 32, 32), np.float32)
+    with amdinfer.load(tiny_cnn(), **load) as engine:
+        step = engine.prepare({"input": x})
+        step()
+        x.resize((1, 3, 32, 32), refcheck=False)  # ONNX Runtime alone: "The input size of numpy arrays does not match"
+        with pytest.raises(
+            InputError,
+            match=r"^input 'input': prepared with shape \(2, 3, 32, 32\) float32, now shape \(1, 3, 32, 32\) float32 ",
+        ):
+            step()
+        y = np.zeros((2, 3, 32, 32), np.float32)
+        step = engine.prepare({"input": y})
+        y.dtype = np.int32  # re-typed in place, same bytes
+        with pytest.raises(InputError, match=r"prepared with shape \(2, 3, 32, 32\) float32, now .* int32"):
+            step()
+
+
+@pytest.mark.parametrize("load", RESIZABLE.values(), ids=RESIZABLE.keys())
+def test_replacing_the_dict_entry_keeps_the_bound_array(load) -> None:
+    model = tiny_cnn()
+    x = np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
+    feeds = {"input": x}
+    with amdinfer.load(model, **load) as engine:
+        step = engine.prepare(feeds)
+        feeds["input"] = np.zeros((3, 3, 32, 32), np.float32)  # documented: the run keeps the array it was given
+        got = _host(step()["logits"])
+    np.testing.assert_allclose(got, oracle(model, {"input": x})["logits"], rtol=1e-4, atol=1e-5)
