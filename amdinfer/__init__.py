@@ -29,6 +29,7 @@ from .errors import (
     ModelError,
     OptionError,
     StageError,
+    StageInputError,
     UnsupportedOperatorError,
 )
 from .model import ModelSource
@@ -51,6 +52,7 @@ __all__ = [
     "PreparedRun",
     "ShapeBounds",
     "StageError",
+    "StageInputError",
     "TensorSpec",
     "UnsupportedOperatorError",
     "__version__",

@@ -24,6 +24,7 @@ __all__ = [
     "ModelError",
     "OptionError",
     "StageError",
+    "StageInputError",
     "UnsupportedOperatorError",
 ]
 
@@ -116,6 +117,17 @@ class StageError(AmdinferError, RuntimeError):
     Example:
         >>> str(StageError("Letterbox: returned None"))
         'Letterbox: returned None'
+    """
+
+
+class StageInputError(StageError, InputError):
+    """A :class:`StageError` whose cause is bad input (a uint16 or RGBA image, a wrong shape).
+
+    ``except InputError`` (and ``ValueError``) catch it too: a server answers it as the client's mistake.
+
+    Example:
+        >>> isinstance(StageInputError("item 0: preprocess[1] Letterbox: ..."), (InputError, StageError))
+        True
     """
 
 

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import StageError
+from .errors import InputError, StageError, StageInputError
 
 __all__ = ["Postprocessor", "Preprocessor", "Sample", "Stage", "compose_affine"]
 
@@ -244,11 +244,13 @@ class Postprocessor(Stage):
 
 
 def _stage_error(index: int, stage: str, exc: BaseException, *, count: int = 1) -> StageError:
-    """A :class:`StageError` naming the item (or batch) and the stage, with ``exc`` as its cause."""
+    """A :class:`StageError` naming the item (or batch) and the stage, with ``exc`` as its cause (also an
+    :class:`InputError` when ``exc`` is one)."""
     if isinstance(exc, StageError) and getattr(exc, "index", None) is not None:
         return exc  # already located
     where = f"item {index}" if count == 1 else f"items {index}..{index + count - 1} (one batch)"
-    err = StageError(f"{where}: {stage}: {type(exc).__name__}: {exc}")
+    kind = StageInputError if isinstance(exc, InputError) else StageError
+    err = kind(f"{where}: {stage}: {type(exc).__name__}: {exc}")
     err.index = index  # type: ignore[attr-defined]
     err.stage = stage  # type: ignore[attr-defined]
     err.__cause__ = exc

@@ -11,8 +11,9 @@ import numpy as np
 import onnx
 
 from ..errors import InputError, OptionError, StageError
+from ..preprocess import check_image
 from ..results import Classification, Detections
-from ..stages import Postprocessor, Preprocessor, Sample
+from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
 from ._graph import _META_KEY
 
 log = logging.getLogger("amdinfer")
@@ -97,6 +98,9 @@ class FusedPipeline:
         self._labels = None if labels is None else tuple(labels)
         self._owns_engine = owns_engine
         self._inputs = [i.name for i in engine.inputs]
+        images = next((i for i in engine.inputs if i.name == "images"), None)
+        last = images.shape[-1] if images is not None and len(images.shape) == 4 else None
+        self._channels = int(last) if isinstance(last, int) else None  # the graph's C of (N, H, W, C)
         self._outputs = [o.name for o in engine.outputs]
         self._kind = (
             "candidates"
@@ -126,17 +130,16 @@ class FusedPipeline:
     # ------------------------------------------------------------------ host side
     def _host_one(self, index: int, item: Any) -> Sample:
         sample = Sample.wrap(item)
-        for stage in self._host:
+        for k, stage in enumerate(self._host):  # the leading stages of the pipeline's preprocess: same k
             try:
                 sample = stage(sample)
             except Exception as exc:
-                raise StageError(
-                    f"item {index}: preprocess {type(stage).__name__}: {type(exc).__name__}: {exc}"
-                ) from exc
-        data = sample.data
-        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 3:
-            shown = f"{data.dtype}{data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-            raise InputError(f"item {index}: got {shown}, expected a uint8 (H, W, C) image for the fused graph")
+                raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
+        # The image rule of the stage-by-stage geometric stages (check_image), with the graph's channel count.
+        channels = None if self._channels is None else (self._channels,)
+        data = check_image(sample.data, f"item {index}: input 'images'", channels=channels, grey=self._channels == 1)
+        if data.ndim == 2:  # grey (H, W) for a graph of C = 1, as the stages take it
+            data = sample.data = data[..., None]
         if self._image_size is not None and data.shape[:2] != tuple(self._image_size):
             raise InputError(
                 f"item {index}: got an image of {data.shape[:2]}, expected {tuple(self._image_size)} (the size the "
@@ -264,7 +267,10 @@ class FusedPipeline:
         """Run a batch of images with one engine call; one result per image, in order.
 
         Raises:
-            InputError: an image is not uint8 ``(H, W, C)``, or not of ``image_size``, or the canvases differ.
+            InputError: an image is not uint8 ``(H, W, C)`` with the graph's channel count (the rule of
+                :func:`~amdinfer.preprocess.check_image`; a host stage's ``InputError`` arrives as a
+                :class:`StageError` that is also an ``InputError``), or not of ``image_size``, or the
+                canvases differ.
         """
         feed, samples = self.feeds(images)
         return self.results(self._engine.run(feed), samples)

@@ -2,8 +2,10 @@
 
 Each stage checks its parameters when built and calls a NumPy kernel of :mod:`amdinfer.reference` (or a
 one-line NumPy expression) on one image. Geometric stages (:class:`Letterbox`, :class:`Resize`,
-:class:`CenterCrop`) take ``(H, W, C)`` or ``(H, W)`` images and record in the sample's metadata how they
-moved pixels, so :class:`~amdinfer.postprocess.ScaleBoxes` can map boxes back to the original image.
+:class:`CenterCrop`) take uint8 ``(H, W, C)`` or ``(H, W)`` images (:func:`check_image`, the rule a fused
+graph's input follows too; other dtypes are an ``InputError`` saying how to convert) and record in the
+sample's metadata how they moved pixels, so :class:`~amdinfer.postprocess.ScaleBoxes` can map boxes back to
+the original image.
 The stages live in private modules (``_decode``, ``_geometry``, ``_pixels``, ``_batch``, ``_common``);
 this package re-exports them.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from ._batch import stack
 from ._common import _hw as _hw  # re-exported: recipes.py and pipeline.py use it
-from ._common import opencv_available
+from ._common import check_image, opencv_available
 from ._decode import LoadImage
 from ._geometry import CenterCrop, Letterbox, LetterboxGeometry, Resize, letterbox_geometry
 from ._pixels import BgrToRgb, Cast, HwcToChw, Normalize
@@ -36,6 +38,7 @@ __all__ = [
     "LoadImage",
     "Normalize",
     "Resize",
+    "check_image",
     "letterbox_geometry",
     "opencv_available",
     "stack",

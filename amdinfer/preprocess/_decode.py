@@ -11,7 +11,7 @@ import numpy as np
 from .._files import read_regular
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Preprocessor
-from ._common import _have, _import
+from ._common import _have, _import, check_image
 
 __all__ = ["LoadImage"]
 
@@ -20,9 +20,20 @@ _MODES = ("RGB", "BGR", "L")
 
 
 class LoadImage(Preprocessor):
-    """Decode an image from a path or encoded bytes; arrays pass through unchanged.
+    """Decode an image from a path or encoded bytes to uint8; arrays that already are that image pass through.
 
-    Both decoders apply the EXIF orientation of JPEG files.
+    Both decoders apply the EXIF orientation of JPEG files and decode to the same pixels by one rule:
+
+    * 8-bit images as they are; **16-bit** images (PNG, TIFF, PGM; grey, RGB, with alpha) as ``v >> 8``, the
+      high byte (what OpenCV's ``IMREAD_COLOR`` gives for a 16-bit PNG);
+    * an alpha channel is dropped (not composited), a palette is expanded, grey is repeated into RGB (``"L"``
+      turns colour into luma, within 1 between the decoders);
+    * 32-bit integer or floating-point images (float TIFF, EXR) are refused: there is no one right way to
+      map them to 0..255.
+
+    An array passes through unchanged only when it is what decoding would give: uint8 ``(H, W, 3)`` for
+    ``"RGB"``/``"BGR"``, uint8 ``(H, W)`` for ``"L"`` (:func:`~amdinfer.preprocess.check_image`); anything else
+    (uint16, float, RGBA ...) is an :class:`~amdinfer.errors.InputError` that says how to convert it.
 
     Args:
         mode: ``"RGB"`` (``(H, W, 3)`` uint8), ``"BGR"`` (OpenCV's order) or ``"L"`` (grey ``(H, W)``).
@@ -33,6 +44,8 @@ class LoadImage(Preprocessor):
         OptionError: unknown ``mode`` or ``backend``.
         BackendUnavailableError: the named decoder (or, for ``"auto"``, either) is not installed; raised at
             construction for a named backend and on the first path/bytes for ``"auto"``.
+        InputError: (when called) an unreadable path, undecodable bytes, a 32-bit or float image, or an array
+            that is not the uint8 image ``mode`` describes.
 
     Example:
         >>> import numpy as np
@@ -66,7 +79,7 @@ class LoadImage(Preprocessor):
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
         if isinstance(data, np.ndarray):
-            image = data
+            image = check_image(data, "LoadImage", channels=() if self.mode == "L" else (3,), grey=self.mode == "L")
         else:
             if isinstance(data, (str, os.PathLike)):
                 # Regular files only: a FIFO would block the pipeline, /dev/zero would fill memory.
@@ -91,8 +104,14 @@ class LoadImage(Preprocessor):
             try:
                 with Image.open(io.BytesIO(raw)) as pil:
                     # Apply the EXIF orientation, as OpenCV's decoder does, so both backends agree.
-                    pil = ImageOps.exif_transpose(pil).convert("L" if self.mode == "L" else "RGB")
-                    image = np.asarray(pil, dtype=np.uint8).copy()
+                    pil = ImageOps.exif_transpose(pil)
+                    if pil.mode.startswith("I") or pil.mode == "F":
+                        # 16-bit grey ("I;16", or "I" holding 0..65535 for PGM); Pillow's convert() would clip
+                        # it to 255. Multi-channel 16-bit images already come as their high bytes.
+                        grey = _to_uint8(np.asarray(pil), what, f"Pillow mode {pil.mode!r}")
+                        image = grey if self.mode == "L" else np.repeat(grey[..., None], 3, axis=2)
+                    else:
+                        image = np.asarray(pil.convert("L" if self.mode == "L" else "RGB"), dtype=np.uint8).copy()
             except (UnidentifiedImageError, OSError) as exc:
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc
             except Image.DecompressionBombError as exc:
@@ -102,8 +121,28 @@ class LoadImage(Preprocessor):
                 ) from exc
             return image[..., ::-1].copy() if self.mode == "BGR" else image
         cv2 = _import("cv2")
-        flag = cv2.IMREAD_GRAYSCALE if self.mode == "L" else cv2.IMREAD_COLOR
+        # ANYDEPTH: 16-bit stays 16-bit, and _to_uint8 applies the one rule (OpenCV's own conversion rounds for
+        # some formats, e.g. 16-bit TIFF, where Pillow takes the high byte).
+        flag = (cv2.IMREAD_GRAYSCALE if self.mode == "L" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
         image = cv2.imdecode(np.frombuffer(raw, np.uint8), flag)
         if image is None:
             raise InputError(f"LoadImage: {what}: not a decodable image (OpenCV could not decode it)")
+        image = _to_uint8(image, what, f"OpenCV {image.dtype}")
         return np.ascontiguousarray(image[..., ::-1]) if self.mode == "RGB" else image
+
+
+def _to_uint8(image: np.ndarray, what: str, source: str) -> np.ndarray:
+    """Decoded pixels as uint8 by the one rule: 8-bit as is, 16-bit ``v >> 8``; other depths refused.
+
+    Pillow gives 16-bit PGM as mode ``"I"`` (int32 holding 0..65535): accepted when its values fit 16 bits.
+    """
+    if image.dtype == np.uint8:
+        return image
+    if image.dtype == np.uint16 or (
+        image.dtype.kind in "iu" and image.size and image.min() >= 0 and image.max() <= 0xFFFF
+    ):
+        return (image >> 8).astype(np.uint8)
+    raise InputError(
+        f"LoadImage: {what}: a {image.dtype} image ({source}); amdinfer decodes 8- and 16-bit images only "
+        "(16-bit as v >> 8); convert it to 8-bit yourself and pass the uint8 array"
+    )

@@ -1,8 +1,9 @@
 """Geometric stages: :class:`Letterbox` (and its :func:`letterbox_geometry`), :class:`Resize`, :class:`CenterCrop`.
 
-Each takes an ``(H, W, C)`` or ``(H, W)`` image and records in the sample's metadata how it moved pixels
-(``"orig_shape"``, ``"input_shape"``, ``"affine"``), so :class:`~amdinfer.postprocess.ScaleBoxes` can map
-boxes back to the original image.
+Each takes a uint8 ``(H, W, C)`` or ``(H, W)`` image (:func:`~amdinfer.preprocess.check_image`: the rule a
+fused graph's input follows too) and records in the sample's metadata how it moved pixels (``"orig_shape"``,
+``"input_shape"``, ``"affine"``), so :class:`~amdinfer.postprocess.ScaleBoxes` can map boxes back to the
+original image.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..errors import InputError, OptionError
 from ..stages import Preprocessor, compose_affine
-from ._common import _flag, _hw, _image, _import, _record_geometry, _resize, _resize_backend, _use_opencv
+from ._common import _flag, _hw, _import, _record_geometry, _resize, _resize_backend, _use_opencv, check_image
 
 __all__ = ["CenterCrop", "Letterbox", "LetterboxGeometry", "Resize", "letterbox_geometry"]
 
@@ -60,7 +61,9 @@ def letterbox_geometry(image_shape: tuple[int, int], stage: Letterbox) -> Letter
     if not stage.scaleup:
         r = min(r, 1.0)
     ratio = (r, r)
-    unpad_w, unpad_h = round(w * r), round(h * r)
+    # At least one pixel: a very elongated image (20000 x 3 into 640) would round its short side to 0, which
+    # cv2.resize refuses (Ultralytics fails there); one row or column is the nearest image that exists.
+    unpad_w, unpad_h = max(1, round(w * r)), max(1, round(h * r))
     dw: float = new_w - unpad_w
     dh: float = new_h - unpad_h
     if stage.auto:
@@ -89,7 +92,8 @@ class Letterbox(Preprocessor):
     """Resize keeping the aspect ratio, then pad to ``new_shape``: Ultralytics' ``LetterBox`` exactly.
 
     The scale is ``r = min(new_h / h, new_w / w)`` (capped at 1 with ``scaleup=False``), the resized size
-    ``(round(w * r), round(h * r))`` by bilinear interpolation, and the padding split
+    ``(round(w * r), round(h * r))`` by bilinear interpolation (at least 1 pixel each: a very elongated image
+    keeps one row or column where Ultralytics' ``cv2.resize`` would be asked for 0), and the padding split
     ``round(d - 0.1)`` / ``round(d + 0.1)`` around the image with ``center=True`` (all of it right/bottom
     otherwise), computed by :func:`amdinfer.reference.letterbox`. Records ``"letterbox"`` (the kernel's
     ``ratio`` and ``pad``: half paddings ``(dw, dh)``, the content starting at ``round(dw - 0.1)``),
@@ -113,6 +117,9 @@ class Letterbox(Preprocessor):
     Raises:
         OptionError: a parameter has the wrong type or range.
         BackendUnavailableError: ``backend="opencv"`` without OpenCV.
+        InputError: (when called) the image is not uint8 ``(H, W, C)`` or ``(H, W)``, or has a channel count
+            other than ``len(color)`` (when ``color`` has several values); see
+            :func:`~amdinfer.preprocess.check_image`.
 
     Example:
         >>> out = Letterbox((64, 64))(np.zeros((32, 48, 3), np.uint8))
@@ -156,12 +163,8 @@ class Letterbox(Preprocessor):
         self.color = tuple(color)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        image = _image(self, data)
-        if image.ndim == 3 and len(self.color) not in (1, image.shape[2]):
-            raise InputError(
-                f"Letterbox: got an image with {image.shape[2]} channels, expected {len(self.color)} "
-                f"(color={self.color})"
-            )
+        channels = None if len(self.color) == 1 else (len(self.color),)  # one pad value per channel
+        image = check_image(data, "Letterbox", channels=channels)
         geo = letterbox_geometry(image.shape[:2], self)
         h, w = image.shape[:2]
         content = image if geo.resized == (h, w) else _resize(image, (geo.resized[1], geo.resized[0]), self.backend)
@@ -215,6 +218,7 @@ class Resize(Preprocessor):
     Raises:
         OptionError: ``size`` is not a positive int or pair.
         BackendUnavailableError: ``backend="opencv"`` without OpenCV.
+        InputError: (when called) the image is not uint8 ``(H, W, C)`` or ``(H, W)``.
 
     Example:
         >>> Resize(16)(np.zeros((32, 64, 3), np.uint8)).data.shape
@@ -242,7 +246,7 @@ class Resize(Preprocessor):
         return (new_short, new_long) if height <= width else (new_long, new_short)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        image = _image(self, data)
+        image = check_image(data, "Resize")
         h, w = image.shape[:2]
         th, tw = self.target(h, w)
         out = image if (th, tw) == (h, w) else _resize(image, (tw, th), self.backend)
@@ -261,10 +265,10 @@ class CenterCrop(Preprocessor):
 
     Raises:
         OptionError: ``size`` is not a positive int or pair.
-        InputError: (when called) the image is smaller than ``size``.
+        InputError: (when called) the image is not uint8 ``(H, W, C)`` or ``(H, W)``, or smaller than ``size``.
 
     Example:
-        >>> CenterCrop(2)(np.arange(16).reshape(4, 4)).data.tolist()
+        >>> CenterCrop(2)(np.arange(16, dtype=np.uint8).reshape(4, 4)).data.tolist()
         [[5, 6], [9, 10]]
     """
 
@@ -272,7 +276,7 @@ class CenterCrop(Preprocessor):
         self.size = _hw("size", size)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        image = _image(self, data)
+        image = check_image(data, "CenterCrop")
         h, w = image.shape[:2]
         th, tw = self.size
         if th > h or tw > w:

@@ -13,6 +13,8 @@ _COEF_SCALE = 1 << _COEF_BITS
 
 def _linear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Source pixels and the weight of the second one, exactly as cv2.resize(INTER_LINEAR) computes them."""
+    if n_in < 1 or n_out < 1:
+        raise ValueError(f"resize taps: got {n_in} -> {n_out} pixels, expected at least 1 on both sides")
     scale = 1.0 / (n_out / n_in)
     f = ((np.arange(n_out) + 0.5) * scale - 0.5).astype(np.float32)
     lo = np.floor(f).astype(np.int64)
@@ -27,7 +29,8 @@ def _linear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 def linear_taps_fixed(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """OpenCV's 8-bit INTER_LINEAR taps along one axis: source indices ``i0, i1`` and 11-bit integer weights
-    ``w0, w1`` (``w0 + w1 == 2048``), as ``cv2.resize`` computes them.
+    ``w0, w1`` (``w0 + w1 == 2048``), as ``cv2.resize`` computes them. Both sizes must be at least 1
+    (``ValueError`` otherwise).
 
     Example:
         >>> [a.tolist() for a in linear_taps_fixed(2, 4)]
@@ -139,7 +142,8 @@ def letterbox(
     With ``(h, w)`` the image size and ``(new_h, new_w)`` the target:
 
     * ``r = min(new_h / h, new_w / w)``, capped at 1 unless ``scaleup``;
-    * the content is resized to ``(round(w * r), round(h * r))`` (Python's round, half to even) with
+    * the content is resized to ``(round(w * r), round(h * r))`` (Python's round, half to even), each at least 1
+      (a very elongated image keeps one row or column; Ultralytics would ask ``cv2.resize`` for 0 and fail), with
       :func:`resize_bilinear`, only if that differs from ``(w, h)``;
     * ``dw, dh = new_w - round(w * r), new_h - round(h * r)``; with ``auto`` they become ``dw % stride,
       dh % stride`` (the smallest stride-multiple canvas); otherwise with ``scale_fill`` the image is stretched to
@@ -175,7 +179,7 @@ def letterbox(
     if not scaleup:
         r = min(r, 1.0)
     ratio = (r, r)
-    unpad_w, unpad_h = round(w * r), round(h * r)
+    unpad_w, unpad_h = max(1, round(w * r)), max(1, round(h * r))
     dw: float = new_w - unpad_w
     dh: float = new_h - unpad_h
     if auto:

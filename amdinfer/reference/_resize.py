@@ -92,13 +92,18 @@ def resize(
         n_in = x.shape[axis]
         if sizes is not None:
             n_out = int(sizes[axis])
-            scale = n_out / n_in
+            scale = n_out / n_in if n_in else 0.0
             length = float(n_out)
         else:
             scale = float(scales[axis])  # type: ignore[index]
             length = n_in * scale
             n_out = int(np.floor(length))
         if n_out == n_in and scale == 1.0:
+            continue
+        if n_out == 0 or n_in == 0:
+            if n_out:
+                raise ValueError(f"resize: axis {axis} has 0 elements, expected at least 1 to resize it to {n_out}")
+            y = np.take(y, np.zeros(0, np.intp), axis=axis)  # nothing to sample: an empty axis
             continue
         coords = _source_coordinates(coordinate_transformation_mode, n_in, n_out, scale, length)
         if mode == "nearest":

@@ -8,10 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer
-from amdinfer.errors import InputError, OptionError
+from amdinfer.errors import InputError, OptionError, StageError
 from amdinfer.fuse import fuse_model
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
-from amdinfer.preprocess import BgrToRgb, CenterCrop, HwcToChw, Letterbox, Normalize, Resize
+from amdinfer.preprocess import BgrToRgb, CenterCrop, HwcToChw, Letterbox, Normalize, Resize, check_image
 from amdinfer.reference import letterbox, resize_bilinear
 from amdinfer.testing.models import tiny_cnn
 
@@ -79,7 +79,10 @@ def _same_detections(fused, staged, box_tol=0.5, score_tol=1e-3):
 class TestGeometry:
     """The in-graph resize is OpenCV's uint8 SIMD arithmetic; checked against the NumPy kernel."""
 
-    @pytest.mark.parametrize(("hw", "new"), [((48, 80), 64), ((75, 50), 32), ((30, 40), 96)])
+    @pytest.mark.parametrize(
+        ("hw", "new"),
+        [((48, 80), 64), ((75, 50), 32), ((30, 40), 96), ((20000, 3), 64), ((1001, 7), 64), ((640, 3), 64)],
+    )
     def test_letterbox_matches_kernel(self, hw, new) -> None:
         model = fuse_model(_identity_uint8(new, new), [Letterbox(new)], [], image_size=hw)
         engine = amdinfer.load(model, **CPU)
@@ -87,7 +90,7 @@ class TestGeometry:
         got = engine.run({"images": image[None]})["y"][0]
         h, w = hw
         r = min(new / h, new / w)
-        nh, nw = round(h * r), round(w * r)
+        nh, nw = max(1, round(h * r)), max(1, round(w * r))  # a side that rounds to 0 keeps one pixel
         want, _, _ = letterbox(image, new)
         content = resize_bilinear(image, (nw, nh), rounding="simd")
         top, left = round((new - nh) / 2 - 0.1), round((new - nw) / 2 - 0.1)
@@ -303,3 +306,94 @@ def test_yolo_helper_rectangular_for_dynamic_models() -> None:
     (image,) = _images([(60, 120)])
     assert det.preprocess[1](image).data.shape == (64, 96, 3)  # Ultralytics: 96x48 content, padded to 64 rows
     det.close()
+
+
+class TestElongated:
+    """Images whose short side letterboxes to under half a pixel (issue 20: ZeroDivisionError in the fused
+    graph's taps, an OpenCV assertion stage by stage): one row or column, the same on both paths."""
+
+    @pytest.mark.parametrize("hw", [(20000, 3), (1001, 7), (640, 3), (3, 640)])
+    def test_fused_is_the_opencv_stage(self, hw) -> None:
+        pytest.importorskip("cv2")
+        model = fuse_model(_identity_uint8(64, 64), [Letterbox(64)], [], image_size=hw)
+        (image,) = _images([hw], seed=hw[1])
+        with amdinfer.load(model, **CPU) as engine:
+            got = engine.run({"images": image[None]})["y"][0]
+        staged = Letterbox(64, backend="opencv")(image).data
+        np.testing.assert_array_equal(got, staged)  # both are cv2.resize's SIMD arithmetic
+        want, _, _ = letterbox(image, 64)  # the NumPy reference rounds where OpenCV truncates
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+    @pytest.mark.parametrize("image_size", [None, (1001, 7)])
+    def test_detector_answers_the_same(self, image_size) -> None:
+        pipe = TestDetector()._pipe()
+        (image,) = _images([(1001, 7)], seed=3)
+        staged = pipe(image)
+        with pipe.fuse(image_size=image_size) as fused:
+            _same_detections([fused(image)], [staged], box_tol=1.0, score_tol=2e-3)
+        assert staged.image_shape == (1001, 7)
+        pipe.close()
+
+
+#: Images outside the rule, per issue 20 (the stage-by-stage YOLO pipeline answered them, the fused refused).
+_BAD = {
+    "uint16": np.full((48, 80, 3), 100 * 257, np.uint16),
+    "float01": np.full((48, 80, 3), 0.4, np.float32),
+    "int8": np.zeros((48, 80, 3), np.int8),
+    "bool": np.ones((48, 80, 3), bool),
+    "rgba": np.zeros((48, 80, 4), np.uint8),
+    "grey": np.zeros((48, 80), np.uint8),
+}
+
+
+def _body(image: np.ndarray) -> str:
+    """What check_image says about ``image`` for an RGB input, without the where."""
+    try:
+        check_image(image, "X", channels=(3,), grey=False)
+    except InputError as exc:
+        return str(exc)[len("X: ") :]
+    raise AssertionError("accepted")
+
+
+class TestImageRule:
+    """Stage by stage and fused refuse the same images with the same words (``check_image``)."""
+
+    @pytest.mark.parametrize("kind", sorted(_BAD))
+    def test_yolo_both_paths(self, kind) -> None:
+        image = _BAD[kind]
+        det = amdinfer.yolo(_yolo_head(64), **CPU)
+        with det.fuse() as fused, det.fuse(image_size=(48, 80)) as fixed:
+            for run in (det, fused, fixed):
+                with pytest.raises(InputError) as info:
+                    run(image)
+                # LoadImage (a host stage of both fused forms) checks the array first, located by the item.
+                assert isinstance(info.value, StageError) and isinstance(info.value, ValueError)
+                assert str(info.value).startswith("item 0: preprocess"), info.value
+                assert f"LoadImage: {_body(image)}" in str(info.value), info.value
+            good = np.zeros((48, 80, 3), np.uint8)
+            assert det(good).image_shape == fused(good).image_shape == (48, 80)  # nothing left behind
+        det.close()
+
+    @pytest.mark.parametrize("kind", sorted(_BAD))
+    def test_hand_built_both_paths(self, kind) -> None:
+        """Letterbox first (no LoadImage): the stage checks; the fused graph's input check says the same."""
+        image = _BAD[kind]
+        pipe = amdinfer.Pipeline(
+            preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()], engine=_yolo_head(64), **CPU
+        )
+        with pipe.fuse(image_size=(48, 80)) as fused:
+            with pytest.raises(InputError) as graph:
+                fused(image)
+        assert str(graph.value) == f"item 0: input 'images': {_body(image)}"
+        if kind == "grey":  # Letterbox pads grey like Ultralytics; the model then refuses one channel
+            with pytest.raises(InputError, match=r"item 0: engine .* expected \(N, 3, 64, 64\)"):
+                pipe(image)
+        else:
+            with pytest.raises(InputError) as staged:
+                pipe(image)
+            said = str(staged.value)
+            assert said.startswith("item 0: preprocess[0] Letterbox: InputError: Letterbox: got "), said
+            # The same words, but Letterbox also takes (H, W) grey images.
+            before, after = _body(image).split(", expected uint8 (H, W, 3)")
+            assert before in said and said.endswith(after), said
+        pipe.close()

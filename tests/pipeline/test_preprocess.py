@@ -152,10 +152,10 @@ class TestLetterbox(PreprocessorContract):
             (5, (9,)),
         ],
     )
-    @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
-    def test_padding_is_the_same_with_opencv_and_numpy(self, channels, color, dtype) -> None:
+    def test_padding_is_the_same_with_opencv_and_numpy(self, channels, color) -> None:
         """Both padding paths against a hand-made canvas: the pad colour per channel (its first value for a
         2-D grey image, as Ultralytics), the content in between."""
+        dtype = np.uint8
         shape = (30, 40) if channels is None else (30, 40, channels)
         image = np.random.default_rng(len(shape)).integers(0, 256, shape).astype(dtype)
         want = np.empty((64, 64, *shape[2:]), dtype)
@@ -209,10 +209,6 @@ class TestResize(PreprocessorContract):
         want = cv2.resize(image, (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
         assert out.shape == want.shape and out.dtype == np.uint8
         assert np.abs(out.astype(int) - want.astype(int)).max() <= 1
-        f = image.astype(np.float32) / 255
-        outf = Resize(size)(f).data
-        wantf = cv2.resize(f, (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
-        np.testing.assert_allclose(outf, wantf, atol=1e-5)
 
     def test_metadata(self) -> None:
         # torchvision's Resize(int): shorter side to size, longer int(size * long / short).
@@ -238,7 +234,7 @@ class TestCenterCrop(PreprocessorContract):
         return CenterCrop(8)
 
     def test_matches_oracle(self) -> None:
-        image = np.arange(7 * 9).reshape(7, 9)
+        image = np.arange(7 * 9, dtype=np.uint8).reshape(7, 9)
         # torchvision: top = round((7 - 4) / 2) = 2 (round half to even), left = round((9 - 4) / 2) = 2.
         np.testing.assert_array_equal(CenterCrop((4, 4))(image).data, image[2:6, 2:6])
         np.testing.assert_array_equal(CenterCrop((3, 5))(image).data, image[2:5, 2:7])
@@ -255,7 +251,7 @@ class TestCenterCrop(PreprocessorContract):
 
     def test_rejects_bad_input(self) -> None:
         with pytest.raises(InputError, match=r"CenterCrop: got an image of size \(4, 4\), expected at least \(5, 5\)"):
-            CenterCrop(5)(np.zeros((4, 4, 3)))
+            CenterCrop(5)(np.zeros((4, 4, 3), np.uint8))
 
 
 class TestBgrToRgb(PreprocessorContract):
@@ -411,7 +407,8 @@ class TestLoadImage(PreprocessorContract):
             LoadImage(backend="pillow")
         with pytest.raises(BackendUnavailableError, match=r"no image decoder installed"):
             LoadImage()(b"\x89PNG")
-        np.testing.assert_array_equal(LoadImage()(np.ones((2, 2))).data, np.ones((2, 2)))  # arrays need none
+        rgb = np.ones((2, 2, 3), np.uint8)
+        assert LoadImage()(rgb).data is rgb  # arrays need no decoder
 
 
 class TestStack:
@@ -436,3 +433,146 @@ class TestBaseClassChecks:
 
         with pytest.raises(StageError, match=r"Broken.process: returned list, expected a numpy array"):
             Broken()(np.zeros(2))
+
+
+# ---------------------------------------------------------------------------------------------- the image rule
+#: Images that are not uint8 pixels, the hint each refusal must give (issue 20: the stage-by-stage pipeline
+#: answered all of them, the fused one refused them).
+BAD_DTYPES = [
+    (np.full((6, 8, 3), 100 * 257, np.uint16), r"\(image >> 8\)\.astype\(np\.uint8\)"),
+    (np.full((6, 8, 3), 0.5, np.float32), r"floats in \[0, 1\] use \(image \* 255\)\.round\(\)\.astype\(np\.uint8\)"),
+    (np.zeros((6, 8, 3), np.int8), r"np\.clip\(image, 0, 255\)\.astype\(np\.uint8\)"),
+    (np.zeros((6, 8, 3), bool), r"image\.astype\(np\.uint8\) \* 255"),
+]
+
+
+class TestImageRule:
+    """One rule (``check_image``) for the images the geometric stages and ``LoadImage``'s pass-through take."""
+
+    @pytest.mark.parametrize("stage", [Letterbox(32), Resize(16), CenterCrop(4), LoadImage(), LoadImage("L")])
+    @pytest.mark.parametrize(("image", "hint"), BAD_DTYPES, ids=["uint16", "float01", "int8", "bool"])
+    def test_refuses_other_dtypes(self, stage, image, hint) -> None:
+        name = type(stage).__name__
+        got = rf"{name}: got dtype {image.dtype} \(an image of shape \(6, 8, 3\)\), expected uint8 .*; .*{hint}"
+        with pytest.raises(InputError, match=got):
+            stage(image)
+
+    def test_rgba(self) -> None:
+        rgba = _image(6, 8, 4)
+        for stage in (Letterbox(32), LoadImage()):
+            want = r"got an image with 4 channels of shape \(6, 8, 4\), expected uint8 \(H, W, 3\).*image\[\.\.\., :3\]"
+            with pytest.raises(InputError, match=f"{type(stage).__name__}: {want}"):
+                stage(rgba)
+        # A pad colour per channel says which channel count is meant; Resize and CenterCrop take any.
+        assert Letterbox(32, color=(1, 2, 3, 4))(rgba).data.shape == (32, 32, 4)
+        assert Resize((3, 4))(rgba).data.shape == (3, 4, 4)
+        np.testing.assert_array_equal(CenterCrop(2)(rgba).data, rgba[2:4, 3:5])
+
+    def test_load_image_arrays_must_be_what_decoding_gives(self) -> None:
+        grey = _image(6, 8, 1)[..., 0]
+        rgb = _image(6, 8)
+        assert LoadImage()(rgb).data is rgb and LoadImage("L")(grey).data is grey
+        with pytest.raises(
+            InputError,
+            match=r"LoadImage: got a 2-D \(grey\) image of shape \(6, 8\), expected uint8 "
+            r"\(H, W, 3\); repeat a grey image",
+        ):
+            LoadImage()(grey)
+        with pytest.raises(
+            InputError,
+            match=r"LoadImage: got an image with 3 channels .* expected uint8 \(H, W\); "
+            r"decode it as grey",
+        ):
+            LoadImage("L")(rgb)
+
+    def test_geometric_stages_take_grey(self) -> None:
+        grey = _image(6, 8, 1)[..., 0]
+        assert Letterbox(16)(grey).data.shape == (16, 16)
+        assert Resize((3, 4))(grey).data.shape == (3, 4)
+        assert CenterCrop(2)(grey).data.shape == (2, 2)
+
+
+class TestDecode16Bit:
+    """Both decoders turn 16-bit images into the same 8-bit pixels: ``v >> 8`` (hand-computed here)."""
+
+    @staticmethod
+    def _write(path, array) -> None:
+        """Save an RGB(A) or grey array as the file ``path`` (OpenCV writes BGR(A))."""
+        order = {3: [2, 1, 0], 4: [2, 1, 0, 3]}
+        ok = cv2.imwrite(str(path), array if array.ndim == 2 else array[..., order[array.shape[2]]])
+        assert ok, path
+
+    @pytest.mark.parametrize("suffix", [".png", ".tiff"])
+    @pytest.mark.parametrize("channels", [None, 3, 4])
+    def test_both_decoders_take_the_high_byte(self, tmp_path, suffix, channels) -> None:
+        pytest.importorskip("PIL")
+        shape = (5, 7) if channels is None else (5, 7, channels)
+        v = np.random.default_rng(channels or 1).integers(0, 65536, shape, dtype=np.uint16)
+        path = tmp_path / f"x{suffix}"
+        self._write(path, v)
+        high = (v >> 8).astype(np.uint8)
+        want_rgb = np.repeat(high[..., None], 3, axis=2) if channels is None else high[..., :3]
+        for backend in ("pillow", "opencv"):
+            got = LoadImage(backend=backend)(path).data
+            assert got.dtype == np.uint8
+            np.testing.assert_array_equal(got, want_rgb, err_msg=backend)
+            if channels is None:
+                np.testing.assert_array_equal(LoadImage("L", backend=backend)(path).data, high, err_msg=backend)
+
+    def test_16_bit_pgm(self, tmp_path) -> None:
+        """Pillow opens 16-bit PGM as mode 'I' (int32 holding 0..65535); the same rule applies."""
+        pytest.importorskip("PIL")
+        v = np.random.default_rng(3).integers(0, 65536, (4, 6), dtype=np.uint16)
+        path = tmp_path / "x.pgm"
+        self._write(path, v)
+        for backend in ("pillow", "opencv"):
+            np.testing.assert_array_equal(LoadImage("L", backend=backend)(path).data, v >> 8, err_msg=backend)
+
+    def test_palette_and_alpha_agree(self, tmp_path) -> None:
+        pil = pytest.importorskip("PIL.Image")
+        rgba = _image(5, 7, 4)
+        pil.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+        index = np.random.default_rng(4).integers(0, 4, (5, 7), dtype=np.uint8)
+        colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (10, 20, 30)]
+        p = pil.fromarray(index, "P")
+        p.putpalette([c for rgb in colours for c in rgb])
+        p.save(tmp_path / "p.png")
+        for backend in ("pillow", "opencv"):
+            np.testing.assert_array_equal(LoadImage(backend=backend)(tmp_path / "a.png").data, rgba[..., :3])
+            np.testing.assert_array_equal(
+                LoadImage(backend=backend)(tmp_path / "p.png").data, np.asarray(colours, np.uint8)[index]
+            )
+
+    def test_float_images_are_refused(self, tmp_path) -> None:
+        pytest.importorskip("PIL")
+        path = tmp_path / "f.tiff"
+        assert cv2.imwrite(str(path), np.random.default_rng(5).random((4, 6), dtype=np.float32))
+        for backend in ("pillow", "opencv"):
+            with pytest.raises(InputError, match=r"LoadImage: '.*f\.tiff': (a float32 image|not a decodable)"):
+                LoadImage(backend=backend)(path)
+
+
+class TestElongated:
+    """A side that rounds to 0 pixels keeps 1 (cv2.resize cannot make 0; Ultralytics fails there)."""
+
+    @pytest.mark.parametrize(
+        ("hw", "resized"), [((20000, 3), (64, 1)), ((1001, 7), (64, 1)), ((3, 20000), (1, 64)), ((640, 3), (64, 1))]
+    )
+    def test_letterbox_keeps_one_pixel(self, hw, resized) -> None:
+        from amdinfer.reference import letterbox, resize_bilinear
+
+        image = np.random.default_rng(hw[0]).integers(0, 256, (*hw, 3), dtype=np.uint8)
+        want, ratio, _ = letterbox(image, 64)
+        # By hand: the content is the image resized to `resized`, centred with the padding rule round(d -/+ 0.1).
+        top, left = round((64 - resized[0]) / 2 - 0.1), round((64 - resized[1]) / 2 - 0.1)
+        assert want.shape == (64, 64, 3) and ratio == (64 / max(hw),) * 2
+        np.testing.assert_array_equal(
+            want[top : top + resized[0], left : left + resized[1]], resize_bilinear(image, resized[::-1])
+        )
+        assert (want[:top] == 114).all() and (want[:, :left] == 114).all()
+        numpy_out = Letterbox(64, backend="numpy")(image)
+        np.testing.assert_array_equal(numpy_out.data, want)  # the stage is the kernel
+        opencv_out = Letterbox(64, backend="opencv")(image)
+        assert np.abs(opencv_out.data.astype(int) - want.astype(int)).max() <= 1
+        sx, sy = resized[1] / hw[1], resized[0] / hw[0]
+        assert numpy_out.meta["affine"] == opencv_out.meta["affine"] == (sx, sy, float(left), float(top))

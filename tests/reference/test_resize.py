@@ -121,3 +121,22 @@ def test_sizes_use_the_integer_length() -> None:
     np.testing.assert_array_equal(got, [[0.0]])
     got = resize(_X, sizes=[1, 2], mode="linear", coordinate_transformation_mode="align_corners")
     np.testing.assert_array_equal(got, [[0.0, 3.0]])
+
+
+def test_empty_axes() -> None:
+    """An axis of 0 elements stays empty (ONNX Runtime agrees for 0 -> 0); 0 -> n has nothing to sample from:
+    a ValueError naming the axis, not Python's ZeroDivisionError."""
+    assert resize(np.zeros((2, 0), np.float32), sizes=[4, 0], mode="linear").shape == (4, 0)
+    assert resize(np.zeros((0, 3), np.uint8), sizes=[0, 6], mode="nearest").shape == (0, 6)
+    with pytest.raises(ValueError, match=r"resize: axis 1 has 0 elements, expected at least 1 to resize it to 3"):
+        resize(np.zeros((2, 0), np.float32), sizes=[2, 3], mode="linear")
+
+
+def test_linear_taps_need_a_pixel_on_both_sides() -> None:
+    """The 8-bit taps a fused graph's resize is built from: 0 pixels (a letterbox side that once rounded to 0)
+    is a ValueError, not a ZeroDivisionError; 3 -> 1 samples the middle pixel (half-pixel centres: 1.5 - 0.5)."""
+    from amdinfer.reference import linear_taps_fixed
+
+    with pytest.raises(ValueError, match=r"resize taps: got 3 -> 0 pixels"):
+        linear_taps_fixed(3, 0)
+    assert [a.tolist() for a in linear_taps_fixed(3, 1)] == [[1], [2], [2048], [0]]
