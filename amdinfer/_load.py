@@ -112,7 +112,7 @@ def _load_auto(model: ModelLike, options: dict[str, Any]) -> Engine:
             skipped[entry.name] = f"does not take option(s) {unknown}"
             continue
         try:
-            engine = factory(source, **options)
+            engine = factory(source, **_with_precision_quantizer(names, options))
         except BackendUnavailableError as exc:
             skipped[entry.name] = str(exc)
             log.info("backend %s passed over: %s", entry.name, exc)
@@ -173,6 +173,17 @@ def _check_auto_options(options: dict[str, Any]) -> None:
         )
 
 
+def _with_precision_quantizer(names: set[str], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` plus ``precision_quantizer=`` for a backend that takes it: what a bare ``precision=``
+    means where the runtime rewrites the model, decided here, above the engines (they never import
+    :mod:`amdinfer.quantize`)."""
+    if "precision_quantizer" not in names or options.get("precision_quantizer") is not None:
+        return options
+    from .quantize._fp16 import precision_quantizer
+
+    return {**options, "precision_quantizer": precision_quantizer}
+
+
 def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any]) -> Engine:
     names, var_kw = _accepted(factory)
     unknown = [k for k in options if k not in names] if not var_kw else []
@@ -181,4 +192,4 @@ def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any
             f"backend {name!r}: unknown option(s) {unknown}{_did_you_mean(unknown, names)}; "
             f"it takes {_options_of(names)}"
         )
-    return factory(model, **options)
+    return factory(model, **_with_precision_quantizer(names, options))

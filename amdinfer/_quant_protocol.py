@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import onnx
 
-__all__ = ["QuantizationSpec", "Quantizer"]
+__all__ = ["PrecisionQuantizer", "QuantizationSpec", "Quantizer"]
 
 
 @dataclass(frozen=True)
@@ -100,4 +100,24 @@ class Quantizer(Protocol):
 
     def settings(self) -> dict[str, Any]:
         """The settings that change the result, JSON-friendly (part of cache keys and reports)."""
+        ...
+
+
+@runtime_checkable
+class PrecisionQuantizer(Protocol):
+    """Maps a bare ``precision=`` to the quantizer that realises it by rewriting the model (``None``: no rewrite).
+
+    A backend whose runtime has no native knob for a precision (ONNX Runtime's CPU, CUDA and ROCm providers for
+    fp16) runs a rewritten model instead. Which quantizer stands for ``precision="fp16"`` is decided once, above
+    the engines: :func:`amdinfer.load` hands :func:`amdinfer.quantize.precision_quantizer` to the backends that
+    take a ``precision_quantizer=`` option, so no engine imports :mod:`amdinfer.quantize`.
+
+    Example:
+        >>> from amdinfer.quantize import precision_quantizer
+        >>> isinstance(precision_quantizer, PrecisionQuantizer)
+        True
+    """
+
+    def __call__(self, precision: str, *, keep_io_types: bool = True) -> Quantizer | None:
+        """The quantizer for ``precision`` (float32/float64: ``None``)."""
         ...

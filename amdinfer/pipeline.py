@@ -432,10 +432,11 @@ class Pipeline:
             # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
             import onnx
 
-            from .engines.ort._quant import default_quantizer
+            from .quantize import precision_quantizer
 
-            if not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
-                proto = default_quantizer("fp16").quantize(proto)  # what the engine's fp16 does, fp32 IO
+            fp16 = precision_quantizer("fp16")  # the quantizer amdinfer.load gives the engine for fp16
+            if fp16 is not None and not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+                proto = fp16.quantize(proto)  # what the engine's fp16 does, fp32 IO
         elif info.precision != "fp32":
             load_options["precision"] = info.precision
         return proto, load_options

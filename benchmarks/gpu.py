@@ -43,7 +43,7 @@ import onnx
 import onnxruntime as ort
 
 import amdinfer
-from amdinfer.engines.ort._quant import default_quantizer
+from amdinfer.quantize import precision_quantizer
 from amdinfer.testing import models
 
 QUICK = os.environ.get("AMDINFER_BENCH_QUICK") == "1"
@@ -184,7 +184,7 @@ def run_case(b: Bench, name: str, precision: str, batches: list[int], state: dic
     model = build(name)
     model.ir_version = min(model.ir_version, 10)  # onnxruntime <= 1.31 reads IR <= 13; the graphs need 8+
     fp32_bytes = model.SerializeToString()
-    fp16 = default_quantizer("fp16", fp16_io=True)
+    fp16 = precision_quantizer("fp16", keep_io_types=False)
     raw_bytes = fp16.quantize(model).SerializeToString() if precision == "fp16" else fp32_bytes
     in_name = model.graph.input[0].name
     naive = b.raw_session(raw_bytes, tuned=False)

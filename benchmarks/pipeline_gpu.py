@@ -315,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
             x1 = x[:1].copy()
             proto = engine.model.proto
             if precision == "fp16" and not any(t.data_type == 10 for t in proto.graph.initializer):
-                from amdinfer.engines.ort._quant import default_quantizer
+                from amdinfer.quantize import precision_quantizer
 
-                proto = default_quantizer("fp16").quantize(proto)
+                proto = precision_quantizer("fp16").quantize(proto)
             so = ort.SessionOptions()
             so.log_severity_level = 3
             opts = {"device_id": "0"}

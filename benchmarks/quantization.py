@@ -111,7 +111,7 @@ def ppocr_section() -> list[str]:
     missing = P.missing_packages()
     if missing:
         return [f"PP-OCR det: skipped, needs {missing} (pip install rapidocr-onnxruntime scikit-image)"]
-    from amdinfer.quantize._report import _load_cpu
+    from amdinfer.quantize._evaluate import _load_cpu
 
     path = P.model_path()
     calib = P.det_calibration()
@@ -206,7 +206,7 @@ def int8_search_section() -> list[str]:
     d_engines: dict[str, Any] = {}
     quant_s: dict[str, float] = {}
     if det is not None:
-        from amdinfer.quantize._report import _load_cpu
+        from amdinfer.quantize._evaluate import _load_cpu
 
         d_ref = _load_cpu(det.model_path())
         d_engines["fp32"] = _load(d_ref.model)

@@ -118,3 +118,108 @@ def test_module_and_function_sizes() -> None:
         f"over {MAX_MODULE_LINES} lines per module / {MAX_FUNCTION_LINES} per function (split them, or add a "
         "reasoned entry to SIZE_EXCEPTIONS):\n" + "\n".join(too_big)
     )
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every module of the package -> the package modules it imports, function-level imports included.
+
+    ``from .x import y`` counts as importing ``x.y`` when that is a module, else ``x``. The parent packages
+    Python runs on the way (``amdinfer/__init__.py`` for any ``amdinfer.*``) are not counted: they are not a
+    dependency the module chose.
+    """
+    root = Path(amdinfer.__file__).parent
+    modules: dict[str, tuple[Path, bool]] = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if package else parts)] = (path, package)
+    graph: dict[str, set[str]] = {}
+    for name, (path, package) in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    here = name.split(".") if package else name.split(".")[:-1]
+                    base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+                wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in wanted:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    graph = _imports()
+    cycles = []
+    for start in graph:  # a depth-first search from every module; the package is small
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not cycles, "import cycles:\n" + "\n".join(sorted(set(cycles))[:10])
+
+
+def test_layers_engines_below_quantize_and_backend_folders_private() -> None:
+    """No module under engines/ imports amdinfer.quantize (it sits above them); nothing outside a backend's
+    folder (engines/ort/) imports that folder's private modules."""
+    graph = _imports()
+    upward = sorted(
+        f"{m} imports {t}"
+        for m, ts in graph.items()
+        if m.startswith("amdinfer.engines")
+        for t in ts
+        if t.startswith("amdinfer.quantize")
+    )
+    assert not upward, upward
+    folders = {m.rsplit(".", 1)[0] for m in graph if m.startswith("amdinfer.engines.") and m.count(".") == 3}
+    private = sorted(
+        f"{m} imports {t}"
+        for m, ts in graph.items()
+        for t in ts
+        for folder in folders
+        if t.startswith(folder + "._") and not m.startswith(folder + ".") and m != folder
+    )
+    assert not private, private
+    assert "amdinfer.engines.ort" in folders  # the check sees the backend folders
+
+
+def test_a_recipe_parses_its_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``amdinfer.yolo(path)``: the file is read and parsed once, from the entry point to the class names."""
+    import onnx
+
+    from amdinfer.testing.models import yolov8
+
+    path = tmp_path / "det.onnx"
+    model = yolov8(image_size=64, num_classes=2)
+    model.metadata_props.add(key="names", value="{0: 'cat', 1: 'dog'}")
+    onnx.save(model, path)
+    parses: list[int] = []  # every parse of a ModelProto goes through ParseFromString (onnx.load included)
+    monkeypatch.setattr(onnx.ModelProto, "ParseFromString", _counting(onnx.ModelProto.ParseFromString, parses))
+    det = amdinfer.yolo(path, providers=["CPUExecutionProvider"], use_cache=False)
+    try:
+        assert det.postprocess[0].labels == ("cat", "dog")  # read from the one parsed model
+    finally:
+        det.close()
+    assert len(parses) == 1, f"{len(parses)} parses of one model file"
+
+
+def _counting(method, calls: list):
+    def wrapper(self, data):
+        calls.append(1)
+        return method(self, data)
+
+    return wrapper

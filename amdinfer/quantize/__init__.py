@@ -29,7 +29,7 @@ from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import QuantizationSpec, Quantizer, QuantizerBase
 from ._evaluate import evaluate
-from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list
+from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list, precision_quantizer
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
 from ._metrics import box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
@@ -59,6 +59,7 @@ __all__ = [
     "default_fp16_op_block_list",
     "evaluate",
     "layer_groups",
+    "precision_quantizer",
     "prepare_model",
     "tail_nodes",
     "weighted_layers",

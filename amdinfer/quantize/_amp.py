@@ -317,6 +317,8 @@ class AutoMixedPrecision(QuantizerBase):
         Raises:
             ModelError: the model cannot be prepared.
             OptionError: ``candidates`` names nodes the model does not have.
+            InputError: a sample of ``data`` does not fit the model or holds NaN or inf (the message names
+                the sample's index and the input).
         """
         src = ModelSource.from_any(model)
         prepared = prepare_model(src, optimize=getattr(self.quantizer, "prepare", True))
@@ -325,7 +327,7 @@ class AutoMixedPrecision(QuantizerBase):
             base._cache = None  # trial models are not worth a cache entry each
         if self._items is None:
             self._items = materialize(self._data, what="data", progress=False)
-        feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name)
+        feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name, finite=True)
         ref = self._reference_outputs(src, feeds)
         op_of = {n.name: n.op_type for n in prepared.graph.node}
         trials = _Trials(self, base, self._candidate_groups(prepared, base, op_of), prepared, feeds, ref)

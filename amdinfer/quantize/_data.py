@@ -14,7 +14,7 @@ import onnx
 
 from ..errors import InputError, OptionError, StageError
 
-__all__ = ["Progress", "data_hash", "input_specs", "materialize", "to_feeds"]
+__all__ = ["Progress", "data_hash", "describe_nonfinite", "input_dims", "input_specs", "materialize", "to_feeds"]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -97,6 +97,71 @@ def input_specs(proto: onnx.ModelProto) -> list[tuple[str, Any, int]]:
     return out
 
 
+def input_dims(proto: onnx.ModelProto) -> dict[str, tuple[int | str | None, ...] | None]:
+    """The declared shape of each graph input that is not an initializer: ints, symbolic names, ``None`` (unknown).
+
+    ``None`` for the whole shape when the model declares none.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> input_dims(tiny_cnn())
+        {'input': ('N', 3, 32, 32)}
+    """
+    inits = {t.name for t in proto.graph.initializer}
+    out: dict[str, tuple[int | str | None, ...] | None] = {}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            out[vi.name] = None
+            continue
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        out[vi.name] = tuple(dims)
+    return out
+
+
+def _fmt_dims(dims: Sequence[int | str | None]) -> str:
+    shown = [str(d) if d is not None else "?" for d in dims]
+    return "(" + ", ".join(shown) + ("," if len(shown) == 1 else "") + ")"
+
+
+def describe_nonfinite(arr: np.ndarray) -> str | None:
+    """``None`` when every value of ``arr`` is finite (or it is not floating point), else what is not.
+
+    One ``np.isfinite`` pass when the data is clean; the details are counted only on failure.
+
+    Example:
+        >>> describe_nonfinite(np.array([0.0, np.inf, 1.0], np.float32))
+        '1 non-finite value (inf) of 3, first at index (1,)'
+        >>> describe_nonfinite(np.ones(4)) is None
+        True
+    """
+    if arr.dtype.kind != "f":
+        return None
+    finite = np.isfinite(arr)
+    if finite.all():
+        return None
+    bad = ~finite
+    n = int(bad.sum())
+    nan = int(np.isnan(arr).sum())
+    pos = int(np.isposinf(arr).sum())
+    counts = [(c, k) for c, k in ((nan, "NaN"), (pos, "inf"), (n - nan - pos, "-inf")) if c]
+    kinds = counts[0][1] if len(counts) == 1 else ", ".join(f"{c} {k}" for c, k in counts)
+    text = f"{n} non-finite value{'s' if n != 1 else ''} ({kinds})"
+    if arr.ndim == 0:
+        return text
+    first = tuple(int(v) for v in np.unravel_index(int(np.argmax(bad)), arr.shape))
+    return f"{text} of {arr.size}, first at index {first}"
+
+
 def _unwrap(x: Any) -> Any:
     """A stage result: an array, or a pipeline ``Sample`` (``.data``) or any object with ``.array``."""
     if isinstance(x, (np.ndarray, Mapping)):
@@ -124,8 +189,18 @@ def materialize(
 
     Raises:
         OptionError: ``data`` is not iterable, or ``preprocess`` holds something not callable.
-        InputError: ``data`` gave no sample.
+        InputError: ``data`` gave no sample, or raised while producing one (the message names the sample's
+            index; the iterable's own exception is chained as ``__cause__``).
         StageError: a preprocessing stage failed; the message names the stage and the sample.
+
+    Example:
+        >>> def broken():
+        ...     yield np.zeros(2)
+        ...     raise OSError("disk gone")
+        >>> materialize(broken(), what="calibration", progress=False)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: calibration sample 1: the iterable raised OSError while producing it: disk gone
     """
     if data is None or isinstance(data, (str, bytes)):
         raise OptionError(f"{what}: got {data!r}, expected an iterable of feed dicts, arrays or images")
@@ -137,6 +212,8 @@ def materialize(
         raise OptionError(
             f"{what}: got {type(data).__name__}, expected an iterable of feed dicts, arrays or images"
         ) from None
+    except Exception as exc:  # a user's __iter__ that fails
+        raise InputError(f"{what}: iter() on the {type(data).__name__} raised {type(exc).__name__}: {exc}") from exc
     stages = list(preprocess or [])
     for s in stages:
         if not callable(s):
@@ -147,9 +224,16 @@ def materialize(
     items: list[Any] = []
     desc = f"amdinfer: preprocessing {what}" if stages else f"amdinfer: reading {what}"
     with Progress(desc, total, enabled=progress and bool(stages)) as bar:
-        for i, item in enumerate(iterator):
-            if max_samples is not None and i >= max_samples:
+        i = 0
+        while max_samples is None or i < max_samples:
+            try:
+                item = next(iterator)
+            except StopIteration:
                 break
+            except Exception as exc:  # the user's generator failed: say which sample, keep their exception
+                raise InputError(
+                    f"{what} sample {i}: the iterable raised {type(exc).__name__} while producing it: {exc}"
+                ) from exc
             x = item
             for stage in stages:
                 try:
@@ -162,64 +246,141 @@ def materialize(
                     raise StageError(f"{what}: preprocessing stage {name} returned None for sample {i}")
             items.append(_unwrap(x))
             bar.update()
+            i += 1
     if not items:
         raise InputError(f"{what}: the iterable gave no samples, expected at least one")
     return items
 
 
 def to_feeds(
-    items: Sequence[Any], proto: onnx.ModelProto, *, what: str, input_name: str | None = None
+    items: Sequence[Any],
+    proto: onnx.ModelProto,
+    *,
+    what: str,
+    input_name: str | None = None,
+    finite: bool = False,
 ) -> list[dict[str, np.ndarray]]:
     """Turn samples into feed dicts for ``proto``'s inputs, adding a batch axis where one is missing.
 
+    Every sample is checked in one pass against the model's input spec: names, dtype (never cast), shape
+    (fixed dims must match; a symbolic dim takes any size, the same in every input of one sample; no empty
+    axis) and, with ``finite=True`` (calibration and evaluation data), that every floating-point value is
+    finite. The messages name the sample's index and the input.
+
     Raises:
-        InputError: a sample names unknown inputs, misses some, or has the wrong dtype or rank.
+        InputError: a sample names unknown inputs, misses some, cannot be read as an array, has the wrong
+            dtype or shape, or (``finite=True``) holds NaN or inf.
+        OptionError: ``input_name`` is not an input of the model.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> to_feeds([np.zeros((2, 3, 32, 32), np.float32)], tiny_cnn(), what="calibration")[0]["input"].shape
+        (2, 3, 32, 32)
+        >>> to_feeds([np.zeros((2, 3, 16, 16), np.float32)], tiny_cnn(), what="calibration")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: calibration sample 0, input 'input': got shape (2, 3, 16, 16), expected ...
     """
     specs = input_specs(proto)
+    dims_of = input_dims(proto)
     names = [s[0] for s in specs]
     by_name = {s[0]: s for s in specs}
     if input_name is not None and input_name not in by_name:
         raise OptionError(f"input_name: got {input_name!r}, expected one of {names}")
     out = []
     for i, item in enumerate(items):
-        if isinstance(item, Mapping):
-            feed = {str(k): _unwrap(v) for k, v in item.items()}
-            missing = [n for n in names if n not in feed]
-            extra = [k for k in feed if k not in by_name]
-            if missing or extra:
-                raise InputError(
-                    f"{what}[{i}]: got inputs {sorted(feed)}, expected exactly {names}"
-                    + (f" (missing {missing})" if missing else "")
-                    + (f" (unknown {extra})" if extra else "")
-                )
-        else:
-            target = input_name
-            if target is None:
-                if len(names) != 1:
-                    raise InputError(
-                        f"{what}[{i}]: got one {type(item).__name__}, but the model has inputs {names}; "
-                        "give feed dicts or input_name="
-                    )
-                target = names[0]
-            feed = {target: item}
-            if len(names) != 1 and input_name is not None:
-                raise InputError(f"{what}[{i}]: the model has inputs {names}; one array feeds only {target!r}")
+        where = f"{what} sample {i}"
+        feed = _sample_feed(item, where, names, input_name)
         checked = {}
+        bound: dict[str, tuple[int, str]] = {}  # symbolic dim -> (size, the input that fixed it)
         for name, value in feed.items():
-            arr = np.asarray(value)
-            _, dtype, rank = by_name[name]
-            if rank > 0 and arr.ndim == rank - 1:
-                arr = arr[None]  # one sample without its batch axis
-            if rank > 0 and arr.ndim != rank:
-                raise InputError(f"{what}[{i}]: input {name!r} got shape {arr.shape}, expected rank {rank}")
-            if dtype is not None and arr.dtype != dtype:
-                raise InputError(
-                    f"{what}[{i}]: input {name!r} got dtype {arr.dtype}, expected {np.dtype(dtype)} "
-                    f"(cast it, e.g. x.astype(np.{np.dtype(dtype)}))"
-                )
+            arr = _checked_array(value, where, by_name[name], dims_of.get(name), bound)
+            if finite:
+                _check_finite(arr, where, name, what)
             checked[name] = np.ascontiguousarray(arr)
         out.append(checked)
     return out
+
+
+def _sample_feed(item: Any, where: str, names: list[str], input_name: str | None) -> dict[str, Any]:
+    """One sample as ``{input: value}``: a feed dict with exactly the model's inputs, or one bare array."""
+    if isinstance(item, Mapping):
+        feed = {str(k): _unwrap(v) for k, v in item.items()}
+        missing = [n for n in names if n not in feed]
+        extra = [k for k in feed if k not in names]
+        if missing or extra:
+            raise InputError(
+                f"{where}: got inputs {sorted(feed)}, expected exactly {names}"
+                + (f" (missing {missing})" if missing else "")
+                + (f" (unknown {extra})" if extra else "")
+            )
+        return feed
+    target = input_name
+    if target is None:
+        if len(names) != 1:
+            raise InputError(
+                f"{where}: got one {type(item).__name__}, but the model has inputs {names}; "
+                "give feed dicts or input_name="
+            )
+        target = names[0]
+    if len(names) != 1 and input_name is not None:
+        raise InputError(f"{where}: the model has inputs {names}; one array feeds only {target!r}")
+    return {target: item}
+
+
+def _checked_array(
+    value: Any,
+    where: str,
+    spec: tuple[str, Any, int],
+    dims: tuple[int | str | None, ...] | None,
+    bound: dict[str, tuple[int, str]],
+) -> np.ndarray:
+    """``value`` as an array of input ``spec``'s dtype and shape ``dims``, with a batch axis added if missing.
+
+    ``bound`` holds the sizes the sample's earlier inputs gave to symbolic dims; new ones are added to it.
+    """
+    name, dtype, rank = spec
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists, objects whose __array__ fails
+        raise InputError(f"{where}, input {name!r}: cannot be read as an array ({type(exc).__name__}: {exc})") from exc
+    if rank > 0 and arr.ndim == rank - 1:
+        arr = arr[None]  # one sample without its batch axis
+    shown = f", expected {_fmt_dims(dims)}" if dims is not None else ""
+    if rank >= 0 and arr.ndim != rank:
+        raise InputError(f"{where}, input {name!r}: got shape {arr.shape}{shown} (rank {rank})")
+    if dtype is not None and arr.dtype != dtype:
+        raise InputError(
+            f"{where}, input {name!r}: got dtype {arr.dtype}, expected {np.dtype(dtype)} "
+            f"(cast it, e.g. x.astype(np.{np.dtype(dtype)}))"
+        )
+    if 0 in arr.shape:
+        raise InputError(f"{where}, input {name!r}: got shape {arr.shape}{shown}: an empty axis, no values")
+    for axis, (got, want) in enumerate(zip(arr.shape, dims or ())):
+        if isinstance(want, int) and got != want:
+            raise InputError(
+                f"{where}, input {name!r}: got shape {arr.shape}{shown} (axis {axis} is {got}, expected {want})"
+            )
+        if isinstance(want, str):
+            size, other = bound.setdefault(want, (got, name))
+            if size != got:
+                raise InputError(
+                    f"{where}, input {name!r}: got shape {arr.shape}{shown}; axis {axis} ({want!r}) is "
+                    f"{got}, but input {other!r} has {want!r} = {size}"
+                )
+    return arr
+
+
+#: Why each kind of data must be finite, by ``to_feeds``'s ``what`` (the rest is held-out evaluation data).
+_WHY_FINITE = {"calibration": "NaN or inf makes the int8 ranges meaningless"}
+
+
+def _check_finite(arr: np.ndarray, where: str, name: str, what: str) -> None:
+    bad = describe_nonfinite(arr)
+    if bad is not None:
+        subject = what if what.endswith("data") else f"{what} data"
+        why = _WHY_FINITE.get(what, "NaN or inf makes the quantized and float outputs incomparable")
+        raise InputError(f"{where}, input {name!r}: {bad}; {subject} must be finite ({why}), clean or drop the sample")
 
 
 def data_hash(feeds: Iterable[Mapping[str, np.ndarray]]) -> str:

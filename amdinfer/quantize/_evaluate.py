@@ -95,7 +95,8 @@ def evaluate(
 
     Raises:
         OptionError: an unknown task, a detector without ``boxes``, or per-layer on an engine without it.
-        InputError: the data does not fit the model, or the outputs differ in shape.
+        InputError: the data does not fit the model or holds NaN or inf (the message names the sample's index
+            and the input), or the outputs differ in shape.
 
     Example:
         >>> from amdinfer.testing.models import tiny_cnn, random_inputs
@@ -111,10 +112,14 @@ def evaluate(
     _check_options(task, boxes, iou, tolerance)
     opened: list[Any] = []
     try:
-        r_engine, q_engine, q_precision = _open_engines(quantized, reference, opened)
-        precision = precision or q_precision
+        r_engine = reference if _is_engine(reference) else _load_cpu(reference)
+        if r_engine is not reference:
+            opened.append(r_engine)
+        # The data is checked before the quantized model is built: a bad sample should not cost a quantization.
         items = materialize(data, what="data", max_samples=max_samples, progress=False)
-        feeds = to_feeds(items, r_engine.model.proto, what="data", input_name=input_name)
+        feeds = to_feeds(items, r_engine.model.proto, what="data", input_name=input_name, finite=True)
+        q_engine, q_precision = _open_quantized(quantized, reference, opened)
+        precision = precision or q_precision
         r_out = _run_all(r_engine, feeds)
         q_out = _run_all(q_engine, feeds)
         chosen = _detect_task(r_out, boxes) if task == "auto" else task
@@ -153,18 +158,15 @@ def _check_options(task: str, boxes: Any, iou: Any, tolerance: Any) -> None:
         raise OptionError(f"tolerance: got {type(tolerance).__name__}, expected an AccuracyTolerance")
 
 
-def _open_engines(quantized: Any, reference: Any, opened: list[Any]) -> tuple[Any, Any, str]:
-    """(reference engine, quantized engine, quantized precision); engines opened here are appended to ``opened``."""
-    r_engine = reference if _is_engine(reference) else _load_cpu(reference)
-    if r_engine is not reference:
-        opened.append(r_engine)
+def _open_quantized(quantized: Any, reference: Any, opened: list[Any]) -> tuple[Any, str]:
+    """(quantized engine, its precision); an engine opened here is appended to ``opened``."""
     if isinstance(quantized, Quantizer):
         source = reference.model if _is_engine(reference) else reference
         q_engine = _load_cpu(quantized.quantize(source))
         opened.append(q_engine)
-        return r_engine, q_engine, quantized.precision
+        return q_engine, quantized.precision
     if _is_engine(quantized):
-        return r_engine, quantized, _model_precision(quantized.model.proto, quantized.info.precision)
+        return quantized, _model_precision(quantized.model.proto, quantized.info.precision)
     q_engine = _load_cpu(quantized)
     opened.append(q_engine)
-    return r_engine, q_engine, _model_precision(q_engine.model.proto, "quantized")
+    return q_engine, _model_precision(q_engine.model.proto, "quantized")

@@ -8,11 +8,11 @@ from typing import Any
 
 import onnx
 
-from ..errors import BackendUnavailableError, OptionError
+from ..errors import BackendUnavailableError, ModelError, OptionError
 from ._base import QuantizationSpec, QuantizerBase
 from ._prepare import prepare_model, tail_nodes
 
-__all__ = ["NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer", "default_fp16_op_block_list"]
+__all__ = ["NUMERICALLY_SENSITIVE_OPS", "Fp16Quantizer", "default_fp16_op_block_list", "precision_quantizer"]
 
 #: Ops whose fp16 result overflows (fp16 max is 65504) or loses most of its bits on ordinary inputs:
 #: exponentials and powers overflow, sums of many terms or of squares overflow and round badly,
@@ -236,7 +236,8 @@ class Fp16Quantizer(QuantizerBase):
             model: path, bytes, ``onnx.ModelProto`` or :class:`~amdinfer.ModelSource`.
 
         Raises:
-            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`).
+            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`), or the
+                float16 conversion failed (the message names the step; the cause is chained).
             OptionError: ``node_block_list`` names a node the model does not have.
 
         Example:
@@ -256,17 +257,27 @@ class Fp16Quantizer(QuantizerBase):
             blocked += [n.name for n in prepared.graph.node if n.name not in self._only]
         proto = onnx.ModelProto()
         proto.CopyFrom(prepared)
-        converted = convert_float_to_float16(
-            proto,
-            min_positive_val=self.min_positive_val,
-            max_finite_val=self.max_finite_val,
-            keep_io_types=self.keep_io_types,
-            op_block_list=list(self.op_block_list),
-            node_block_list=list(dict.fromkeys(blocked)),
-        )
-        _drop_cast_round_trips(converted)
-        # The converter appends the input casts last; ONNX requires topological order (ORT tolerates it).
-        _topological_sort(converted.graph)
+        step = "converting to float16 (onnxruntime.transformers.float16)"
+        try:
+            converted = convert_float_to_float16(
+                proto,
+                min_positive_val=self.min_positive_val,
+                max_finite_val=self.max_finite_val,
+                keep_io_types=self.keep_io_types,
+                op_block_list=list(self.op_block_list),
+                node_block_list=list(dict.fromkeys(blocked)),
+            )
+            step = "removing Cast round trips"
+            _drop_cast_round_trips(converted)
+            # The converter appends the input casts last; ONNX requires topological order (ORT tolerates it).
+            step = "sorting the converted graph"
+            _topological_sort(converted.graph)
+        except Exception as exc:  # ONNX Runtime's converter and ONNX's helpers raise plain ValueErrors etc.
+            text = str(exc).strip()
+            raise ModelError(
+                f"model {prepared.graph.name!r}: fp16 quantization failed while {step} ({type(exc).__name__}: "
+                f"{text.splitlines()[0] if text else 'no message'})"
+            ) from exc
         return converted
 
     def describe(self) -> QuantizationSpec:
@@ -297,3 +308,20 @@ class Fp16Quantizer(QuantizerBase):
         )
         clone._only = None if only is None else list(only)
         return clone
+
+
+def precision_quantizer(precision: str, *, keep_io_types: bool = True) -> Fp16Quantizer | None:
+    """The quantizer a bare ``precision=`` stands for where the runtime rewrites the model (``None``: none).
+
+    ``precision="fp16"`` is ``Fp16Quantizer(keep_io_types=...)`` (the default block list keeps numerically
+    sensitive ops in float32), so ``precision="fp16"`` and ``quantizer=Fp16Quantizer()`` give the same graph;
+    float32 and float64 need no rewrite. :func:`amdinfer.load` hands this function to the backends
+    (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`), and :meth:`amdinfer.Pipeline.fuse` asks it too.
+
+    Example:
+        >>> precision_quantizer("fp16").settings()["keep_io_types"], precision_quantizer("fp32")
+        (True, None)
+    """
+    if precision != "fp16":
+        return None
+    return Fp16Quantizer(keep_io_types=keep_io_types)

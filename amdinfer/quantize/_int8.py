@@ -15,11 +15,27 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import BackendUnavailableError, CacheError, InputError, OptionError
+from ..errors import (
+    AmdinferError,
+    BackendUnavailableError,
+    CacheError,
+    InputError,
+    OptionError,
+    StageError,
+)
 from ..model import ModelSource
 from ._base import QuantizationSpec, QuantizerBase
-from ._data import Progress, data_hash, input_specs, materialize, to_feeds
+from ._data import data_hash, input_specs, materialize, to_feeds
 from ._fp16 import _check_nodes, _str_list
+from ._int8_checks import (
+    calibration_reader,
+    check_histogram_shapes,
+    check_scales,
+    check_weights,
+    quantize_static_error,
+    quantized_nodes,
+    save_for_quantizer,
+)
 from ._prepare import prepare_model, tail_nodes
 
 __all__ = ["CALIBRATION_METHODS", "QUANT_FORMATS", "QUANT_TYPES", "Int8Quantizer"]
@@ -71,6 +87,7 @@ class _Shared:
 
     def __init__(self) -> None:
         self.items: list[Any] | None = None
+        self.read_error: AmdinferError | None = None  # a one-shot iterable that failed is not read again
         self.feeds: dict[str, list[dict[str, np.ndarray]]] = {}
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
@@ -231,54 +248,50 @@ class Int8Quantizer(QuantizerBase):
             >>> len(q.calibration_items()), len(q.calibration_items())
             (2, 2)
         """
+        if self._shared.read_error is not None:
+            raise self._shared.read_error
         if self._shared.items is None:
-            self._shared.items = materialize(
-                self._calibration,
-                what="calibration",
-                preprocess=self.preprocess,
-                max_samples=self.max_samples,
-                progress=self.progress,
-            )
+            try:
+                self._shared.items = materialize(
+                    self._calibration,
+                    what="calibration",
+                    preprocess=self.preprocess,
+                    max_samples=self.max_samples,
+                    progress=self.progress,
+                )
+            except (InputError, StageError) as exc:  # the data's fault: reading again would not fix it
+                self._shared.read_error = exc
+                raise
         return self._shared.items
 
     def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
-        """The calibration samples as feed dicts for ``model``'s inputs.
+        """The calibration samples as feed dicts for ``model``'s inputs, checked (the one place every path reads).
+
+        Each sample is checked once against the model's input spec (names; dtype, never cast; shape, with
+        symbolic dims taking any size) and for NaN and inf. ``quantize``, the native MIGraphX plan and the
+        ONNX Runtime MIGraphX EP's calibration table all read the data through here.
 
         Raises:
-            InputError: a sample does not fit the model's inputs (names, dtype, rank).
+            InputError: the iterable gave no sample or raised while producing one, or a sample does not fit
+                the model's inputs or holds a non-finite value; the message names the sample's index and
+                the input.
+
+        Example:
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> bad = np.zeros((1, 3, 32, 32), np.float32); bad[0, 0, 0, 0] = np.inf
+            >>> q = Int8Quantizer(calibration=[np.zeros_like(bad), bad], progress=False)
+            >>> q.calibration_feeds(tiny_cnn())  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            amdinfer.errors.InputError: calibration sample 1, input 'input': 1 non-finite value (inf) of 3072, ...
         """
         proto = ModelSource.from_any(model, check=False).proto
         key = repr(sorted((name, str(dtype), rank) for name, dtype, rank in input_specs(proto)))
         if key not in self._shared.feeds:
             self._shared.feeds[key] = to_feeds(
-                self.calibration_items(), proto, what="calibration", input_name=self.input_name
+                self.calibration_items(), proto, what="calibration", input_name=self.input_name, finite=True
             )
         return self._shared.feeds[key]
-
-    def _reader(self, feeds: list[dict[str, np.ndarray]]) -> Any:
-        quantization = _import_quantization()
-        progress = self.progress
-
-        class _Reader(quantization.CalibrationDataReader):  # type: ignore[name-defined]
-            def __init__(self) -> None:
-                self._it = iter(feeds)
-                self._bar = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress).__enter__()
-                self._done = False
-
-            def get_next(self) -> dict[str, np.ndarray] | None:
-                item = next(self._it, None)
-                if item is None:
-                    if not self._done:
-                        self._bar.__exit__(None, None, None)
-                        self._done = True
-                    return None
-                self._bar.update()
-                return item
-
-            def __len__(self) -> int:
-                return len(feeds)
-
-        return _Reader()
 
     # ------------------------------------------------------------------ protocol
     def settings(self) -> dict[str, Any]:
@@ -315,8 +328,12 @@ class Int8Quantizer(QuantizerBase):
             model: path, bytes, ``onnx.ModelProto`` or :class:`~amdinfer.ModelSource`.
 
         Raises:
-            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`).
-            InputError: a calibration sample does not fit the model's inputs.
+            ModelError: the model cannot be prepared (see :func:`~amdinfer.quantize.prepare_model`), a
+                weight that would be quantized holds NaN or inf (the message names the initializer and its
+                node), or ONNX Runtime's quantizer failed (the message names the step).
+            InputError: a calibration sample does not fit the model's inputs or holds NaN or inf, ONNX
+                Runtime failed running one (the message names the sample), or the calibration drives a
+                tensor of the model to inf or NaN (the message names the tensor).
             OptionError: ``exclude_nodes`` names a node the model does not have.
 
         Example:
@@ -377,23 +394,12 @@ class Int8Quantizer(QuantizerBase):
             log.info("int8 model for %s taken from the cache (%s)", src.sha256[:12], key)
         return proto
 
-    def _check_histogram_shapes(self, feeds: list[dict[str, np.ndarray]]) -> None:
-        if self.method == "minmax":
-            return
-        shapes = {tuple((k, v.shape) for k, v in sorted(f.items())) for f in feeds}
-        if len(shapes) > 1:
-            shown = sorted({str(dict(s)) for s in shapes})[:3]
-            raise InputError(
-                f"calibration: method={self.method!r} needs samples of one shape (ONNX Runtime's histogram "
-                f"calibrators stack them), got {len(shapes)} shapes, e.g. {shown}; resize the samples to one "
-                "size or use method='minmax'"
-            )
-
     def _run_quantize_static(
         self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
     ) -> onnx.ModelProto:
         quantization = _import_quantization()
-        self._check_histogram_shapes(feeds)
+        check_histogram_shapes(self.method, feeds)
+        check_weights(src, quantized_nodes(src.proto, op_types=self.op_types, excluded=excluded, only=self._only))
         ranges = self._calibration_cache_path(src.sha256, feeds_hash)
         extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
         if self.method == "percentile":
@@ -402,27 +408,37 @@ class Int8Quantizer(QuantizerBase):
         # calibrate on every call.
         reuse = "calibration_cache_path" in inspect.signature(quantization.quantize_static).parameters
         cache_kw = {"calibration_cache_path": str(ranges)} if reuse else {}
+        reader = None
+        if not (reuse and ranges.is_file()):
+            reader = calibration_reader(quantization.CalibrationDataReader, feeds, progress=self.progress)
         with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
             inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
-            onnx.save_model(src.proto, str(inp))
-            with _ort_prints_to_log():
-                quantization.quantize_static(
-                    str(inp),
-                    str(out),
-                    self._reader(feeds) if not (reuse and ranges.is_file()) else None,
-                    quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
-                    op_types_to_quantize=self.op_types,
-                    per_channel=self.per_channel,
-                    reduce_range=self.reduce_range,
-                    activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
-                    weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
-                    nodes_to_quantize=self._only,
-                    nodes_to_exclude=excluded,
-                    calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
-                    extra_options=extra,
-                    **cache_kw,
-                )
-            return onnx.load_model(str(out))
+            save_for_quantizer(src, inp)
+            try:
+                with _ort_prints_to_log():
+                    quantization.quantize_static(
+                        str(inp),
+                        str(out),
+                        reader,
+                        quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
+                        op_types_to_quantize=self.op_types,
+                        per_channel=self.per_channel,
+                        reduce_range=self.reduce_range,
+                        activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
+                        weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
+                        nodes_to_quantize=self._only,
+                        nodes_to_exclude=excluded,
+                        calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
+                        extra_options=extra,
+                        **cache_kw,
+                    )
+                quantized = onnx.load_model(str(out))
+            except AmdinferError:
+                raise
+            except Exception as exc:  # ONNX Runtime's pybind errors, its asserts, NumPy's ValueErrors
+                raise quantize_static_error(exc, src, reader, ranges if reuse else None, feeds) from exc
+        check_scales(quantized, src.proto)
+        return quantized
 
     # ------------------------------------------------------------------ description
     def describe(self) -> QuantizationSpec:

@@ -161,7 +161,7 @@ def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
                     f"model {name}: ONNX Runtime's quantization pre-processing failed ({type(exc).__name__}: "
                     f"{text.strip().splitlines()[0] if text.strip() else 'no message'}); fold constants and fix "
                     "dynamic shapes first (e.g. `onnxsim model.onnx out.onnx`) or re-export with opset >= 13"
-                ) from None
+                ) from exc
         return onnx.load_model(str(dst))
 
 
@@ -215,7 +215,7 @@ def prepare_model(model: Any, *, min_opset: int = MIN_QDQ_OPSET, optimize: bool 
                 f"model {src.name}: opset {opset} could not be upgraded to {min_opset} by onnx.version_converter "
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
                 f"re-export the model with opset >= {min_opset}"
-            ) from None
+            ) from exc
         log.info("model %s: opset %d upgraded to %d for quantization", src.name, opset, min_opset)
         proto = upgraded
     if fix_negative_dims(proto):

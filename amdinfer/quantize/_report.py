@@ -228,12 +228,3 @@ class QuantizationReport:
         if path is not None:
             fig.savefig(str(path))
         return fig
-
-
-def __getattr__(name: str) -> Any:
-    # ``_load_cpu`` lived here before ``evaluate`` moved to ``_evaluate``; scripts that import it keep working.
-    if name == "_load_cpu":
-        from ._evaluate import _load_cpu
-
-        return _load_cpu
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

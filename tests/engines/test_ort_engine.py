@@ -162,11 +162,22 @@ def test_session_options_are_applied(cnn, tmp_path) -> None:
     assert engine.info.settings["session"]["intra_op_num_threads"] == 1
 
 
+def test_fp16_without_a_precision_quantizer_says_how(cnn) -> None:
+    """Built directly (not through amdinfer.load), the engine has no quantizer for a bare fp16 on the CPU."""
+    with pytest.raises(amdinfer.OptionError, match=r"precision='fp16' on CPUExecutionProvider: .*amdinfer.load"):
+        OrtEngine(cnn, providers=["cpu"], precision="fp16")
+    from amdinfer.quantize import Fp16Quantizer, precision_quantizer
+
+    direct = OrtEngine(cnn, providers=["cpu"], precision="fp16", precision_quantizer=precision_quantizer)
+    explicit = OrtEngine(cnn, providers=["cpu"], quantizer=Fp16Quantizer())
+    assert direct.model.proto.graph == explicit.model.proto.graph  # the same rewrite
+
+
 def test_fp16_on_cpu_converts_the_model_and_stays_close(cnn) -> None:
     x = models.random_inputs(cnn, batch=2)["input"]
     ref = OrtEngine(cnn, providers=["cpu"]).run(x)["logits"]
-    half = OrtEngine(cnn, providers=["cpu"], precision="fp16")
-    assert half.info.precision == "fp16"
+    half = amdinfer.load(cnn, providers=["cpu"], precision="fp16")
+    assert isinstance(half, OrtEngine) and half.info.precision == "fp16"
     assert half.inputs[0].dtype == np.float32  # I/O kept in fp32
     assert any(t.data_type == 10 for t in half.model.proto.graph.initializer)  # weights are fp16
     got = half.run(x)["logits"]

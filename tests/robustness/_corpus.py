@@ -734,3 +734,10 @@ def cli_cache_list_created_yesterday(d: Path) -> object:
 @case("command line")
 def cli_cache_list_parts_a_list(d: Path) -> object:
     return _corrupt_listing(d, {"parts": [1, 2]})
+
+
+# ---------------------------------------------------------------------------------------------- issue 20
+# The cases of issue 20, one module per area; each registers its rows with @case above.
+import _cases_cli  # noqa: E402, F401
+import _cases_images  # noqa: E402, F401
+import _cases_quant  # noqa: E402, F401

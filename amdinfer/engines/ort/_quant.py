@@ -3,8 +3,10 @@
 The MIGraphX EP converts a model itself (``migraphx_fp16_enable``; ``migraphx_int8_enable`` with a
 calibration table computed here by ONNX Runtime's calibrator from the quantizer's calibration feeds).
 Every other provider runs the model :meth:`Quantizer.quantize <amdinfer.quantize.Quantizer.quantize>`
-returns. ``precision="fp16"`` without a quantizer means ``Fp16Quantizer()``, so ``precision="fp16"`` and
-``quantizer=Fp16Quantizer()`` give the same graph on every provider.
+returns. ``precision="fp16"`` without a quantizer runs the rewrite of the ``precision_quantizer`` the engine
+was given (:func:`amdinfer.load` gives :func:`amdinfer.quantize.precision_quantizer`: ``Fp16Quantizer()``),
+so ``precision="fp16"`` and ``quantizer=Fp16Quantizer()`` give the same graph on every provider; this
+module never imports :mod:`amdinfer.quantize`, which sits above the engines.
 
 Example:
     >>> from amdinfer.quantize import Fp16Quantizer
@@ -29,26 +31,11 @@ from ...model import ModelSource, min_ir_version
 from .._migraphx_quant import migraphx_unhonoured
 from ._providers import MIGRAPHX_EP, PROVIDERS
 
-__all__ = ["calibration_table", "default_quantizer", "migraphx_ep_options"]
+__all__ = ["calibration_table", "migraphx_ep_options"]
 
 log = logging.getLogger("amdinfer.ort")
 
 _METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile", "distribution": "Distribution"}
-
-
-def default_quantizer(precision: str, *, fp16_io: bool = False) -> Any:
-    """The quantizer ``precision=`` stands for when none is given (``None`` for float32/float64).
-
-    Example:
-        >>> default_quantizer("fp16").settings()["keep_io_types"], default_quantizer("fp32")
-        (True, None)
-    """
-    if precision != "fp16":
-        return None
-    # Lazy: amdinfer.quantize sits above the engines; only its fp16 converter is used here.
-    from ...quantize._fp16 import Fp16Quantizer
-
-    return Fp16Quantizer(keep_io_types=not fp16_io)
 
 
 def migraphx_ep_options(quantizer: Any, model: Any, workdir: Path) -> tuple[dict[str, str], list[str]]:

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from ..._quant_protocol import PrecisionQuantizer
 from ...errors import BackendUnavailableError, InputError, OptionError
 from ...model import ModelLike, ModelSource
 from ...types import TensorSpec
@@ -43,7 +44,7 @@ from ._providers import (
     probe_provider,
     provider_options,
 )
-from ._quant import default_quantizer, migraphx_ep_options
+from ._quant import migraphx_ep_options
 from ._runner import make_runner
 from ._session import SessionBuilder
 from ._tuning import apply_tuning
@@ -67,8 +68,9 @@ class OrtEngine(Engine):
             :class:`~amdinfer.BackendUnavailableError` with ONNX Runtime's cause and the fix.
         device: GPU index (``device_id``).
         precision: ``"fp32"``; ``"fp16"``/``"bf16"``/``"int8"`` turn on the MIGraphX EP's flags; on other
-            providers ``"fp16"`` runs the model :class:`~amdinfer.quantize.Fp16Quantizer` converts (fp32 I/O
-            kept; the same graph as ``quantizer=Fp16Quantizer()``), and ``"int8"`` needs ``quantizer=``.
+            providers ``"fp16"`` runs the model ``precision_quantizer("fp16")`` rewrites (through
+            :func:`amdinfer.load`: :class:`~amdinfer.quantize.Fp16Quantizer`, fp32 I/O kept, the same graph as
+            ``quantizer=Fp16Quantizer()``), and ``"int8"`` needs ``quantizer=``.
         threads: intra-op threads (``None``: ONNX Runtime's default, one per core).
         inter_op_threads: inter-op threads.
         spin_wait: whether ONNX Runtime's intra-op threads busy-wait for work between parallel sections
@@ -99,6 +101,10 @@ class OrtEngine(Engine):
         fp16_io: with ``precision="fp16"``, make the model's inputs and outputs float16 as well (fp16
             tensors in and out, no casts); the default keeps fp32 IO.
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
+        precision_quantizer: what a bare ``precision="fp16"`` means on providers without a native fp16 knob
+            (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
+            :func:`amdinfer.quantize.precision_quantizer`. Without it (an ``OrtEngine`` built directly),
+            ``precision="fp16"`` there needs ``quantizer=``.
 
     Example:
         >>> import numpy as np
@@ -142,7 +148,14 @@ class OrtEngine(Engine):
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
+        precision_quantizer: PrecisionQuantizer | None = None,
     ) -> None:
+        if precision_quantizer is not None and not callable(precision_quantizer):
+            raise OptionError(
+                f"precision_quantizer: got {type(precision_quantizer).__name__}, expected a callable "
+                "(precision, *, keep_io_types) -> Quantizer | None, e.g. amdinfer.quantize.precision_quantizer"
+            )
+        self._precision_quantizer = precision_quantizer
         options = OrtOptions.create(
             precision=getattr(quantizer, "precision", None) or precision,
             providers=providers,
@@ -259,7 +272,13 @@ class OrtEngine(Engine):
                 return source, {}
             if self._precision != "fp16":
                 raise OptionError(f"precision={self._precision!r}: only the MIGraphX EP offers it natively")
-            q = default_quantizer("fp16", fp16_io=fp16_io)
+            q = self._precision_quantizer("fp16", keep_io_types=not fp16_io) if self._precision_quantizer else None
+            if q is None:
+                raise OptionError(
+                    f"precision='fp16' on {provider}: ONNX Runtime runs an fp16 rewrite of the model there, and this "
+                    "engine was given no precision_quantizer; load it with amdinfer.load(model, precision='fp16') "
+                    "or pass quantizer=amdinfer.quantize.Fp16Quantizer()"
+                )
         key = (source.sha256, q.settings_hash() if hasattr(q, "settings_hash") else repr(q.settings()))
         if key not in self._variants:
             self._variants[key] = ModelSource.from_any(q.quantize(source.proto), check=False)
