@@ -94,3 +94,19 @@ def test_every_issue_case_is_in_the_corpus() -> None:
         "cli_run_inputs_object_array", "cli_run_inputs_folder", "cli_run_save_missing_folder",
     }  # fmt: skip
     assert listed <= set(CASES), sorted(listed - set(CASES))
+
+
+def test_every_issue_20_case_is_in_the_corpus() -> None:
+    """Issue 20's images, calibration data and CLI outputs, by name (the server's cases: test_server.py)."""
+    listed = {
+        *(f"image_{kind}_{path}" for kind in ("uint16", "float01", "int8", "bool", "rgba")
+          for path in ("stage_by_stage", "fused")),
+        "image_png_16_bit_rgb_both_decoders", "image_png_16_bit_grey_both_decoders", "image_elongated_20000x3",
+        "image_elongated_1001x7", "image_elongated_fuse_640x3",
+        "calib_one_inf", "calib_all_nan", "nan_weights", "calib_percentile_nan", "calib_entropy_inf",
+        "calib_wrong_shape", "calib_wrong_dtype", "calib_empty", "calib_generator_raises", "cli_quantize_calib_inf",
+        "cli_compile_out_is_input", "cli_compile_out_symlink", "cli_quantize_out_symlink", "cli_profile_trace_symlink",
+        "cli_verify_save_golden_name", "cli_input_shapes_vs_batch", "cli_unknown_flag_names_command",
+        "hint_bfloat16_names_ml_dtypes", "prepare_feed_resized", "cache_clear_races_loads",
+    }  # fmt: skip
+    assert listed <= set(CASES), sorted(listed - set(CASES))
