@@ -372,7 +372,10 @@ def _checked_array(
 
 
 #: Why each kind of data must be finite, by ``to_feeds``'s ``what`` (the rest is held-out evaluation data).
-_WHY_FINITE = {"calibration": "NaN or inf makes the int8 ranges meaningless"}
+_WHY_FINITE = {
+    "calibration": "NaN or inf makes the int8 ranges meaningless",
+    "--calibration": "NaN or inf makes the int8 ranges and the report meaningless",
+}
 
 
 def _check_finite(arr: np.ndarray, where: str, name: str, what: str) -> None:

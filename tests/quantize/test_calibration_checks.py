@@ -352,9 +352,9 @@ def test_cli_quantize_with_an_inf_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "Error" in line and "Warning" not in line]
     assert errors == [
-        "amdinfer quantize: InputError: calibration sample 3, input 'input': 1 non-finite value (inf) of 3072, "
-        "first at index (0, 0, 1, 2); calibration data must be finite (NaN or inf makes the int8 ranges "
-        "meaningless), clean or drop the sample"
+        "amdinfer quantize: InputError: --calibration sample 3, input 'input': 1 non-finite value (inf) of 3072, "
+        "first at index (0, 0, 1, 2); --calibration data must be finite (NaN or inf makes the int8 ranges and the "
+        "report meaningless), clean or drop the sample"
     ], proc.stderr
     assert not (tmp_path / "q.onnx").exists()
 

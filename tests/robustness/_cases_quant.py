@@ -115,7 +115,7 @@ def calib_generator_raises(d: Path) -> object:
 @case(
     "command line",
     CliResult,
-    r"^exit 1: amdinfer quantize: InputError: calibration sample 3, input 'input': 1 non-finite value \(inf\) "
+    r"^exit 1: amdinfer quantize: InputError: --calibration sample 3, input 'input': 1 non-finite value \(inf\) "
     r"of 3072, first at index \(0, 0, 1, 2\)[^\n]*$",
 )
 def cli_quantize_calib_inf(d: Path) -> object:
@@ -164,3 +164,24 @@ def calib_overflow_in_model(d: Path) -> object:
     )
     model.ir_version = 9
     return _quantize([np.full((2, 4), 0.5, np.float32)], model)
+
+
+@case(
+    "command line",
+    CliResult,
+    r"^exit 1: amdinfer quantize: InputError: --calibration sample 7, input 'input': 1 non-finite value \(NaN\)",
+)  # noqa: E501
+def cli_quantize_held_out_nan(d: Path) -> object:
+    """A NaN in the held-out quarter of --calibration: refused with its row in the file, before anything is written."""
+    folder = d / "case-cli-quantize-held-out-nan"
+    folder.mkdir(exist_ok=True)
+    x = np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
+    x[7, 0, 0, 0] = np.nan  # row 7: the held-out part (rows 6 and 7), counted as a row of the file
+    np.savez(folder / "bad.npz", input=x)
+    out = folder / "q.onnx"
+    try:
+        run_cli(d, "quantize", "m.onnx", "--precision", "int8", "--calibration", str(folder / "bad.npz"),
+                "--out", str(out), "-q")  # fmt: skip
+    finally:
+        assert not out.exists()
+    return None
