@@ -225,6 +225,9 @@ class QuantizationReport:
         ax.set_xlabel("tensor (graph order)")
         ax.set_ylabel("RMS error vs float (MIGraphX metric)")
         ax.set_title(f"{self.precision}: per-layer error ({'PASS' if self.passed else 'FAIL'})")
-        if path is not None:
-            fig.savefig(str(path))
+        if path is not None:  # a temporary file beside it, renamed over: a planted symbolic link is not followed
+            from .._files import write_atomic
+
+            fmt = Path(path).suffix.lstrip(".").lower() or "png"
+            write_atomic(path, lambda f: fig.savefig(f, format=fmt), argument="path")
         return fig
