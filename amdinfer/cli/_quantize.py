@@ -55,6 +55,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_output_args(p)
 
 
+def _check_samples(proto: Any, calib: list[Any], held_out: list[Any] | None) -> None:
+    """Every sample checked (shapes, dtypes, NaN/inf) before anything is quantized or written, named by its row
+    in the file (the held-out part of --calibration included)."""
+    from ..quantize._data import to_feeds
+
+    for flag, samples in (("--calibration", calib), ("--eval", held_out or [])):
+        if samples:
+            to_feeds(samples, proto, what=flag, finite=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..quantize import Fp16Quantizer, Int8Quantizer, evaluate
 
@@ -72,13 +82,7 @@ def run(args: argparse.Namespace) -> int:
         calib = load_samples(args.calibration, source.inputs, shapes, "--calibration")
     held_out: list[Any] | None = load_samples(args.eval, source.inputs, shapes, "--eval") if args.eval else None
     data_note = f"--eval {args.eval}" if args.eval else ""
-    # Every sample checked (shapes, dtypes, NaN/inf) before anything is quantized or written, with the index of
-    # its row in the file (the held-out part of --calibration included).
-    from ..quantize._data import to_feeds
-
-    for flag, samples in (("--calibration", calib), ("--eval", held_out or [])):
-        if samples:
-            to_feeds(samples, source.proto, what=flag, finite=True)
+    _check_samples(source.proto, calib, held_out)
     if args.precision == "int8":
         if not calib:
             raise OptionError(
