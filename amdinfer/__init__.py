@@ -67,6 +67,7 @@ _LAZY = {
     "Pipeline": ("amdinfer.pipeline", "Pipeline"),
     "FusedPipeline": ("amdinfer.fuse", "FusedPipeline"),
     "yolo": ("amdinfer.recipes", "yolo"),
+    "classify": ("amdinfer.recipes", "classify"),
     "class_names": ("amdinfer.recipes", "class_names"),
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),

@@ -21,11 +21,12 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._fuse_options import _auto_nms_mode, _auto_resize, _check_nms_backend, fused_load_options
 from ._pipeline_map import MapSteps, PipelineMap
 from .engines.base import Engine
 from .errors import OptionError, StageError
@@ -118,11 +119,13 @@ class Pipeline:
                 )
             self._engine = engine
             self._owns_engine = False
+            self._load_options: dict[str, Any] = {}
         elif engine is None:
             raise OptionError("engine: got None, expected an amdinfer Engine or a model to load")
         else:
             from ._load import load
 
+            self._load_options = dict(load_options)  # fuse() loads the fused model with them too
             if quantizer is not None:
                 load_options["quantizer"] = quantizer
             self._engine = load(engine, backend=backend, **load_options)
@@ -371,9 +374,10 @@ class Pipeline:
             max_candidates: ``nms_mode="dense"``: most candidates per image entering NMS (the IoU matrix is
                 ``max_candidates**2`` per image); more are cut to the best ones, with a logged warning.
             **load_options: :func:`amdinfer.load` arguments for the fused model; by default the backend,
-                providers and precision of this pipeline's engine (fp16 converts the model's own nodes only,
-                before fusing: the pre/post-processing stays float32, and the fused engine's
-                ``info.precision`` reads ``"fp32"``, the precision it was loaded with).
+                providers and precision of this pipeline's engine plus the other load options the pipeline
+                was built with (``device``, ``threads``, ...; not ``shapes``/``fp16_io``, which describe the
+                unfused input). fp16 converts the model's own nodes only, before fusing (pre/post-processing
+                stays float32); the fused engine's ``info.precision`` reads ``"fp16"``, from its weights.
 
         Returns:
             A :class:`~amdinfer.fuse.FusedPipeline` with ``__call__``, ``run_batch``, ``map`` and ``close``;
@@ -407,7 +411,7 @@ class Pipeline:
         host, _ = split_host_stages(self._preprocess, size)
         proto = self._engine.model.proto
         if not load_options:
-            proto, load_options = self._fused_load_options(proto)
+            proto, load_options = fused_load_options(self._engine, self._quantizer, self._load_options, proto)
         nms_mode = _auto_nms_mode(load_options, self._postprocess) if nms_mode == "auto" else nms_mode
         _check_nms_backend(load_options, nms_mode, self._postprocess)
         resize = _auto_resize(load_options) if resize == "auto" else resize
@@ -418,28 +422,6 @@ class Pipeline:
         return FusedPipeline(
             model, engine, host, image_size=size, labels=_labels(self._postprocess), host_post=host_post
         )
-
-    def _fused_load_options(self, proto: Any) -> tuple[Any, dict[str, Any]]:
-        """:meth:`fuse`'s default: this engine's backend, providers and precision (ORT fp16: the model's own
-        nodes converted before fusing, fp32 IO); returns the model to fuse and the load options."""
-        info = self._engine.info
-        load_options: dict[str, Any] = {"backend": info.backend}
-        if info.backend == "ort":
-            load_options["providers"] = list(info.requested_providers or info.providers)
-        migraphx_ep = any("MIGraphX" in p for p in info.providers)
-        if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and self._quantizer is None:
-            # Convert the model's own nodes (fp32 IO kept) before fusing, so the pre/post-processing
-            # stays float32/int32: box coordinates and pixel values need more than fp16's 11 bits.
-            import onnx
-
-            from .quantize import precision_quantizer
-
-            fp16 = precision_quantizer("fp16")  # the quantizer amdinfer.load gives the engine for fp16
-            if fp16 is not None and not any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
-                proto = fp16.quantize(proto)  # what the engine's fp16 does, fp32 IO
-        elif info.precision != "fp32":
-            load_options["precision"] = info.precision
-        return proto, load_options
 
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:
@@ -467,53 +449,3 @@ class Pipeline:
         lines += block("postprocess", self._postprocess)
         lines.append(")")
         return "\n".join(lines)
-
-
-def _check_nms_backend(load_options: Mapping[str, Any], nms_mode: str, postprocess: Sequence[Any]) -> None:
-    """In-graph NMS is refused on MIGraphX (it pads data-dependent outputs)."""
-    from .postprocess import Nms
-
-    if (
-        load_options.get("backend") == "migraphx"
-        and nms_mode != "host"
-        and any(isinstance(s, Nms) for s in postprocess)
-    ):
-        raise OptionError(
-            f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
-            "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
-            "padding as detections; use nms_mode='host' (the default there)"
-        )
-
-
-def _first_provider(load_options: Mapping[str, Any]) -> str:
-    providers = load_options.get("providers") or ()
-    return str(providers[0]).lower() if providers else ""
-
-
-def _ort_gpu_ep(load_options: Mapping[str, Any]) -> bool:
-    """Whether the fused model loads on ONNX Runtime's CUDA or ROCm EP (first in ``providers``)."""
-    first = _first_provider(load_options)
-    return load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
-
-
-def _auto_resize(load_options: Mapping[str, Any]) -> str:
-    """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
-    return "auto" if _ort_gpu_ep(load_options) else "exact"
-
-
-def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
-    """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
-    stage has a ``class_offset`` else per-class; host on MIGraphX (native or EP); dense on ORT's CUDA/ROCm
-    EPs; else offset."""
-    from .postprocess import Nms
-
-    providers = [str(p) for p in load_options.get("providers") or ()]
-    cpu = load_options.get("backend") == "reference" or (
-        bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
-    )
-    offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess)
-    if cpu:
-        return "offset" if offset_nms else "per-class"
-    if load_options.get("backend") == "migraphx" or "migraphx" in _first_provider(load_options):
-        return "host"  # MIGraphX pads NonMaxSuppression/NonZero outputs to static shapes
-    return "dense" if _ort_gpu_ep(load_options) else "offset"

@@ -9,6 +9,7 @@ import pytest
 import amdinfer
 from amdinfer.engines import ort as ort_engine
 from amdinfer.engines.ort import OrtEngine, provider_options
+from amdinfer.errors import OptionError
 from amdinfer.testing import models
 
 
@@ -226,3 +227,151 @@ def test_allow_cpu_nodes_false_sets_the_strict_session_option(cnn) -> None:
     # CPU-only by request: nothing can "fall back"; the flag is recorded and the session runs.
     assert engine.info.settings["session"]["disable_cpu_ep_fallback"] is True
     assert engine.run(models.random_inputs(cnn))["logits"].shape == (1, 10)
+
+
+# ---------------------------------------------------------------------------------------------- graph capture
+def _dense_nms_model():
+    """amdinfer's fused detector with the dense NMS: its greedy loop is an ONNX ``Loop``."""
+    with amdinfer.yolo(models.yolov8(image_size=64, num_classes=2), fuse=False, providers=["cpu"]) as det:
+        with det.fuse(nms_mode="dense") as fused:
+            return fused.model
+
+
+class TestGraphCaptureOnlyWithoutControlFlow:
+    """ONNX Runtime refuses graph capture for a model with control-flow nodes, after logging an error line on
+    stderr; amdinfer decides first. The CPU build has no CUDA EP, so the decision is checked where it is made
+    (plan/apply_tuning, and the engine's provider-option step for a CUDA candidate)."""
+
+    CUDA = "CUDAExecutionProvider"
+
+    def test_control_flow_nodes(self, cnn) -> None:
+        from onnx import helper
+
+        from amdinfer.engines.ort._tuning import control_flow_nodes
+
+        assert control_flow_nodes(cnn) == ()
+        loops = control_flow_nodes(_dense_nms_model())
+        assert len(loops) == 1 and loops[0].startswith("Loop ")
+        # a Loop nested in an If's branch: the outer If is the node ONNX Runtime sees
+        loop = helper.make_node("Loop", ["n", "c"], [], body=helper.make_graph([], "body", [], []))
+        branch = helper.make_graph([loop], "then", [], [])
+        outer = helper.make_node("If", ["cond"], [], name="gate", then_branch=branch, else_branch=branch)
+        assert control_flow_nodes(helper.make_model(helper.make_graph([outer], "g", [], []))) == ("If 'gate'",)
+        # a call of a local function whose body (through another function) holds a Loop
+        inner = helper.make_function("local", "inner", [], [], [loop], [helper.make_opsetid("", 17)])
+        middle = helper.make_function(
+            "local",
+            "middle",
+            [],
+            [],
+            [helper.make_node("inner", [], [], domain="local")],
+            [helper.make_opsetid("", 17)],
+        )
+        call = helper.make_node("middle", [], [], name="call", domain="local")
+        plain = helper.make_node("Relu", ["x"], ["y"], name="relu")
+        model = helper.make_model(helper.make_graph([plain, call], "g", [], []), functions=[inner, middle])
+        assert control_flow_nodes(model) == ("middle 'call'",)
+
+    def test_default_is_off_with_a_reason_and_a_note(self) -> None:
+        from amdinfer.engines.ort._tuning import DataPathOptions, apply_tuning, control_flow_nodes
+
+        flow = control_flow_nodes(_dense_nms_model())
+        settings: dict = {}
+        notes: list[str] = []
+        knobs, _ = apply_tuning(self.CUDA, {}, DataPathOptions(), settings, control_flow=flow, notes=notes)
+        assert knobs["gpu_graphs"] is False and knobs["prefer_nhwc"] is True  # only graph capture changes
+        choice = settings["tuning"][self.CUDA]["gpu_graphs"]
+        assert choice["source"] == "amdinfer" and flow[0] in choice["reason"] and "control-flow" in choice["reason"]
+        assert len(notes) == 1 and flow[0] in notes[0]
+        # the same provider without control flow keeps amdinfer's tuned default, with no note
+        notes.clear()
+        knobs, _ = apply_tuning(self.CUDA, {}, DataPathOptions(), settings, control_flow=(), notes=notes)
+        assert knobs["gpu_graphs"] is True and notes == []
+
+    def test_explicit_request_on_control_flow_is_an_error(self) -> None:
+        from amdinfer.engines.ort._tuning import plan_tuning
+
+        with pytest.raises(OptionError, match=r"gpu_graphs=True on CUDAExecutionProvider: .*Loop 'nms'"):
+            plan_tuning(self.CUDA, user={"gpu_graphs": True}, io_bound=True, control_flow=["Loop 'nms'"])
+        assert plan_tuning(self.CUDA, user={"gpu_graphs": True}, io_bound=True).gpu_graphs
+        assert (
+            plan_tuning(self.CUDA, user={"gpu_graphs": False}, control_flow=["Loop 'nms'"]).knobs()["gpu_graphs"]
+            is False
+        )
+
+    def test_engine_maps_the_decision_into_cuda_options(self) -> None:
+        """The engine's provider-option step for a CUDA candidate (no session is created): the fused dense-NMS
+        graph gets ``enable_cuda_graph=0`` and a note; the plain model ``1``; ``gpu_graphs=True`` is refused."""
+        from amdinfer.model import ModelSource
+
+        fused = ModelSource.from_any(_dense_nms_model())
+        plain = ModelSource.from_any(models.tiny_cnn())
+        with OrtEngine(fused.proto, providers=["cpu"]) as engine:
+            info = amdinfer.EngineInfo(backend="ort")
+            _, opts = engine._provider_list([(self.CUDA, {})], info, fused)
+            assert opts[0]["enable_cuda_graph"] == "0"
+            assert any("graph capture" in n and "Loop" in n for n in info.notes)
+            info = amdinfer.EngineInfo(backend="ort")
+            _, opts = engine._provider_list([(self.CUDA, {})], info, plain)
+            assert opts[0]["enable_cuda_graph"] == "1" and info.notes == []
+        with OrtEngine(fused.proto, providers=["cpu"], gpu_graphs=True) as engine:  # the CPU EP has no graphs
+            with pytest.raises(OptionError, match="control-flow nodes"):
+                engine._provider_list([(self.CUDA, {})], amdinfer.EngineInfo(backend="ort"), fused)
+
+
+# ---------------------------------------------------------------------------------------------- precision it runs
+class TestReportedPrecision:
+    def test_fused_fp16_pipeline_reports_fp16(self) -> None:
+        from amdinfer.postprocess import Softmax, TopK
+        from amdinfer.preprocess import HwcToChw, Normalize, Resize
+
+        pipe = amdinfer.Pipeline(
+            preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
+            engine=models.tiny_cnn(),
+            postprocess=[Softmax(), TopK(3)],
+            providers=["CPUExecutionProvider"],
+            precision="fp16",
+        )
+        with pipe, pipe.fuse() as fused:
+            assert pipe.engine.info.precision == "fp16"
+            info = fused.engine.info
+            assert info.precision == "fp16" and info.settings["model_precision"] == "fp16"
+            assert any("already converted to fp16" in n for n in info.notes)
+            assert "fp16" in repr(fused.engine)
+            image = np.full((40, 40, 3), 90, np.uint8)
+            assert fused(image).indices.tolist() == pipe(image).indices.tolist()
+
+    def test_plain_fp32_model_says_fp32(self, cnn) -> None:
+        with amdinfer.load(cnn, providers=["cpu"]) as engine:
+            assert engine.info.precision == "fp32" and "model_precision" not in engine.info.settings
+            assert not any("already converted" in n for n in engine.info.notes)
+        with amdinfer.load(cnn, providers=["cpu"], precision="fp16") as engine:  # converted by the engine
+            assert engine.info.precision == "fp16" and "model_precision" not in engine.info.settings
+
+    def test_pre_converted_model_loaded_plainly(self, cnn) -> None:
+        from amdinfer.quantize import Fp16Quantizer
+
+        converted = Fp16Quantizer().quantize(cnn)
+        with amdinfer.load(converted, providers=["cpu"]) as engine:
+            assert engine.info.precision == "fp16"
+
+    def test_compute_precision_rule(self) -> None:
+        from onnx import TensorProto, helper, numpy_helper
+
+        from amdinfer.engines.ort._session import compute_precision
+
+        def model(*arrays, casts=()):
+            inits = [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(arrays)]
+            nodes = [helper.make_node("Cast", ["x"], [f"c{i}"], to=t) for i, t in enumerate(casts)]
+            return helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
+
+        big32, small16 = np.ones((64, 64), np.float32), np.ones((4,), np.float16)
+        assert compute_precision(model(big32, small16)) is None  # a few fp16 constants in an fp32 model
+        assert compute_precision(model(big32.astype(np.float16), np.ones(8, np.float32))) == "fp16"
+        bf16 = helper.make_tensor("b", TensorProto.BFLOAT16, [64], np.zeros(64, np.uint16).tolist(), raw=False)
+        bf16_model = model(np.ones(8, np.float32))
+        bf16_model.graph.initializer.append(bf16)
+        assert compute_precision(bf16_model) == "bf16"
+        assert compute_precision(model(casts=[TensorProto.FLOAT16])) == "fp16"  # no weights: what it casts to
+        assert compute_precision(model(casts=[TensorProto.FLOAT16, TensorProto.FLOAT])) is None
+        assert compute_precision(model(np.ones(4, np.int64))) is None

@@ -30,7 +30,61 @@ from ._options import OrtOptions
 from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
 from ._tuning import drop_default_graphs, without_graphs
 
-__all__ = ["SessionBuilder", "optimized_model_cache"]
+__all__ = ["SessionBuilder", "compute_precision", "optimized_model_cache"]
+
+_FLOATS = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+
+
+def compute_precision(model: onnx.ModelProto) -> str | None:
+    """``"fp16"``/``"bf16"`` when ``model`` computes in that type although it is loaded as fp32 (converted
+    before loading, as a fused fp16 pipeline is), else ``None``.
+
+    The rule: most float weights (initializers and ``Constant`` tensors, counted in elements, subgraphs
+    included) are float16 (bfloat16); a model without float weights counts when it casts to float16
+    (bfloat16) and never to float32.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> compute_precision(tiny_cnn()) is None
+        True
+        >>> import numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones((4, 4), np.float16), "w")
+        >>> graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [], [], [w])
+        >>> compute_precision(helper.make_model(graph))
+        'fp16'
+    """
+    counts = dict.fromkeys(_FLOATS.values(), 0)
+    casts: set[str] = set()
+    for graph in _graphs(model.graph):
+        tensors = list(graph.initializer)
+        for node in graph.node:
+            tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
+            if node.op_type == "Cast":
+                to = next((a.i for a in node.attribute if a.name == "to"), None)
+                if to in _FLOATS:
+                    casts.add(_FLOATS[to])
+        for t in tensors:
+            if t.data_type in _FLOATS:
+                size = 1
+                for d in t.dims:
+                    size *= d
+                counts[_FLOATS[t.data_type]] += size
+    best = max(counts, key=lambda k: counts[k])
+    if counts[best]:
+        return best if best != "fp32" and counts[best] * 2 > sum(counts.values()) else None
+    low = casts & {"fp16", "bf16"}
+    return low.pop() if len(low) == 1 and "fp32" not in casts else None
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every subgraph in it (``Loop``/``If``/``Scan`` bodies), depth first."""
+    out = [graph]
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                out += _graphs(sub)
+    return out
 
 
 def optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_model_path: Any) -> Any:

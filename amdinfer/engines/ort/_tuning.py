@@ -9,6 +9,12 @@ name mapping). The defaults and their reasons live in each provider's record
 A knob the caller sets explicitly always wins; ``tuning=False`` leaves every knob
 the caller did not set at the provider's own default.
 
+Graph capture is asked for only on graphs it can serve: ONNX Runtime refuses it for a model with
+control-flow nodes (``Loop``, ``If``, ``Scan``: any node holding a subgraph, e.g. the dense NMS of a fused
+detector), and logs an error line on stderr before it does. So :func:`control_flow_nodes` looks first: the
+tuned default is then off, with the reason in ``info.settings["tuning"]`` and ``info.notes``, and a
+caller's ``gpu_graphs=True`` is an :class:`~amdinfer.OptionError` naming the nodes.
+
 ============== ===================================== ================================== =====================
 knob           CUDA EP                               ROCm EP                            MIGraphX EP
 ============== ===================================== ================================== =====================
@@ -29,9 +35,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import onnx
 
 from ..._validate import check_bool, check_optional_bool
 from ...errors import OptionError
@@ -44,6 +52,7 @@ __all__ = [
     "KnobChoice",
     "TuningPlan",
     "apply_tuning",
+    "control_flow_nodes",
     "drop_default_graphs",
     "plan_tuning",
     "without_graphs",
@@ -126,12 +135,67 @@ class TuningPlan:
         return {k: c.to_dict() for k, c in self.choices.items()}
 
 
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def control_flow_nodes(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The control-flow nodes of ``model``'s main graph, as ``"Loop 'name'"``: nodes holding a subgraph
+    (``Loop``, ``If``, ``Scan``; one nested in a subgraph makes its outer node count) and calls of the model's
+    local functions that contain one (ONNX Runtime inlines them). Graph capture cannot serve any of them.
+
+    Example:
+        >>> from onnx import helper
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> control_flow_nodes(tiny_cnn())
+        ()
+        >>> body = helper.make_graph([], "body", [], [])
+        >>> node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=body, else_branch=body)
+        >>> control_flow_nodes(helper.make_model(helper.make_graph([node], "g", [], [])))
+        ("If 'branch'",)
+    """
+    functions = {(f.domain, f.name): f for f in model.functions}
+    flow: set[tuple[str, str]] = set()
+    changed = True
+    while changed:  # functions may call functions: grow the set of those holding control flow to a fixed point
+        changed = False
+        for key, function in functions.items():
+            if key not in flow and any(_has_subgraph(n) or (n.domain, n.op_type) in flow for n in function.node):
+                flow.add(key)
+                changed = True
+    return tuple(
+        f"{n.op_type} {n.name!r}" if n.name else n.op_type
+        for n in model.graph.node
+        if _has_subgraph(n) or (n.domain, n.op_type) in flow
+    )
+
+
+def _shown(nodes: Sequence[str], most: int = 5) -> str:
+    more = f" and {len(nodes) - most} more" if len(nodes) > most else ""
+    return ", ".join(nodes[:most]) + more
+
+
+def _check_graphs_request(provider: str, io_bound: bool, control_flow: Sequence[str]) -> None:
+    """A caller's ``gpu_graphs=True`` on ``provider``: refused when graph capture cannot serve the engine."""
+    if not io_bound:
+        raise OptionError(
+            f"gpu_graphs=True on {provider}: graph capture needs IO bound to fixed device buffers; "
+            "got io_binding=False, expected io_binding=True (or None)"
+        )
+    if control_flow:
+        raise OptionError(
+            f"gpu_graphs=True on {provider}: ONNX Runtime cannot capture a graph with control-flow nodes, "
+            f"and the model has {_shown(control_flow)}; expected gpu_graphs=None or False for this model"
+        )
+
+
 def plan_tuning(
     provider: str,
     *,
     user: Mapping[str, bool | None] | None = None,
     tuning: bool = True,
     io_bound: bool = False,
+    control_flow: Sequence[str] = (),
 ) -> TuningPlan:
     """Choose each knob for ``provider``: the caller's value, else amdinfer's tuned default, else the provider's.
 
@@ -143,18 +207,24 @@ def plan_tuning(
         tuning: ``False`` keeps the provider's defaults for every knob the caller did not set.
         io_bound: whether inputs and outputs are bound to device buffers (IOBinding); graph capture
             needs it, so without it ``gpu_graphs`` defaults to off.
+        control_flow: the model's control-flow nodes (:func:`control_flow_nodes`); graph capture cannot
+            serve them, so with any ``gpu_graphs`` defaults to off.
 
     Returns:
         A :class:`TuningPlan` with one :class:`KnobChoice` per knob.
 
     Raises:
-        OptionError: an unknown knob, or ``gpu_graphs=True`` without IO binding.
+        OptionError: an unknown knob, or ``gpu_graphs=True`` without IO binding or on a model with
+            control-flow nodes.
 
     Example:
         >>> plan_tuning("MIGraphXExecutionProvider").knobs()
         {'prefer_nhwc': None, 'exhaustive_tune': True, 'gpu_graphs': None, 'tunable_ops': None}
         >>> plan_tuning("CUDAExecutionProvider", tuning=False).knobs()["exhaustive_tune"] is None
         True
+        >>> plan = plan_tuning("CUDAExecutionProvider", io_bound=True, control_flow=["Loop 'nms'"])
+        >>> plan.choices["gpu_graphs"].reason
+        "off: the model has control-flow nodes (Loop 'nms'), which graph capture cannot serve"
     """
     user = dict(user or {})
     unknown = sorted(set(user) - set(TUNABLE_KNOBS))
@@ -174,11 +244,8 @@ def plan_tuning(
             continue
         options, default, why = record.option_names(knob), tuned.value, tuned.reason
         if requested is not None:
-            if knob == "gpu_graphs" and requested and options and not io_bound:
-                raise OptionError(
-                    f"gpu_graphs=True on {provider}: graph capture needs IO bound to fixed device buffers; "
-                    "got io_binding=False, expected io_binding=True (or None)"
-                )
+            if knob == "gpu_graphs" and requested and options:
+                _check_graphs_request(provider, io_bound, control_flow)
             reason = "set by the caller" if options else f"set by the caller, but {why}; not applied"
             choices[knob] = KnobChoice(requested, "user", reason, options)
         elif not options:
@@ -187,6 +254,9 @@ def plan_tuning(
             choices[knob] = KnobChoice(None, "provider", "tuning=False: provider default", options)
         elif default is None:
             choices[knob] = KnobChoice(None, "provider", why, options)
+        elif knob == "gpu_graphs" and control_flow:
+            reason = f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
+            choices[knob] = KnobChoice(False, "amdinfer", reason, options)
         elif knob == "gpu_graphs" and not io_bound:
             choices[knob] = KnobChoice(
                 False,
@@ -261,7 +331,13 @@ class DataPathOptions:
 
 
 def apply_tuning(
-    provider: str, knobs: Mapping[str, Any], datapath: DataPathOptions, settings: dict[str, Any]
+    provider: str,
+    knobs: Mapping[str, Any],
+    datapath: DataPathOptions,
+    settings: dict[str, Any],
+    *,
+    control_flow: Sequence[str] = (),
+    notes: list[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Tuned knob values for :func:`~amdinfer.engines.ort.provider_options`, plus options it does not map.
 
@@ -272,6 +348,12 @@ def apply_tuning(
         knobs: the engine's typed provider knobs as the caller gave them (``None``: not set).
         datapath: the engine's :class:`DataPathOptions`.
         settings: ``engine.info.settings`` (updated).
+        control_flow: the model's control-flow nodes (:func:`control_flow_nodes`).
+        notes: ``engine.info.notes``: when the control-flow nodes turned amdinfer's default graph capture
+            off, one line says so (nothing is printed).
+
+    Raises:
+        OptionError: see :func:`plan_tuning`.
 
     Returns:
         ``(knobs, extra_options)``.
@@ -284,8 +366,12 @@ def apply_tuning(
     """
     user = {k: knobs.get(k) for k in TUNABLE_KNOBS if k != "tf32"}
     user["tf32"] = datapath.tf32
-    plan = plan_tuning(provider, user=user, tuning=datapath.tuning, io_bound=datapath.binds_io(provider))
+    io_bound = datapath.binds_io(provider)
+    plan = plan_tuning(provider, user=user, tuning=datapath.tuning, io_bound=io_bound, control_flow=control_flow)
     settings.setdefault("tuning", {})[provider] = plan.to_dict()
+    graphs = plan.choices["gpu_graphs"]
+    if notes is not None and control_flow and graphs.source == "amdinfer" and graphs.options and io_bound:
+        notes.append(f"{provider}: graph capture (gpu_graphs) {graphs.reason}")
     out = dict(knobs)
     out.update(plan.knobs())
     return out, plan.extra_options()

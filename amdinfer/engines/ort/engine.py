@@ -46,8 +46,8 @@ from ._providers import (
 )
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
-from ._session import SessionBuilder
-from ._tuning import apply_tuning
+from ._session import SessionBuilder, compute_precision
+from ._tuning import apply_tuning, control_flow_nodes
 
 __all__ = ["OrtEngine"]
 
@@ -220,6 +220,11 @@ class OrtEngine(Engine):
         info.providers = used
         first = PROVIDERS.get(used[0] if used else CPU_EP, PROVIDERS[CPU_EP])
         info.device = first.label + (f":{self._device}" if first.gpu else "")
+        if self._quantizer is None and self._precision == "fp32":
+            runs = compute_precision(self._source.proto)  # a model converted before loading (a fused fp16 graph)
+            if runs is not None:
+                self._precision = info.settings["model_precision"] = runs
+                info.notes.append(f"model already converted to {runs}: its float weights are {runs}")
         inputs = _specs_from_session(self._session.get_inputs(), self._source.inputs)
         outputs = _specs_from_session(self._session.get_outputs(), self._source.outputs)
         self._run_fn = self._session.run
@@ -289,11 +294,16 @@ class OrtEngine(Engine):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="amdinfer-ort-")
         return Path(self._tmpdir.name)
 
-    def _provider_list(self, candidates: Candidates, info: EngineInfo) -> tuple[list[str], list[dict[str, str]]]:
+    def _provider_list(
+        self, candidates: Candidates, info: EngineInfo, source: ModelSource
+    ) -> tuple[list[str], list[dict[str, str]]]:
         names, opts = [], []
         knobs_given = self._options.knobs
+        flow = control_flow_nodes(source.proto)  # graph capture cannot serve them (asked for only without)
         for name, raw in candidates:
-            knobs, extra = apply_tuning(name, knobs_given, self._options.datapath, info.settings)
+            knobs, extra = apply_tuning(
+                name, knobs_given, self._options.datapath, info.settings, control_flow=flow, notes=info.notes
+            )
             precision = self._precision if name == MIGRAPHX_EP and self._quantizer is None else "fp32"
             if precision == "fp16" and self._options.datapath.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
@@ -316,7 +326,7 @@ class OrtEngine(Engine):
         source, extra = self._model_for(candidates[0][0], source, info)
         if extra:
             candidates = [(candidates[0][0], {**extra, **candidates[0][1]}), *candidates[1:]]
-        names, opts = self._provider_list(candidates, info)
+        names, opts = self._provider_list(candidates, info, source)
         self._source = source
         session, self._source = self._builder.create(source, names, opts, info)
         return session
