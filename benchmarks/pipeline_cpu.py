@@ -9,6 +9,12 @@ thread pools of two runtimes in one process disturb each other):
 * ``amd-map``: throughput of ``pipe.map(images, batch_size=1, workers=2)`` against the engine-only rate
   (``engine.run`` on tensors preprocessed beforehand), measured in the same process, whole passes over the
   images taking turns after a 0.5 s pause; best pass of each.
+* ``amd-executor``: the executor behind the fused pipeline (issue 21) on batches of the images (the model made
+  batch-dynamic): ``fused.run_batch`` of ``--batch`` arrays, of the same pages as PNG paths (decoded in the pool),
+  and ``fused.map`` over the images four times, against the fused engine alone (``engine.run`` on the batch
+  feed made beforehand) and the old batch path (each image through the host stages, ``np.stack``, one
+  ``engine.run``); same process, whole passes taking turns after a 0.5 s pause; best pass of each; the results
+  must be identical to the old path's.
 * ``ultralytics``: ``YOLO(model)(image)`` in the Python given by ``--ultralytics-python`` (a separate venv
   with ``ultralytics`` and the same ``onnxruntime``).
 
@@ -124,10 +130,59 @@ def map_side(model: str, kind: str, conf: float) -> dict[str, Any]:
     return {"side": "amd-map", "rates": passes, "images": len(ims)}
 
 
-def side(name: str, model: str, conf: float, iters: int, kind: str = "pages") -> dict[str, Any]:
+def executor_side(model: str, kind: str, conf: float, batch: int) -> dict[str, Any]:
+    """Images/s of the fused pipeline's executor paths against the fused engine alone and the old batch path."""
+    import onnx
+    from pipeline_gpu import batch_dynamic
+
+    import amdinfer
+    from amdinfer.stages import Sample
+
+    ims = (images(kind) * batch)[:batch]
+    det = amdinfer.yolo(batch_dynamic(onnx.load(model)), conf=conf, iou=0.7, channels="RGB", backend="ort")
+    fused = det.fuse()
+    paths = [str(p) for p in (PAGES * batch)[:batch]] if kind == "pages" else None
+
+    def old_feed() -> tuple[dict[str, np.ndarray], list[Sample]]:
+        samples = [Sample(im, {}) for im in ims]
+        for stage in fused._host:
+            samples = [stage(s) for s in samples]
+        return fused._feed(np.stack([s.data for s in samples]), [s.meta for s in samples]), samples
+
+    feed, samples = old_feed()
+    ref = fused.results(fused.engine.run(feed), samples)
+    stream = ims * 4
+    runs: dict[str, tuple[int, Any]] = {
+        "engine": (len(ims), lambda: fused.engine.run(feed)),
+        "old-path": (len(ims), lambda: fused.results(fused.engine.run(old_feed()[0]), samples)),
+        "run_batch": (len(ims), lambda: fused.run_batch(ims)),
+        "map": (len(stream), lambda: list(fused.map(stream, batch_size=batch))),
+    }
+    if paths:
+        runs["run_batch-paths"] = (len(paths), lambda: fused.run_batch(paths))
+    same = all(
+        np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
+        for a, b in zip(ref, fused.run_batch(ims))
+    )
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(3):
+        for key, (n, run) in runs.items():
+            time.sleep(0.5)
+            t0 = time.perf_counter()
+            run()
+            rates[key].append(n / (time.perf_counter() - t0))
+    threads = fused.threads
+    fused.close()
+    det.close()
+    return {"side": "amd-executor", "rates": rates, "batch": batch, "threads": threads, "identical": same}
+
+
+def side(name: str, model: str, conf: float, iters: int, kind: str = "pages", batch: int = 5) -> dict[str, Any]:
     """Run one side in this process: per-image times and the detections of each image."""
     if name == "amd-map":
         return map_side(model, kind, conf)
+    if name == "amd-executor":
+        return executor_side(model, kind, conf, batch)
     images_ = images(kind)
     times: list[float] = []
     dets: list[list[list[float]]] = []
@@ -207,6 +262,25 @@ def agree(a: list[list[float]], b: list[list[float]]) -> tuple[bool, float, floa
     return True, box, score
 
 
+def executor_lines(e: dict[str, Any]) -> list[str]:
+    """The amd-executor table: images/s per path (best pass) and the ratio to the fused engine alone."""
+    if not e.get("engine"):
+        return ["", f"amd-executor: error: {e.get('error')}"] if e else []
+    engine = max(e["engine"])
+    lines = [
+        "",
+        f"fused pipeline, batches of {e['batch']} ({e['threads']} placement threads; results identical to the "
+        f"old path: {e['identical']}):",
+        "",
+        "| path | images/s (best pass) | / engine alone |",
+        "|---|---|---|",
+    ]
+    for key in ("engine", "old-path", "run_batch", "map", "run_batch-paths"):
+        if e.get(key):
+            lines.append(f"| {key} | {max(e[key]):.2f} | {max(e[key]) / engine:.2f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--side", default=None, help=argparse.SUPPRESS)
@@ -216,22 +290,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conf", type=float, default=0.25)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--batch", type=int, default=5, help="batch of the amd-executor side")
+    p.add_argument("--sides", default=None, help="comma-separated sides to run (default: all)")
     p.add_argument("--ultralytics-python", default=None)
     p.add_argument("--out", default=os.environ.get("OUT"))
     args = p.parse_args(argv)
     if args.side:
-        print(json.dumps(side(args.side, args.model, args.conf, args.iters, args.images)))
+        print(json.dumps(side(args.side, args.model, args.conf, args.iters, args.images, args.batch)))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="amdinfer-bench-"))
     model = args.model or trained_model() or str(default_model(tmp / f"yolov8n_style_{args.size}.onnx", args.size))
-    sides = {n: sys.executable for n in ("amd-stages", "amd-fused", "amd-engine", "amd-map")}
+    sides = {n: sys.executable for n in ("amd-stages", "amd-fused", "amd-engine", "amd-map", "amd-executor")}
     if args.ultralytics_python:
         sides["ultralytics"] = args.ultralytics_python
+    if args.sides:
+        sides = {n: p for n, p in sides.items() if n in args.sides.split(",")}
     results: dict[str, dict[str, Any]] = {}
     for _ in range(args.blocks):
         for name, python in sides.items():
             cmd = [python, __file__, "--side", name, "--model", model, "--conf", str(args.conf)]
-            cmd += ["--iters", str(args.iters), "--images", args.images]
+            cmd += ["--iters", str(args.iters), "--images", args.images, "--batch", str(args.batch)]
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if proc.returncode != 0:
@@ -239,10 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             got = json.loads(proc.stdout.strip().splitlines()[-1])
             entry = results.setdefault(name, {"ms": []})
-            if name == "amd-map":
+            if name in ("amd-map", "amd-executor"):
                 for key, rates in got["rates"].items():
                     entry.setdefault(key, []).extend(rates)
-                entry["images"] = got["images"]
+                entry.update({k: v for k, v in got.items() if k not in ("rates", "side")})
                 continue
             entry["ms"] += got["ms"]
             entry["dets"] = got["dets"]
@@ -252,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = results.get("ultralytics", {})
     ref_ms = statistics.median(ref["ms"]) if ref.get("ms") else None
     for name, r in results.items():
-        if name == "amd-map":
+        if name in ("amd-map", "amd-executor"):
             continue
         if not r.get("ms"):
             lines.append(f"| {name} | error: {r.get('error')} | | |")
@@ -280,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     elif m:
         lines += ["", f"amd-map: error: {m.get('error')}"]
+    lines += executor_lines(results.get("amd-executor", {}))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -256,6 +256,33 @@ class TestWorkers:
                 np.testing.assert_array_equal(out["classes"], np.concatenate([d.classes for d in want]))
                 assert "scores_batch_index" not in out
 
+    def test_pipeline_worker_runs_a_fused_pipeline(self):
+        from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
+        from amdinfer.preprocess import HwcToChw, Letterbox, Normalize
+        from amdinfer.testing.models import yolov8
+
+        pipe = amdinfer.Pipeline(
+            preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
+            engine=yolov8(seed=1, image_size=64, num_classes=4),
+            backend="ort",
+            providers=CPU,
+            postprocess=[YoloDecode(conf_threshold=0.0185), Nms(), ScaleBoxes()],
+        )
+        with pipe, pipe.fuse() as fused:
+            worker = PipelineWorker(fused)
+            assert worker.input_name == "images"
+            rng = np.random.default_rng(3)
+            requests = [{"images": rng.integers(0, 255, (n, 40 + n, 56, 3), dtype=np.uint8)} for n in (2, 3)]
+            outs = worker.run(requests)
+            for request, out in zip(requests, outs):
+                want = pipe.run_batch(list(request["images"]))  # stage by stage: the reference
+                assert sum(len(d) for d in want) > 0
+                assert out["boxes_batch_index"].tolist() == [i for i, d in enumerate(want) for _ in range(len(d))]
+                np.testing.assert_allclose(out["boxes"], np.concatenate([d.boxes for d in want]), atol=1e-3)
+                np.testing.assert_array_equal(out["classes"], np.concatenate([d.classes for d in want]))
+        with pytest.raises(OptionError, match="expected an amdinfer Pipeline or FusedPipeline"):
+            PipelineWorker(object())
+
     def test_result_tensors_refuses_unknown_results(self):
         with pytest.raises(InputError, match="pipeline result: got object"):
             result_tensors(object())

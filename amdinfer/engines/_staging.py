@@ -61,6 +61,7 @@ class PinnedStaging:
             if pinned and self._torch is None:
                 raise OptionError("pinned=True: pinned host memory needs PyTorch with a visible GPU")
         self._rings: dict[Any, tuple[list[Any], itertools.count[int]]] = {}
+        self._free: dict[Any, list[np.ndarray]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -83,7 +84,35 @@ class PinnedStaging:
                 ring = self._rings[key] = ([self._alloc(*key) for _ in range(self.depth)], itertools.count())
             return ring[0][next(ring[1]) % self.depth]
 
+    def lease(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """A buffer of ``shape`` and ``dtype`` that no one else holds until :meth:`release` gives it back (a free
+        one when there is one, else a new one): for a producer with several batches in flight, which a ring
+        of fixed depth could alias.
+
+        Example:
+            >>> staging = PinnedStaging(pinned=False)
+            >>> a = staging.lease((2, 3), np.uint8)
+            >>> staging.release(a)
+            >>> staging.lease((2, 3), np.uint8) is a, staging.lease((2, 3), np.uint8) is a
+            (True, False)
+        """
+        key = (tuple(int(s) for s in shape), np.dtype(dtype))
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                return free.pop()
+        return self._alloc(*key)
+
+    def release(self, buffer: np.ndarray) -> None:
+        """Give back a buffer from :meth:`lease`; up to ``depth`` free ones per shape are kept for reuse."""
+        key = (buffer.shape, buffer.dtype)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.depth and not any(b is buffer for b in free):
+                free.append(buffer)
+
     def clear(self) -> None:
         """Free the buffers."""
         with self._lock:
             self._rings.clear()
+            self._free.clear()

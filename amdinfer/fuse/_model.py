@@ -125,6 +125,10 @@ def fuse_model(
         )
     graph = _assemble(g, model, body, pre_out, inputs, out_names, post)
     info = {"host_post": host_post, "affine": list(pre.affine), "input_shape": list(pre.hw) if pre.hw else None}
+    dims = model_input.type.tensor_type.shape.dim
+    # A model exported with a fixed batch (Ultralytics' default is 1) keeps it inside (Reshape shapes): the
+    # fused pipeline runs it in chunks of that size.
+    info["batch"] = int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") else None
     if "candidates" in out_names:
         info["max_candidates"] = min(int(max_candidates), cast(Nms, post[1]).max_nms)
     return _finish_model(model, graph, opset, info)

@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._executor import Executor, Slot, default_threads
+from ..engines._staging import PinnedStaging
 from ..errors import InputError, OptionError, StageError
-from ..preprocess import check_image
+from ..preprocess import CenterCrop, Letterbox, Resize, check_image
 from ..results import Classification, Detections
 from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
-from ._graph import _META_KEY
+from ._graph import _GEOMETRY, _META_KEY
 
 log = logging.getLogger("amdinfer")
 
@@ -46,9 +48,11 @@ class FusedPipeline:
         owns_engine: close the engine with the pipeline.
         host_post: the ``Nms`` (and ``ScaleBoxes``) stages a model fused with ``nms_mode="host"`` leaves to the
             host; they run per image on the decoded candidates.
-        staging: stack host batches into pinned (page-locked) buffers when the engine runs on a GPU and
-            PyTorch is installed (:class:`~amdinfer.engines._staging.PinnedStaging`): the copy to the device
-            is then one DMA at bus speed, at no extra host cost (the batch is stacked there anyway).
+        staging: make the batch buffers pinned (page-locked) when the engine runs on a GPU and PyTorch is
+            installed (:class:`~amdinfer.engines._staging.PinnedStaging`): the copy to the device is then one
+            DMA at bus speed, at no extra host cost (the images are written there anyway).
+        threads: placement threads (decoding and geometry, see "The executor" in docs/pipeline.md); ``None``:
+            the cores this process may use (a batch of n uses at most n).
 
     Example:
         >>> import numpy as np, amdinfer
@@ -76,6 +80,7 @@ class FusedPipeline:
         owns_engine: bool = True,
         staging: bool = True,
         host_post: Sequence[Postprocessor] = (),
+        threads: int | None = None,
     ) -> None:
         self._model = model
         self._host_post = tuple(host_post)
@@ -87,11 +92,8 @@ class FusedPipeline:
             raise OptionError(
                 f"host_post: the model leaves {self._fuse_info['host_post']} to the host; pass those stages"
             )
-        self._staging = None
-        if staging and getattr(getattr(engine, "info", None), "device", "cpu") != "cpu":
-            from ..engines._staging import PinnedStaging
-
-            self._staging = PinnedStaging(depth=4)
+        gpu = getattr(getattr(engine, "info", None), "device", "cpu") != "cpu"
+        self._staging = PinnedStaging(depth=4, pinned=None if staging and gpu else False)
         self._engine = engine
         self._host = tuple(host)
         self._image_size = image_size
@@ -111,6 +113,17 @@ class FusedPipeline:
             if self._outputs == ["scores", "indices"]
             else "raw"
         )
+        # The last host stage writes straight into the batch buffer when it is geometry (Letterbox ...).
+        last = self._host[-1] if self._host else None
+        self._writer: Letterbox | Resize | CenterCrop | None = (
+            last if image_size is None and isinstance(last, _GEOMETRY) else None
+        )
+        batch = self._fuse_info.get("batch")
+        self._fixed_batch: int | None = int(batch) if isinstance(batch, int) and batch >= 1 else None
+        self._chunk_logged = False
+        self._executor: Executor[dict[str, Any], Any] = Executor(
+            self._place, self._run, self._split, canvas=self._canvas(), threads=threads, staging=self._staging
+        )
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -127,29 +140,95 @@ class FusedPipeline:
         """``(height, width)`` the graph takes, or ``None`` when geometry runs on the host."""
         return self._image_size
 
-    # ------------------------------------------------------------------ host side
-    def _host_one(self, index: int, item: Any) -> Sample:
-        sample = Sample.wrap(item)
-        for k, stage in enumerate(self._host):  # the leading stages of the pipeline's preprocess: same k
+    @property
+    def threads(self) -> int:
+        """Placement threads (settable; see the ``threads`` argument)."""
+        return self._executor.threads
+
+    @threads.setter
+    def threads(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise OptionError(f"threads: got {value!r}, expected an int >= 1 or None")
+        self._executor.threads = value or default_threads()
+
+    # ------------------------------------------------------------------ host side (the executor's steps)
+    def _canvas(self) -> tuple[int, ...] | None:
+        """The slot shape when every image gets the same one (fixed geometry and a known channel count)."""
+        if self._channels is None:
+            return None
+        if self._image_size is not None:
+            return (*self._image_size, self._channels)
+        w, hw = self._writer, None
+        if isinstance(w, Letterbox):
+            hw = None if w.auto else w.new_shape
+        elif isinstance(w, Resize):
+            hw = w.size if isinstance(w.size, tuple) else None
+        elif w is not None:  # CenterCrop
+            hw = w.size
+        return None if hw is None else (*hw, self._channels)
+
+    def _stages(self, index: int, sample: Sample, stages: Sequence[Preprocessor]) -> Sample:
+        for k, stage in enumerate(stages):  # the leading stages of the pipeline's preprocess: same k
             try:
                 sample = stage(sample)
             except Exception as exc:
                 raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
-        # The image rule of the stage-by-stage geometric stages (check_image), with the graph's channel count.
+        return sample
+
+    def _check(self, index: int, data: Any) -> np.ndarray:
+        """The image rule of the stage-by-stage geometric stages (check_image), with the graph's channel count."""
         channels = None if self._channels is None else (self._channels,)
-        data = check_image(sample.data, f"item {index}: input 'images'", channels=channels, grey=self._channels == 1)
+        data = check_image(data, f"item {index}: input 'images'", channels=channels, grey=self._channels == 1)
         if data.ndim == 2:  # grey (H, W) for a graph of C = 1, as the stages take it
-            data = sample.data = data[..., None]
+            data = data[..., None]
         if self._image_size is not None and data.shape[:2] != tuple(self._image_size):
             raise InputError(
                 f"item {index}: got an image of {data.shape[:2]}, expected {tuple(self._image_size)} (the size the "
                 "pipeline was fused for; fuse with image_size=None to letterbox mixed sizes on the host)"
             )
-        sample.meta.setdefault("orig_shape", (int(data.shape[0]), int(data.shape[1])))
-        return sample
+        return data
+
+    def _place(self, index: int, item: Any, slot: Slot) -> dict[str, Any]:
+        """Item ``index`` through the host stages into its slot of the batch buffer: the geometry stage writes
+        there itself; otherwise the result is copied in."""
+        writer = self._writer
+        sample = self._stages(index, Sample.wrap(item), self._host[:-1] if writer is not None else self._host)
+        meta = dict(sample.meta)
+        if writer is None:
+            data = self._check(index, sample.data)
+            np.copyto(slot(data.shape), data)
+        else:
+            name = f"preprocess[{len(self._host) - 1}] {type(writer).__name__}"
+            try:
+                shape = writer.canvas(sample.data)
+            except Exception as exc:
+                raise _stage_error(index, name, exc) from exc
+            self._check(index, np.broadcast_to(np.uint8(0), shape))  # the canvas against the graph's channels
+            out = slot(shape if len(shape) == 3 else (*shape, 1))
+            try:
+                writer.write_into(sample.data, out if len(shape) == 3 else out[..., 0], meta)
+            except Exception as exc:
+                raise _stage_error(index, name, exc) from exc
+            data = out
+        meta.setdefault("orig_shape", (int(data.shape[0]), int(data.shape[1])))
+        return meta
+
+    def _feed(self, batch: np.ndarray, metas: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+        feed = {"images": batch}
+        if "affine" in self._inputs:
+            feed["affine"] = np.asarray([m.get("affine", (1.0, 1.0, 0.0, 0.0)) for m in metas], np.float32)
+            feed["orig_shape"] = np.asarray([m["orig_shape"] for m in metas], np.float32)
+        return feed
+
+    def _run(self, batch: np.ndarray, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return self._engine.run(self._feed(batch, metas))
+
+    def _split(self, outputs: dict[str, Any], metas: Sequence[dict[str, Any]]) -> list[Any]:
+        return self.results(outputs, [Sample(None, m) for m in metas])
 
     def feeds(self, images: Iterable[Any]) -> tuple[dict[str, np.ndarray], list[Sample]]:
-        """The engine feed for a batch of images (host stages applied) and the per-image samples.
+        """The engine feed for a batch of images (host stages applied, in parallel, straight into the batch
+        buffer, as :meth:`run_batch` makes it) and the per-image samples (each one's data a view of its slot).
 
         Example:
             >>> import numpy as np
@@ -164,23 +243,18 @@ class FusedPipeline:
             {'images': (2, 32, 32, 3)}
             >>> f.close()
         """
-        samples = [self._host_one(i, item) for i, item in enumerate(images)]
-        if not samples:
+        items = self._items(images)
+        staging = self._staging
+        allocate = (lambda s: staging.next(s, np.uint8)) if staging.pinned else (lambda s: np.empty(s, np.uint8))
+        batch, metas = self._executor.place_batch(items, allocate)
+        return self._feed(batch, metas), [Sample(batch[i], m) for i, m in enumerate(metas)]
+
+    @staticmethod
+    def _items(images: Iterable[Any]) -> list[Any]:
+        items = list(images)
+        if not items:
             raise InputError("images: got no images, expected at least one")
-        first = samples[0].data.shape
-        for i, s in enumerate(samples):
-            if s.data.shape != first:
-                raise InputError(
-                    f"item {i}: got a canvas of {s.data.shape}, item 0 has {first}; a batch needs one size "
-                    "(use a fixed-size Letterbox/Resize)"
-                )
-        shape = (len(samples), *first)
-        out = None if self._staging is None else self._staging.next(shape, np.uint8)
-        feed = {"images": np.stack([s.data for s in samples], out=out)}
-        if "affine" in self._inputs:
-            feed["affine"] = np.asarray([s.meta.get("affine", (1.0, 1.0, 0.0, 0.0)) for s in samples], np.float32)
-            feed["orig_shape"] = np.asarray([s.meta["orig_shape"] for s in samples], np.float32)
-        return feed, samples
+        return items
 
     def results(self, outputs: dict[str, np.ndarray], samples: Sequence[Sample]) -> list[Any]:
         """Split the fused graph's outputs into one result per image."""
@@ -266,18 +340,60 @@ class FusedPipeline:
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
         """Run a batch of images with one engine call; one result per image, in order.
 
+        The host stages (decoding paths, bytes and Pillow images; the geometry) run on a pool of threads, each
+        image written straight into its slot of the batch buffer the engine reads (see "The executor" in
+        docs/pipeline.md).
+
         Raises:
             InputError: an image is not uint8 ``(H, W, C)`` with the graph's channel count (the rule of
                 :func:`~amdinfer.preprocess.check_image`; a host stage's ``InputError`` arrives as a
                 :class:`StageError` that is also an ``InputError``), or not of ``image_size``, or the
-                canvases differ.
+                canvases differ. With several bad images, the first one's error.
         """
-        feed, samples = self.feeds(images)
-        return self.results(self._engine.run(feed), samples)
+        items = self._items(images)
+        if self._fixed_batch is None or len(items) == self._fixed_batch:
+            return self._executor.run_batch(items)
+        return list(self._chunks(items))
+
+    @property
+    def fixed_batch(self) -> int | None:
+        """The batch size the model was exported with, when fixed (it then runs in chunks of it), else ``None``."""
+        return self._fixed_batch
+
+    def _chunks(self, items: Iterable[Any]) -> Iterator[Any]:
+        """A model with a fixed batch ``B`` (e.g. a batch-1 Ultralytics export, whose Reshapes hold the 1): batches
+        of exactly ``B``, the last one padded with copies of its last item whose results are dropped."""
+        size = int(self._fixed_batch or 1)
+        if not self._chunk_logged:
+            self._chunk_logged = True
+            log.info(
+                "fused pipeline: the model has a fixed batch of %d; running chunks of %d (export it with a dynamic "
+                "batch axis to batch more)",
+                size,
+                size,
+            )
+        count = 0
+        last: list[Any] = []
+
+        def padded() -> Iterator[Any]:
+            nonlocal count
+            for item in items:
+                count += 1
+                last[:] = [item]
+                yield item
+            yield from last * ((-count) % size)
+
+        for i, result in enumerate(self._executor.map(padded(), size)):
+            if i >= count and count:
+                break
+            yield result
 
     def map(self, items: Iterable[Any], *, batch_size: int = 1) -> Iterator[Any]:
-        """Run a stream of images ``batch_size`` at a time through ``engine.run_many`` (which overlaps the
-        host copies of the next batch with the current one on a GPU); results in input order.
+        """Run a stream of images ``batch_size`` at a time; results in input order.
+
+        While batch k runs on the engine (its own thread), a pool of threads writes batch k+1 into its buffer
+        and this thread splits batch k-1 into results; at most three batches are in flight. An error names
+        the item's index in the stream; the results before it have been yielded.
 
         Example:
             >>> import numpy as np, amdinfer
@@ -292,30 +408,16 @@ class FusedPipeline:
         """
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size: got {batch_size!r}, expected an int >= 1")
-        pending: list[list[Sample]] = []
-
-        def batches() -> Iterator[dict[str, np.ndarray]]:
-            chunk: list[Any] = []
-            for item in items:
-                chunk.append(item)
-                if len(chunk) == batch_size:
-                    feed, samples = self.feeds(chunk)
-                    pending.append(samples)
-                    yield feed
-                    chunk = []
-            if chunk:
-                feed, samples = self.feeds(chunk)
-                pending.append(samples)
-                yield feed
-
-        for out in self._engine.run_many(batches(), prefetch=2):
-            yield from self.results(out, pending.pop(0))
+        if self._fixed_batch is not None:  # the model's own batch size wins (see fixed_batch)
+            yield from self._chunks(items)
+            return
+        yield from self._executor.map(items, batch_size)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Close the engine (when the fused pipeline loaded it)."""
-        if self._staging is not None:
-            self._staging.clear()
+        self._executor.close()
+        self._staging.clear()
         if self._owns_engine:
             self._engine.close()
 

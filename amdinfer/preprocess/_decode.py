@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,9 @@ class LoadImage(Preprocessor):
       turns colour into luma, within 1 between the decoders);
     * 32-bit integer or floating-point images (float TIFF, EXR) are refused: there is no one right way to
       map them to 0..255.
+
+    A Pillow image (``PIL.Image.Image``) is converted by the same rule, as its pixels are (its EXIF
+    orientation is not applied: ``ImageOps.exif_transpose`` it first if you want that).
 
     An array passes through unchanged only when it is what decoding would give: uint8 ``(H, W, 3)`` for
     ``"RGB"``/``"BGR"``, uint8 ``(H, W)`` for ``"L"`` (:func:`~amdinfer.preprocess.check_image`); anything else
@@ -89,9 +93,14 @@ class LoadImage(Preprocessor):
             elif isinstance(data, (bytes, bytearray, memoryview)):
                 what = f"{len(data)} bytes"
                 raw = bytes(data)
+            elif _is_pil(data):
+                image = self._from_pil(data, f"a Pillow {data.mode!r} image")
+                meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
+                return image
             else:
                 raise InputError(
-                    f"LoadImage: got {type(data).__name__}, expected a path, encoded bytes or a numpy image"
+                    f"LoadImage: got {type(data).__name__}, expected a path, encoded bytes, a Pillow image or a numpy "
+                    "image"
                 )
             image = self._decode(raw, what)
         meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
@@ -104,14 +113,7 @@ class LoadImage(Preprocessor):
             try:
                 with Image.open(io.BytesIO(raw)) as pil:
                     # Apply the EXIF orientation, as OpenCV's decoder does, so both backends agree.
-                    pil = ImageOps.exif_transpose(pil)
-                    if pil.mode.startswith("I") or pil.mode == "F":
-                        # 16-bit grey ("I;16", or "I" holding 0..65535 for PGM); Pillow's convert() would clip
-                        # it to 255. Multi-channel 16-bit images already come as their high bytes.
-                        grey = _to_uint8(np.asarray(pil), what, f"Pillow mode {pil.mode!r}")
-                        image = grey if self.mode == "L" else np.repeat(grey[..., None], 3, axis=2)
-                    else:
-                        image = np.asarray(pil.convert("L" if self.mode == "L" else "RGB"), dtype=np.uint8).copy()
+                    return self._from_pil(ImageOps.exif_transpose(pil), what)
             except (UnidentifiedImageError, OSError) as exc:
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc
             except Image.DecompressionBombError as exc:
@@ -119,7 +121,6 @@ class LoadImage(Preprocessor):
                     f"LoadImage: {what}: refused as a decompression bomb ({exc}); raise "
                     "PIL.Image.MAX_IMAGE_PIXELS for images you trust"
                 ) from exc
-            return image[..., ::-1].copy() if self.mode == "BGR" else image
         cv2 = _import("cv2")
         # ANYDEPTH: 16-bit stays 16-bit, and _to_uint8 applies the one rule (OpenCV's own conversion rounds for
         # some formats, e.g. 16-bit TIFF, where Pillow takes the high byte).
@@ -129,6 +130,23 @@ class LoadImage(Preprocessor):
             raise InputError(f"LoadImage: {what}: not a decodable image (OpenCV could not decode it)")
         image = _to_uint8(image, what, f"OpenCV {image.dtype}")
         return np.ascontiguousarray(image[..., ::-1]) if self.mode == "RGB" else image
+
+    def _from_pil(self, pil: Any, what: str) -> np.ndarray:
+        """A Pillow image's pixels in ``mode`` by the one rule (no EXIF rotation here: see :meth:`process`)."""
+        if pil.mode.startswith("I") or pil.mode == "F":
+            # 16-bit grey ("I;16", or "I" holding 0..65535 for PGM); Pillow's convert() would clip it to 255.
+            # Multi-channel 16-bit images already come as their high bytes.
+            grey = _to_uint8(np.asarray(pil), what, f"Pillow mode {pil.mode!r}")
+            image = grey if self.mode == "L" else np.repeat(grey[..., None], 3, axis=2)
+        else:
+            image = np.asarray(pil.convert("L" if self.mode == "L" else "RGB"), dtype=np.uint8).copy()
+        return image[..., ::-1].copy() if self.mode == "BGR" else image
+
+
+def _is_pil(data: Any) -> bool:
+    """Whether ``data`` is a Pillow image (without importing Pillow when the caller never did)."""
+    image = sys.modules.get("PIL.Image")
+    return image is not None and isinstance(data, image.Image)
 
 
 def _to_uint8(image: np.ndarray, what: str, source: str) -> np.ndarray:

@@ -1,9 +1,11 @@
-"""Geometric stages: :class:`Letterbox` (and its :func:`letterbox_geometry`), :class:`Resize`, :class:`CenterCrop`.
+"""Geometric stages: :class:`Letterbox` (and its :func:`letterbox_geometry`, :func:`letterbox_into`),
+:class:`Resize`, :class:`CenterCrop`.
 
 Each takes a uint8 ``(H, W, C)`` or ``(H, W)`` image (:func:`~amdinfer.preprocess.check_image`: the rule a
 fused graph's input follows too) and records in the sample's metadata how it moved pixels (``"orig_shape"``,
 ``"input_shape"``, ``"affine"``), so :class:`~amdinfer.postprocess.ScaleBoxes` can map boxes back to the
-original image.
+original image. Each can also write its result into a given array (``write_into``: a slot of a batch buffer,
+so a batch is made without a per-image copy or ``np.stack``); ``canvas`` says the shape it needs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ..errors import InputError, OptionError
 from ..stages import Preprocessor, compose_affine
 from ._common import _flag, _hw, _import, _record_geometry, _resize, _resize_backend, _use_opencv, check_image
 
-__all__ = ["CenterCrop", "Letterbox", "LetterboxGeometry", "Resize", "letterbox_geometry"]
+__all__ = ["CenterCrop", "Letterbox", "LetterboxGeometry", "Resize", "letterbox_geometry", "letterbox_into"]
 
 
 @dataclass(frozen=True)
@@ -162,20 +164,110 @@ class Letterbox(Preprocessor):
             raise OptionError(f"color: got {color!r}, expected a number or a tuple of numbers per channel")
         self.color = tuple(color)
 
-    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+    def _check(self, data: Any) -> np.ndarray:
         channels = None if len(self.color) == 1 else (len(self.color),)  # one pad value per channel
-        image = check_image(data, "Letterbox", channels=channels)
-        geo = letterbox_geometry(image.shape[:2], self)
-        h, w = image.shape[:2]
-        content = image if geo.resized == (h, w) else _resize(image, (geo.resized[1], geo.resized[0]), self.backend)
+        return check_image(data, "Letterbox", channels=channels)
+
+    def _fill(self, image: np.ndarray) -> np.ndarray:
         fill = np.asarray(self.color)
         if fill.ndim and (image.ndim != 3 or image.shape[2] != fill.size):
             fill = fill.ravel()[0]  # Ultralytics pads multispectral and grey images with the first value
-        out = _pad(content, geo.pads, fill.astype(image.dtype), _use_opencv(self.backend))
+        return fill.astype(image.dtype)
+
+    def _record(self, meta: dict[str, Any], image: np.ndarray, geo: LetterboxGeometry) -> None:
         meta["letterbox"] = {"ratio": geo.ratio, "pad": geo.pad}
-        _record_geometry(meta, image, out)
+        meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
+        meta["input_shape"] = (int(geo.shape[0]), int(geo.shape[1]))
         compose_affine(meta, *geo.affine)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        # The reference form (a resized copy, then a padded copy); write_into makes the same pixels in place.
+        image = self._check(data)
+        geo = letterbox_geometry(image.shape[:2], self)
+        h, w = image.shape[:2]
+        content = image if geo.resized == (h, w) else _resize(image, (geo.resized[1], geo.resized[0]), self.backend)
+        out = _pad(content, geo.pads, self._fill(image), _use_opencv(self.backend))
+        self._record(meta, image, geo)
         return out
+
+    def canvas(self, data: Any) -> tuple[int, ...]:
+        """The shape of the result for image ``data`` (checked as when called): ``(height, width[, C])``.
+
+        Example:
+            >>> Letterbox(64).canvas(np.zeros((48, 32, 3), np.uint8))
+            (64, 64, 3)
+        """
+        image = self._check(data)
+        return (*letterbox_geometry(image.shape[:2], self).shape, *image.shape[2:])
+
+    def write_into(self, data: Any, out: np.ndarray, meta: dict[str, Any]) -> None:
+        """Letterbox ``data`` into ``out`` (of shape :meth:`canvas`; e.g. a slot of a batch buffer) and record
+        the metadata in ``meta``: the same pixels and metadata as calling the stage, without its copies
+        (:func:`letterbox_into`).
+
+        Raises:
+            InputError: ``data`` is not an image the stage takes, or ``out`` is not a uint8 array of
+                :meth:`canvas`'s shape.
+
+        Example:
+            >>> image, out, meta = np.full((48, 32, 3), 9, np.uint8), np.empty((64, 64, 3), np.uint8), {}
+            >>> Letterbox(64).write_into(image, out, meta)
+            >>> bool((out == Letterbox(64)(image).data).all()), meta["affine"]
+            (True, (1.34375, 1.3333333333333333, 10.0, 0.0))
+        """
+        image = self._check(data)
+        geo = letterbox_geometry(image.shape[:2], self)
+        _check_out(out, (*geo.shape, *image.shape[2:]), "Letterbox")
+        letterbox_into(image, out, geo, self._fill(image), backend=self.backend)
+        self._record(meta, image, geo)
+
+
+def letterbox_into(
+    image: np.ndarray, out: np.ndarray, geometry: LetterboxGeometry, fill: Any, *, backend: str = "auto"
+) -> None:
+    """Write the letterboxed ``image`` into ``out`` (``geometry.shape`` plus the image's channels): the image
+    resized straight into the interior (``cv2.resize(dst=...)`` when OpenCV is used, else the NumPy kernel
+    and one copy), ``fill`` into the four border strips only. Bit-identical to :class:`Letterbox`'s result
+    (the resize and padding it uses), without its two full-canvas copies.
+
+    Example:
+        >>> stage = Letterbox((4, 6))
+        >>> image, out = np.full((2, 2), 7, np.uint8), np.empty((4, 6), np.uint8)
+        >>> letterbox_into(image, out, letterbox_geometry((2, 2), stage), np.uint8(0))
+        >>> out.tolist()
+        [[0, 7, 7, 7, 7, 0], [0, 7, 7, 7, 7, 0], [0, 7, 7, 7, 7, 0], [0, 7, 7, 7, 7, 0]]
+    """
+    top, bottom, left, right = geometry.pads
+    height, width = out.shape[:2]
+    _resize_into(image, out[top : height - bottom, left : width - right], backend)
+    fill = np.asarray(fill)
+    value = fill.ravel()[0] if fill.size and np.all(fill == fill.ravel()[0]) else fill
+    out[:top] = value
+    out[height - bottom :] = value
+    out[top : height - bottom, :left] = value
+    out[top : height - bottom, width - right :] = value
+
+
+def _resize_into(image: np.ndarray, dst: np.ndarray, backend: str) -> None:
+    """:func:`_resize` of ``image`` to ``dst``'s size, written into ``dst`` (may be a row-strided view)."""
+    h, w = dst.shape[:2]
+    if image.shape[:2] == (h, w):
+        dst[...] = image.reshape(dst.shape)
+        return
+    channels = 1 if image.ndim == 2 else image.shape[2]
+    if _use_opencv(backend) and image.dtype in (np.uint8, np.float32) and channels <= 4:
+        cv2 = _import("cv2")
+        got = cv2.resize(image, (w, h), dst=dst, interpolation=cv2.INTER_LINEAR)
+        if got.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+            dst[...] = np.asarray(got).reshape(dst.shape)  # the binding could not write in place: one copy
+        return
+    dst[...] = _resize(image, (w, h), backend).reshape(dst.shape)
+
+
+def _check_out(out: Any, shape: tuple[int, ...], where: str) -> None:
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != np.uint8:
+        got = f"shape {out.shape} dtype {out.dtype}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise InputError(f"{where}: out: got {got}, expected a uint8 array of shape {shape}")
 
 
 def _pad(content: np.ndarray, pads: tuple[int, int, int, int], fill: np.ndarray, opencv: bool) -> np.ndarray:
@@ -254,6 +346,38 @@ class Resize(Preprocessor):
         compose_affine(meta, tw / w, th / h, 0.0, 0.0)
         return out
 
+    def canvas(self, data: Any) -> tuple[int, ...]:
+        """The shape of the result for image ``data`` (checked as when called): ``(height, width[, C])``.
+
+        Example:
+            >>> Resize(16).canvas(np.zeros((32, 64, 3), np.uint8))
+            (16, 32, 3)
+        """
+        image = check_image(data, "Resize")
+        return (*self.target(*image.shape[:2]), *image.shape[2:])
+
+    def write_into(self, data: Any, out: np.ndarray, meta: dict[str, Any]) -> None:
+        """Resize ``data`` straight into ``out`` (of shape :meth:`canvas`) and record the metadata in ``meta``:
+        the same pixels and metadata as calling the stage.
+
+        Raises:
+            InputError: ``data`` is not an image the stage takes, or ``out`` is not a uint8 array of
+                :meth:`canvas`'s shape.
+
+        Example:
+            >>> out, meta = np.empty((16, 32, 3), np.uint8), {}
+            >>> Resize(16).write_into(np.full((32, 64, 3), 5, np.uint8), out, meta)
+            >>> int(out.max()), meta["input_shape"]
+            (5, (16, 32))
+        """
+        image = check_image(data, "Resize")
+        h, w = image.shape[:2]
+        th, tw = self.target(h, w)
+        _check_out(out, (th, tw, *image.shape[2:]), "Resize")
+        _resize_into(image, out, self.backend)
+        _record_geometry(meta, image, out)
+        compose_affine(meta, tw / w, th / h, 0.0, 0.0)
+
 
 class CenterCrop(Preprocessor):
     """Crop the centre ``(height, width)`` (torchvision's offsets ``round((h - th) / 2)``).
@@ -276,13 +400,38 @@ class CenterCrop(Preprocessor):
         self.size = _hw("size", size)
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
-        image = check_image(data, "CenterCrop")
+        image = self._check(data)
         h, w = image.shape[:2]
         th, tw = self.size
-        if th > h or tw > w:
-            raise InputError(f"CenterCrop: got an image of size {(h, w)}, expected at least {self.size}")
         top, left = round((h - th) / 2.0), round((w - tw) / 2.0)
         out = image[top : top + th, left : left + tw]
         _record_geometry(meta, image, out)
         compose_affine(meta, 1.0, 1.0, -float(left), -float(top))
         return out
+
+    def _check(self, data: Any) -> np.ndarray:
+        image = check_image(data, "CenterCrop")
+        if self.size[0] > image.shape[0] or self.size[1] > image.shape[1]:
+            raise InputError(f"CenterCrop: got an image of size {image.shape[:2]}, expected at least {self.size}")
+        return image
+
+    def canvas(self, data: Any) -> tuple[int, ...]:
+        """The shape of the result for image ``data`` (checked as when called): ``(height, width[, C])``.
+
+        Example:
+            >>> CenterCrop(2).canvas(np.zeros((4, 4, 3), np.uint8))
+            (2, 2, 3)
+        """
+        return (*self.size, *self._check(data).shape[2:])
+
+    def write_into(self, data: Any, out: np.ndarray, meta: dict[str, Any]) -> None:
+        """Copy the crop of ``data`` into ``out`` (of shape :meth:`canvas`) and record the metadata in ``meta``.
+
+        Example:
+            >>> out = np.empty((2, 2), np.uint8)
+            >>> CenterCrop(2).write_into(np.arange(16, dtype=np.uint8).reshape(4, 4), out, {})
+            >>> out.tolist()
+            [[5, 6], [9, 10]]
+        """
+        _check_out(out, self.canvas(data), "CenterCrop")
+        out[...] = self.process(data, meta)

@@ -257,7 +257,9 @@ def result_tensors(result: Any) -> Tensors:
 
 
 class PipelineWorker:
-    """Runs the items of several requests through ``Pipeline.run_batch`` (one engine call per batch).
+    """Runs the items of several requests through ``run_batch`` of a :class:`~amdinfer.Pipeline` or a
+    :class:`~amdinfer.fuse.FusedPipeline` (one engine call per batch; a fused pipeline places the items with
+    its executor's thread pool straight into the batch buffer).
 
     Every request carries one input tensor with its items on axis 0 (e.g. ``uint8 (n, H, W, 3)`` images).
     Outputs of the items are stacked per request. ``Detections`` (a different box count per item) are
@@ -266,7 +268,7 @@ class PipelineWorker:
     whose shapes differ between items, each with its own ``<name>_batch_index``.
 
     Args:
-        pipeline: the :class:`~amdinfer.Pipeline`.
+        pipeline: the :class:`~amdinfer.Pipeline` or :class:`~amdinfer.fuse.FusedPipeline`.
         input_name: the request tensor's name (default: the pipeline's engine input).
         name: a label for metrics and thread names.
 
@@ -285,10 +287,13 @@ class PipelineWorker:
     batchable = True
 
     def __init__(self, pipeline: Any, input_name: str | None = None, name: str | None = None) -> None:
+        from ..fuse import FusedPipeline
         from ..pipeline import Pipeline
 
-        if not isinstance(pipeline, Pipeline):
-            raise OptionError(f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline")
+        if not isinstance(pipeline, (Pipeline, FusedPipeline)):
+            raise OptionError(
+                f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline or FusedPipeline"
+            )
         self.pipeline = pipeline
         self.input_name = input_name or pipeline.engine.inputs[0].name
         self.name = name or str(pipeline.engine.info.device or "pipeline")

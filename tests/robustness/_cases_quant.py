@@ -170,7 +170,7 @@ def calib_overflow_in_model(d: Path) -> object:
     "command line",
     CliResult,
     r"^exit 1: amdinfer quantize: InputError: --calibration sample 7, input 'input': 1 non-finite value \(NaN\)",
-)  # noqa: E501
+)
 def cli_quantize_held_out_nan(d: Path) -> object:
     """A NaN in the held-out quarter of --calibration: refused with its row in the file, before anything is written."""
     folder = d / "case-cli-quantize-held-out-nan"
