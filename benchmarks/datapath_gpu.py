@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+
+try:  # torch first: it loads CUDA's cuBLAS/cuDNN that onnxruntime-gpu links against
+    import torch as _torch  # noqa: F401
+except ImportError:
+    pass
 import onnxruntime as ort
 
 import amdinfer
@@ -208,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     def timed(row: dict[str, Any], key: str, fn: Callable[[], Any], n: int, seconds: float = secs) -> None:
         try:
             row[key] = round(rate(fn, n, seconds=seconds), 1)
+            print(f"  {key}: {row[key]} items/s", flush=True)
         except Exception as exc:  # one failing column must not lose the others
             row[key] = None
             row[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
