@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -111,6 +112,9 @@ class Executor(Generic[M, R]):
         staging: where buffers come from (default: plain NumPy buffers, reused).
         dtype: the buffer's dtype.
         inflight: batches :meth:`map` keeps going at once (>= 2 overlaps placement with the engine).
+        stream: optional ``(iterator of (batch, metas)) -> iterator of outputs`` for :meth:`map`, e.g. the
+            engine's ``run_many``, which on a GPU copies batch k+1 to the device while batch k computes; it
+            reads the batches on a thread of its own, at most ``inflight - 1`` ahead of the result it yields.
 
     Example: see the module.
     """
@@ -126,11 +130,13 @@ class Executor(Generic[M, R]):
         staging: PinnedStaging | None = None,
         dtype: Any = np.uint8,
         inflight: int = 3,
+        stream: Callable[[Iterator[tuple[np.ndarray, list[M]]]], Iterator[Outputs]] | None = None,
     ) -> None:
         for name, value in (("threads", threads), ("inflight", inflight)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise OptionError(f"{name}: got {value!r}, expected an int >= 1")
         self._place, self._run, self._finish = place, run, finish
+        self._stream = stream
         self.canvas = None if canvas is None else tuple(int(c) for c in canvas)
         self.threads = threads or default_threads()
         self._staging = staging or PinnedStaging(depth=inflight + 1, pinned=False)
@@ -243,6 +249,9 @@ class Executor(Generic[M, R]):
 
     def map(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
         """Run a stream ``batch_size`` items at a time, up to ``inflight`` batches at once; results in order."""
+        if self._stream is not None:
+            yield from self._map_stream(items, batch_size)
+            return
         it = iter(items)
         inflight: deque[_Batch[M]] = deque()
         start = 0
@@ -265,6 +274,66 @@ class Executor(Generic[M, R]):
                 self._release(batch, outputs)
                 yield from self._finish(outputs, metas)
         finally:
+            self._abandon(inflight)
+
+    def _map_stream(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
+        """:meth:`map` through ``stream``: placed batches go to it in order through a queue; its outputs come
+        back through another. A batch whose placement failed ends the stream there: the results before it are
+        yielded, then its item's error is raised."""
+        it = iter(items)
+        todo: queue.Queue[_Batch[M] | None] = queue.Queue()
+        done: queue.Queue[tuple[str, Any]] = queue.Queue()
+        failed: list[BaseException] = []
+
+        def batches() -> Iterator[tuple[np.ndarray, list[M]]]:
+            while (batch := todo.get()) is not None:
+                try:
+                    yield self._collect(batch)
+                except BaseException as exc:  # an item's error: stop feeding, report it after the results
+                    failed.append(exc)
+                    return
+
+        def drive() -> None:
+            try:
+                assert self._stream is not None
+                for outputs in self._stream(batches()):
+                    done.put(("out", outputs))
+            except BaseException as exc:
+                done.put(("error", exc))
+            done.put(("end", None))
+
+        inflight: deque[_Batch[M]] = deque()
+        runner = self._pools()[1].submit(drive)
+        start, exhausted = 0, False
+        try:
+            while True:
+                while not exhausted and len(inflight) < self._inflight:
+                    chunk = list(islice(it, batch_size))
+                    if not chunk:
+                        exhausted = True
+                        todo.put(None)
+                        break
+                    batch = self._start(chunk, start, inline=False)
+                    start += len(chunk)
+                    inflight.append(batch)
+                    todo.put(batch)
+                kind, value = done.get()
+                if kind == "error":
+                    raise value
+                if kind == "end":
+                    if failed:
+                        raise failed[0]
+                    return
+                batch = inflight.popleft()
+                metas = batch.metas
+                self._release(batch, value)
+                yield from self._finish(value, metas)
+        finally:
+            for b in inflight:  # placement not started yet is dropped; the stream stops at that batch
+                for f in reversed(b.futures):
+                    f.cancel()
+            todo.put(None)
+            wait([runner])  # the stream is done with every buffer before any goes back to the staging
             self._abandon(inflight)
 
     def _abandon(self, batches: Iterable[_Batch[M]]) -> None:

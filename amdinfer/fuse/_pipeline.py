@@ -122,7 +122,13 @@ class FusedPipeline:
         self._fixed_batch: int | None = int(batch) if isinstance(batch, int) and batch >= 1 else None
         self._chunk_logged = False
         self._executor: Executor[dict[str, Any], Any] = Executor(
-            self._place, self._run, self._split, canvas=self._canvas(), threads=threads, staging=self._staging
+            self._place,
+            self._run,
+            self._split,
+            canvas=self._canvas(),
+            threads=threads,
+            staging=self._staging,
+            stream=self._run_stream,
         )
 
     @property
@@ -222,6 +228,11 @@ class FusedPipeline:
 
     def _run(self, batch: np.ndarray, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return self._engine.run(self._feed(batch, metas))
+
+    def _run_stream(self, batches: Iterator[tuple[np.ndarray, list[dict[str, Any]]]]) -> Iterator[dict[str, Any]]:
+        """:meth:`map`'s engine side: ``run_many``, which on a GPU copies batch k+1 to the device (its own
+        thread and stream) while batch k computes; one batch read ahead (the executor keeps three going)."""
+        return self._engine.run_many((self._feed(b, m) for b, m in batches), prefetch=1)
 
     def _split(self, outputs: dict[str, Any], metas: Sequence[dict[str, Any]]) -> list[Any]:
         return self.results(outputs, [Sample(None, m) for m in metas])

@@ -223,6 +223,14 @@ class Spy:
         self.fed.append(feeds["images"])
         return self.engine.run(feeds, **kw)
 
+    def run_many(self, batches: Any, **kw: Any) -> Any:  # what map streams through (transfers overlapped)
+        def recorded() -> Any:
+            for feeds in batches:
+                self.fed.append(feeds["images"])
+                yield feeds
+
+        return self.engine.run_many(recorded(), **kw)
+
 
 class TestFusedExecutor:
     @pytest.mark.parametrize("image_size", [None, (40, 56)])
@@ -416,3 +424,37 @@ class TestFixedBatch:
                 assert fused.fixed_batch == 1
                 for got, want in zip(fused.run_batch(pages), stages):
                     parity._compare(parity._rows(got), parity._rows(want))
+
+
+@pytest.mark.parametrize("io_binding", [False, True], ids=["run", "io-bound run_many"])
+def test_map_streams_through_run_many_in_order_and_stops_early(io_binding: bool) -> None:
+    """map hands the placed batches to engine.run_many (on a GPU: batch k+1 copied while k computes); the IO-bound
+    CPU engine takes the same streaming path as a GPU one. Results equal run_batch's; leaving early stops it."""
+    import itertools
+
+    from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
+    from amdinfer.preprocess import HwcToChw, Normalize
+    from amdinfer.testing.models import yolov8
+
+    pipe = amdinfer.Pipeline(
+        preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
+        engine=yolov8(seed=1, image_size=64, num_classes=4),
+        postprocess=[YoloDecode(conf_threshold=0.02), Nms(), ScaleBoxes()],
+        io_binding=io_binding,
+        **CPU,
+    )
+    rng = np.random.default_rng(0)
+    images = [
+        rng.integers(0, 255, (int(rng.integers(30, 90)), int(rng.integers(30, 90)), 3), np.uint8) for _ in range(23)
+    ]
+    with pipe, pipe.fuse() as fused:
+        want = fused.run_batch(images)
+        got = list(fused.map(iter(images), batch_size=4))
+        assert len(got) == len(want) == 23
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.boxes, w.boxes)
+            np.testing.assert_array_equal(g.classes, w.classes)
+        stream = fused.map(iter(images * 50), batch_size=4)
+        assert len(list(itertools.islice(stream, 5))) == 5
+        stream.close()  # the engine thread and the pool stop; the next call works
+        assert len(list(fused.map(iter(images[:3]), batch_size=2))) == 3
