@@ -155,9 +155,14 @@ class TorchPath:
 def decode_rates(paths: list[str], gpu: bool) -> dict[str, float]:
     import cv2
 
+    from amdinfer.preprocess import LoadImage
+
     out = {"jpeg-1-thread": rate(lambda: [cv2.imread(p) for p in paths], len(paths), seconds=0.5)}
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         out["jpeg-all-cores"] = rate(lambda: list(pool.map(cv2.imread, paths)), len(paths), seconds=0.5)
+        for backend in ("pillow", "opencv"):
+            load = LoadImage(backend=backend)
+            out[f"jpeg-LoadImage-{backend}-all-cores"] = rate(lambda: list(pool.map(load, paths)), len(paths))
     if gpu:
         import torch
         from torchvision.io import decode_jpeg
@@ -261,15 +266,35 @@ def main(argv: list[str] | None = None) -> int:
 
     timed(row, "fp16-map", stream, 4 * B)
     timed(row, "fp16-jpeg", lambda: det16.run_batch(paths), B)
+
+    def stream_paths() -> None:
+        for _ in det16.map((paths[i % B] for i in range(4 * B)), batch_size=B):
+            pass
+
+    timed(row, "fp16-jpeg-map", stream_paths, 4 * B)
+
+    def stream_default() -> None:
+        for _ in det.map((batch[i % B] for i in range(4 * B)), batch_size=B):
+            pass
+
+    timed(row, "default-map", stream_default, 4 * B)
     if hasattr(det16, "feeds"):
+        import cv2
+
         timed(row, "host-place", lambda: det16.feeds(batch), B)
+        timed(row, "host-place-jpeg", lambda: det16.feeds(paths), B)
+        threads = cv2.getNumThreads()
+        cv2.setNumThreads(1)  # OpenCV's own pool off: the executor's threads are the parallelism
+        timed(row, "host-place-cv2-1-thread", lambda: det16.feeds(batch), B)
+        timed(row, "fp16-map-cv2-1-thread", stream, 4 * B)
+        cv2.setNumThreads(threads)
     stages = amdinfer.yolo(proto, precision="fp16", fuse=False, **load)
     timed(row, "fp16-stages", lambda: stages.run_batch(batch), B, seconds=0.1)
 
     # ---- parity on the five pages
     golden = json.loads((ROOT / "tests" / "data" / "doclayout_ultralytics.json").read_text())["pages"]
     ref = dict(zip(sorted(page), stages.run_batch(images)))
-    for label, pipe, tol in (("fp16", det16, 2.0), ("default", det, 1.0)):
+    for label, pipe, tol in (("fp16", det16, 2.0), ("default", det, 2.0)):
         got = dict(zip(sorted(page), pipe.run_batch(images)))
         hits = [match(got[k], ref[k], tol) for k in sorted(page)]
         row[f"{label}-vs-stages"] = (
@@ -305,15 +330,31 @@ def main(argv: list[str] | None = None) -> int:
     cls = amdinfer.classify(resnet, size=256, crop=224, precision="fp16", **load)  # fuse="auto"
     frames_row["classify-kind"] = type(cls).__name__
     timed(frames_row, f"resnet50-classify-{w}x{h}", lambda: cls.run_batch(frames), B)
+
+    def frames_map(pipe: Any, data: list[np.ndarray]) -> Callable[[], None]:
+        def go() -> None:
+            for _ in pipe.map((data[i % B] for i in range(4 * B)), batch_size=B):
+                pass
+
+        return go
+
+    timed(frames_row, f"resnet50-classify-map-{w}x{h}", frames_map(cls, frames), 4 * B)
     cls.close()
     with amdinfer.classify(resnet, size=256, crop=224, precision="fp16", fuse=False, **load) as staged:
         fixed = staged.fuse(image_size=(h, w))  # geometry in the graph: the fixed-frame form
         timed(frames_row, f"resnet50-fused-frames-{w}x{h}", lambda: fixed.run_batch(frames), B)
+        timed(frames_row, f"resnet50-fused-frames-map-{w}x{h}", frames_map(fixed, frames), 4 * B)
         fixed.close()
     fh, fw = (96, 160) if args.quick else (1080, 1920)
     big = [rng.integers(0, 256, (fh, fw, 3), np.uint8) for _ in range(B)]
     det16 = amdinfer.yolo(proto, precision="fp16", **load)
     timed(frames_row, f"yolo-fp16-{fw}x{fh}", lambda: det16.run_batch(big), B)
+    timed(frames_row, f"yolo-fp16-map-{fw}x{fh}", frames_map(det16, big), 4 * B)
+    with amdinfer.yolo(proto, precision="fp16", fuse=False, **load) as staged:
+        inframe = staged.fuse(image_size=(fh, fw))  # geometry in the graph for a fixed frame size
+        timed(frames_row, f"yolo-fp16-fused-frames-{fw}x{fh}", lambda: inframe.run_batch(big), B)
+        timed(frames_row, f"yolo-fp16-fused-frames-map-{fw}x{fh}", frames_map(inframe, big), 4 * B)
+        inframe.close()
     frames_row["yolo-engine-fp16"] = row.get("engine-fp16")
     det16.close()
     record(frames_row)
@@ -335,7 +376,8 @@ def table(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
         for k, v in row.items():
             if k in ("what", "batch"):
                 continue
-            ratio = f"{v / base:.2f}" if isinstance(v, float) and base and not k.startswith("jpeg") else ""
+            ref = row.get("yolo-engine-fp16") if k.startswith("yolo") else base
+            ratio = f"{v / ref:.2f}" if isinstance(v, float) and ref and not k.startswith("jpeg") else ""
             if k.startswith("default") and isinstance(v, float) and row.get("engine-fp32"):
                 ratio = f"{v / row['engine-fp32']:.2f} (fp32)"
             lines.append(f"| {k} | {v} | {ratio} |")
