@@ -88,6 +88,14 @@ def _stride(proto: onnx.ModelProto) -> int:
         return 32
 
 
+def _decoder() -> str:
+    """The recipes' image decoder: OpenCV when installed (what Ultralytics decodes with; on the H200 host's 16
+    cores 1,154 JPEG pages/s against Pillow's 462), else Pillow."""
+    from .preprocess import opencv_available
+
+    return "opencv" if opencv_available() else "auto"
+
+
 def yolo(
     model: ModelLike,
     *,
@@ -176,7 +184,7 @@ def _yolo_stages(
         if fixed
         else Letterbox(size, auto=True, stride=_stride(proto))
     )
-    preprocess: list[Any] = [LoadImage(channels, backend="auto"), letterbox]
+    preprocess: list[Any] = [LoadImage(channels, backend=_decoder()), letterbox]
     if channels == "BGR":
         preprocess.append(BgrToRgb())
     preprocess += [Normalize(scale=1 / 255), HwcToChw()]
@@ -315,7 +323,7 @@ def _classify_stages(engine: Any, args: dict[str, Any], channels: str) -> tuple[
     imagenet = (None, None) if ultralytics else (_IMAGENET_MEAN, _IMAGENET_STD)
     mean = _fractions("mean", args["mean"], meta, imagenet[0])
     std = _fractions("std", args["std"], meta, imagenet[1])
-    preprocess: list[Any] = [LoadImage(channels, backend="auto"), Resize(size), CenterCrop(crop)]
+    preprocess: list[Any] = [LoadImage(channels, backend=_decoder()), Resize(size), CenterCrop(crop)]
     if channels == "BGR":
         preprocess.append(BgrToRgb())
     preprocess.append(Normalize(mean=mean, std=std, scale=1 / 255))

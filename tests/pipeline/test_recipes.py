@@ -151,9 +151,11 @@ def _numpy_classify(model: onnx.ModelProto, image: np.ndarray, size: int, crop: 
 
 class TestClassify:
     def test_matches_a_hand_built_pipeline(self, resnet) -> None:
+        from amdinfer.preprocess import opencv_available
+
         hand = amdinfer.Pipeline(
             preprocess=[
-                LoadImage("RGB"),
+                LoadImage("RGB", backend="opencv" if opencv_available() else "auto"),  # the recipes' decoder
                 Resize(73),  # int(64 / 0.875)
                 CenterCrop(64),
                 Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=1 / 255),
