@@ -296,16 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     timed(row, "fp16-jpeg", lambda: det16.run_batch(paths), B)
 
     def stream_paths() -> None:
-        for _ in det16.map((paths[i % B] for i in range(4 * B)), batch_size=B):
+        for _ in det16.map((paths[i % B] for i in range(16 * B)), batch_size=B):
             pass
 
-    timed(row, "fp16-jpeg-map", stream_paths, 4 * B)
+    timed(row, "fp16-jpeg-map-16", stream_paths, 16 * B, seconds=2 * secs)
 
     def stream_default() -> None:
-        for _ in det.map((batch[i % B] for i in range(4 * B)), batch_size=B):
+        for _ in det.map((batch[i % B] for i in range(16 * B)), batch_size=B):
             pass
 
-    timed(row, "default-map", stream_default, 4 * B)
+    timed(row, "default-map-16", stream_default, 16 * B, seconds=2 * secs)
     if hasattr(det16, "feeds"):
         import cv2
 
@@ -360,28 +360,28 @@ def main(argv: list[str] | None = None) -> int:
     timed(frames_row, f"resnet50-classify-{w}x{h}", lambda: cls.run_batch(frames), B)
 
     def frames_map(pipe: Any, data: list[np.ndarray]) -> Callable[[], None]:
-        def go() -> None:
-            for _ in pipe.map((data[i % B] for i in range(4 * B)), batch_size=B):
+        def go() -> None:  # 16 batches: the steady state (fill and drain are one batch each)
+            for _ in pipe.map((data[i % B] for i in range(16 * B)), batch_size=B):
                 pass
 
         return go
 
-    timed(frames_row, f"resnet50-classify-map-{w}x{h}", frames_map(cls, frames), 4 * B)
+    timed(frames_row, f"resnet50-classify-map16-{w}x{h}", frames_map(cls, frames), 16 * B)
     cls.close()
     with amdinfer.classify(resnet, size=256, crop=224, precision="fp16", fuse=False, **load) as staged:
         fixed = staged.fuse(image_size=(h, w))  # geometry in the graph: the fixed-frame form
         timed(frames_row, f"resnet50-fused-frames-{w}x{h}", lambda: fixed.run_batch(frames), B)
-        timed(frames_row, f"resnet50-fused-frames-map-{w}x{h}", frames_map(fixed, frames), 4 * B)
+        timed(frames_row, f"resnet50-fused-frames-map16-{w}x{h}", frames_map(fixed, frames), 16 * B)
         fixed.close()
     fh, fw = (96, 160) if args.quick else (1080, 1920)
     big = [rng.integers(0, 256, (fh, fw, 3), np.uint8) for _ in range(B)]
     det16 = amdinfer.yolo(proto, precision="fp16", **load)
     timed(frames_row, f"yolo-fp16-{fw}x{fh}", lambda: det16.run_batch(big), B)
-    timed(frames_row, f"yolo-fp16-map-{fw}x{fh}", frames_map(det16, big), 4 * B)
+    timed(frames_row, f"yolo-fp16-map16-{fw}x{fh}", frames_map(det16, big), 16 * B)
     with amdinfer.yolo(proto, precision="fp16", fuse=False, **load) as staged:
         inframe = staged.fuse(image_size=(fh, fw))  # geometry in the graph for a fixed frame size
         timed(frames_row, f"yolo-fp16-fused-frames-{fw}x{fh}", lambda: inframe.run_batch(big), B)
-        timed(frames_row, f"yolo-fp16-fused-frames-map-{fw}x{fh}", frames_map(inframe, big), 4 * B)
+        timed(frames_row, f"yolo-fp16-fused-frames-map16-{fw}x{fh}", frames_map(inframe, big), 16 * B)
         inframe.close()
     frames_row["yolo-engine-fp16"] = row.get("engine-fp16")
     det16.close()
