@@ -311,11 +311,6 @@ def main(argv: list[str] | None = None) -> int:
 
         timed(row, "host-place", lambda: det16.feeds(batch), B)
         timed(row, "host-place-jpeg", lambda: det16.feeds(paths), B)
-        threads = cv2.getNumThreads()
-        cv2.setNumThreads(1)  # OpenCV's own pool off: the executor's threads are the parallelism
-        timed(row, "host-place-cv2-1-thread", lambda: det16.feeds(batch), B)
-        timed(row, "fp16-map-cv2-1-thread", stream, 4 * B)
-        cv2.setNumThreads(threads)
     stages = amdinfer.yolo(proto, precision="fp16", fuse=False, **load)
     timed(row, "fp16-stages", lambda: stages.run_batch(batch), B, seconds=0.1)
 
