@@ -98,6 +98,11 @@ def match(a: Any, b: Any, tol: float) -> tuple[int, int, float]:
     return hits, max(len(boxes_a), len(boxes_b)), round(worst, 2)
 
 
+def as_detections(like: Any, golden: dict[str, Any]) -> Any:
+    """Ultralytics' golden detections of one page as the same result type."""
+    return type(like)(np.asarray(golden["boxes"]), np.asarray(golden["scores"]), np.asarray(golden["classes"]))
+
+
 def summary(hits: list[tuple[int, int, float]]) -> str:
     return f"{sum(h[0] for h in hits)}/{sum(h[1] for h in hits)} (worst {max(h[2] for h in hits)} px)"
 
@@ -184,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--quick", action="store_true", help="shorter timings, smaller frames (a smoke run)")
     p.add_argument("--out", default=os.environ.get("OUT"))
+    p.add_argument("--frames-only", action="store_true", help="only the fixed-frame section")
     args = p.parse_args(argv)
     gpu = args.provider == "cuda"
     out = Path(args.out) if args.out else None
@@ -240,105 +246,105 @@ def main(argv: list[str] | None = None) -> int:
     paths = [jpegs[i % len(jpegs)] for i in range(B)]
     load = {"providers": providers} if providers else {}
 
-    # ---- the engine alone (the target), fp32 and fp16
     row: dict[str, Any] = {"what": "trained-yolov8n pages", "batch": B}
-    x = np.random.default_rng(0).random((B, 3, side, side), dtype=np.float32)
-    xd = torch.from_numpy(x).to("cuda") if torch is not None else x
-    for precision in ("fp32", "fp16"):
-        with amdinfer.load(proto, precision=precision, **load) as eng:
-            name = eng.inputs[0].name
-            timed(row, f"engine-{precision}", lambda: eng.run({name: xd}), B)
-            row[f"engine-{precision}-providers"] = eng.info.providers
+    if not args.frames_only:
+        # ---- the engine alone (the target), fp32 and fp16
+        x = np.random.default_rng(0).random((B, 3, side, side), dtype=np.float32)
+        xd = torch.from_numpy(x).to("cuda") if torch is not None else x
+        for precision in ("fp32", "fp16"):
+            with amdinfer.load(proto, precision=precision, **load) as eng:
+                name = eng.inputs[0].name
+                timed(row, f"engine-{precision}", lambda: eng.run({name: xd}), B)
+                row[f"engine-{precision}-providers"] = eng.info.providers
 
-    # ---- the recipes
-    det = amdinfer.yolo(proto, **load)
-    row["default-kind"] = type(det).__name__
-    row["default-precision"] = det.engine.info.precision
-    timed(row, "default", lambda: det.run_batch(batch), B)
-    det16 = amdinfer.yolo(proto, precision="fp16", **load)
-    row["fp16-kind"] = type(det16).__name__
-    row["fp16-precision"] = det16.engine.info.precision
-    timed(row, "fp16", lambda: det16.run_batch(batch), B)
+        # ---- the recipes
+        det = amdinfer.yolo(proto, **load)
+        row["default-kind"] = type(det).__name__
+        row["default-precision"] = det.engine.info.precision
+        timed(row, "default", lambda: det.run_batch(batch), B)
+        det16 = amdinfer.yolo(proto, precision="fp16", **load)
+        row["fp16-kind"] = type(det16).__name__
+        row["fp16-precision"] = det16.engine.info.precision
+        timed(row, "fp16", lambda: det16.run_batch(batch), B)
 
-    def stream() -> None:
-        for _ in det16.map((batch[i % B] for i in range(4 * B)), batch_size=B):
-            pass
+        def stream() -> None:
+            for _ in det16.map((batch[i % B] for i in range(4 * B)), batch_size=B):
+                pass
 
-    timed(row, "fp16-map", stream, 4 * B)
+        timed(row, "fp16-map", stream, 4 * B)
 
-    def long_stream() -> None:  # steady state: 16 batches per call (fill and drain are one batch each)
-        for _ in det16.map((batch[i % B] for i in range(16 * B)), batch_size=B):
-            pass
+        def long_stream() -> None:  # steady state: 16 batches per call (fill and drain are one batch each)
+            for _ in det16.map((batch[i % B] for i in range(16 * B)), batch_size=B):
+                pass
 
-    timed(row, "fp16-map-16", long_stream, 16 * B, seconds=2 * secs)
-    if hasattr(det16, "feeds"):  # where the time goes: the engine side alone, on batches placed beforehand
-        feed, _ = det16.feeds(batch)
-        from amdinfer.engines._staging import PinnedStaging
+        timed(row, "fp16-map-16", long_stream, 16 * B, seconds=2 * secs)
+        if hasattr(det16, "feeds"):  # where the time goes: the engine side alone, on batches placed beforehand
+            feed, _ = det16.feeds(batch)
+            from amdinfer.engines._staging import PinnedStaging
 
-        staging = PinnedStaging(depth=2, pinned=None if gpu else False)
-        placed = []
-        for _ in range(2):
-            buf = staging.next(feed["images"].shape, np.uint8)
-            np.copyto(buf, feed["images"])
-            placed.append({**feed, "images": buf})
-        fe = det16.engine
-        timed(row, "engine-run-placed", lambda: fe.run(placed[0]), B)
-        timed(
-            row,
-            "engine-run_many-placed",
-            lambda: list(fe.run_many((placed[i % 2] for i in range(16)), prefetch=1)),
-            16 * B,
-        )
-        if torch is not None:
-            dev = {k: torch.from_numpy(np.ascontiguousarray(v)).to("cuda") for k, v in feed.items()}
-            timed(row, "engine-run-device", lambda: fe.run(dev), B)
-        row["pinned"] = staging.pinned
-    timed(row, "fp16-jpeg", lambda: det16.run_batch(paths), B)
+            staging = PinnedStaging(depth=2, pinned=None if gpu else False)
+            placed = []
+            for _ in range(2):
+                buf = staging.next(feed["images"].shape, np.uint8)
+                np.copyto(buf, feed["images"])
+                placed.append({**feed, "images": buf})
+            fe = det16.engine
+            timed(row, "engine-run-placed", lambda: fe.run(placed[0]), B)
+            timed(
+                row,
+                "engine-run_many-placed",
+                lambda: list(fe.run_many((placed[i % 2] for i in range(16)), prefetch=1)),
+                16 * B,
+            )
+            if torch is not None:
+                dev = {k: torch.from_numpy(np.ascontiguousarray(v)).to("cuda") for k, v in feed.items()}
+                timed(row, "engine-run-device", lambda: fe.run(dev), B)
+            row["pinned"] = staging.pinned
+        timed(row, "fp16-jpeg", lambda: det16.run_batch(paths), B)
 
-    def stream_paths() -> None:
-        for _ in det16.map((paths[i % B] for i in range(16 * B)), batch_size=B):
-            pass
+        def stream_paths() -> None:
+            for _ in det16.map((paths[i % B] for i in range(16 * B)), batch_size=B):
+                pass
 
-    timed(row, "fp16-jpeg-map-16", stream_paths, 16 * B, seconds=2 * secs)
+        timed(row, "fp16-jpeg-map-16", stream_paths, 16 * B, seconds=2 * secs)
 
-    def stream_default() -> None:
-        for _ in det.map((batch[i % B] for i in range(16 * B)), batch_size=B):
-            pass
+        def stream_default() -> None:
+            for _ in det.map((batch[i % B] for i in range(16 * B)), batch_size=B):
+                pass
 
-    timed(row, "default-map-16", stream_default, 16 * B, seconds=2 * secs)
-    if hasattr(det16, "feeds"):
-        import cv2
+        timed(row, "default-map-16", stream_default, 16 * B, seconds=2 * secs)
+        if hasattr(det16, "feeds"):
+            import cv2
 
-        timed(row, "host-place", lambda: det16.feeds(batch), B)
-        timed(row, "host-place-jpeg", lambda: det16.feeds(paths), B)
-    stages = amdinfer.yolo(proto, precision="fp16", fuse=False, **load)
-    timed(row, "fp16-stages", lambda: stages.run_batch(batch), B, seconds=0.1)
+            timed(row, "host-place", lambda: det16.feeds(batch), B)
+            timed(row, "host-place-jpeg", lambda: det16.feeds(paths), B)
+        stages = amdinfer.yolo(proto, precision="fp16", fuse=False, **load)
+        timed(row, "fp16-stages", lambda: stages.run_batch(batch), B, seconds=0.1)
 
-    # ---- parity on the five pages
-    golden = json.loads((ROOT / "tests" / "data" / "doclayout_ultralytics.json").read_text())["pages"]
-    ref = dict(zip(sorted(page), stages.run_batch(images)))
-    for label, pipe, tol in (("fp16", det16, 2.0), ("default", det, 2.0)):
-        got = dict(zip(sorted(page), pipe.run_batch(images)))
-        hits = [match(got[k], ref[k], tol) for k in sorted(page)]
-        row[f"{label}-vs-stages"] = (
-            f"{sum(h[0] for h in hits)}/{sum(h[1] for h in hits)} (worst {max(h[2] for h in hits)} px)"
-        )
-        gold = [match(got[k], type(got[k])(np.asarray(golden[k]["boxes"]), np.asarray(golden[k]["scores"]),
-                                           np.asarray(golden[k]["classes"])), tol) for k in sorted(page)]  # fmt: skip
-        row[f"{label}-vs-ultralytics"] = summary(gold)
+        # ---- parity on the five pages
+        golden = json.loads((ROOT / "tests" / "data" / "doclayout_ultralytics.json").read_text())["pages"]
+        ref = dict(zip(sorted(page), stages.run_batch(images)))
+        for label, pipe, tol in (("fp16", det16, 2.0), ("default", det, 2.0)):
+            got = dict(zip(sorted(page), pipe.run_batch(images)))
+            hits = [match(got[k], ref[k], tol) for k in sorted(page)]
+            row[f"{label}-vs-stages"] = (
+                f"{sum(h[0] for h in hits)}/{sum(h[1] for h in hits)} (worst {max(h[2] for h in hits)} px)"
+            )
+            gold = [match(got[k], as_detections(got[k], golden[k]), tol) for k in sorted(page)]
+            row[f"{label}-vs-ultralytics"] = summary(gold)
 
-    # ---- the hand-written torch path (device-side geometry)
-    if gpu:
-        from amdinfer.quantize import Fp16Quantizer
+        # ---- the hand-written torch path (device-side geometry)
+        if gpu:
+            from amdinfer.quantize import Fp16Quantizer
 
-        hand = TorchPath(Fp16Quantizer().quantize(proto), side)
-        timed(row, "torch", lambda: hand(batch), B)
-        timed(row, "torch-batch1", lambda: hand(batch[:1]), 1)
-    timed(row, "fp16-batch1", lambda: det16(batch[0]), 1)
-    row.update(decode_rates(paths, gpu))
-    record(row)
-    for d in (det, det16, stages):
-        d.close()
+            hand = TorchPath(Fp16Quantizer().quantize(proto), side)
+            timed(row, "torch", lambda: hand(batch), B)
+            timed(row, "torch-batch1", lambda: hand(batch[:1]), 1)
+        timed(row, "fp16-batch1", lambda: det16(batch[0]), 1)
+        row.update(decode_rates(paths, gpu))
+        record(row)
+        for d in (det, det16, stages):
+            d.close()
 
     # ---- fixed-size frames
     frames_row: dict[str, Any] = {"what": "fixed frames", "batch": B}
@@ -362,11 +368,27 @@ def main(argv: list[str] | None = None) -> int:
         return go
 
     timed(frames_row, f"resnet50-classify-map16-{w}x{h}", frames_map(cls, frames), 16 * B)
+
+    def engine_side(prefix: str, fp: Any, data: list[np.ndarray]) -> None:
+        """Where a fused pipeline's time goes: placement alone, its engine on placed and on device batches."""
+        if not hasattr(fp, "feeds"):
+            return
+        feed, _ = fp.feeds(data)
+        timed(frames_row, f"{prefix}-place", lambda: fp.feeds(data), B)
+        timed(frames_row, f"{prefix}-engine-placed", lambda: fp.engine.run(feed), B)
+        if torch is not None:
+            dev = {k: torch.from_numpy(np.ascontiguousarray(v)).to("cuda") for k, v in feed.items()}
+            timed(frames_row, f"{prefix}-engine-device", lambda: fp.engine.run(dev), B)
+        frames_row[f"{prefix}-providers"] = fp.engine.info.providers
+        frames_row[f"{prefix}-notes"] = [n[:160] for n in fp.engine.info.notes][:4]
+
+    engine_side("resnet50-classify", cls, frames)
     cls.close()
     with amdinfer.classify(resnet, size=256, crop=224, precision="fp16", fuse=False, **load) as staged:
         fixed = staged.fuse(image_size=(h, w))  # geometry in the graph: the fixed-frame form
         timed(frames_row, f"resnet50-fused-frames-{w}x{h}", lambda: fixed.run_batch(frames), B)
         timed(frames_row, f"resnet50-fused-frames-map16-{w}x{h}", frames_map(fixed, frames), 16 * B)
+        engine_side("resnet50-fused-frames", fixed, frames)
         fixed.close()
     fh, fw = (96, 160) if args.quick else (1080, 1920)
     big = [rng.integers(0, 256, (fh, fw, 3), np.uint8) for _ in range(B)]
@@ -379,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         timed(frames_row, f"yolo-fp16-fused-frames-map16-{fw}x{fh}", frames_map(inframe, big), 16 * B)
         inframe.close()
     frames_row["yolo-engine-fp16"] = row.get("engine-fp16")
+    if frames_row["yolo-engine-fp16"] is None:
+        with amdinfer.load(proto, precision="fp16", **load) as eng:
+            x = np.random.default_rng(0).random((B, 3, side, side), dtype=np.float32)
+            xd = torch.from_numpy(x).to("cuda") if torch is not None else x
+            timed(frames_row, "yolo-engine-fp16", lambda: eng.run({eng.inputs[0].name: xd}), B)
     det16.close()
     record(frames_row)
 
