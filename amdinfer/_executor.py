@@ -216,21 +216,8 @@ class Executor(Generic[M, R]):
             batch.futures.append(done)
             return batch
         pool, _ = self._pools()
-        # One task per thread, each placing a contiguous run of items: a task per item cost a Future, a lock and
-        # a GIL hand-off each, which bound small images (ResNet-50 frames: 4,011 images/s on 16 cores) long
-        # before the cores did. Item 0 leads the first run, so it still fixes the canvas first.
-        runs = min(len(items), self.threads)
-        bounds = [len(items) * r // runs for r in range(runs + 1)]
-        batch.futures = [
-            pool.submit(self._place_run, batch, bounds[r], items[bounds[r] : bounds[r + 1]]) for r in range(runs)
-        ]
+        batch.futures = [pool.submit(self._place_one, batch, j, item) for j, item in enumerate(items)]
         return batch
-
-    def _place_run(self, batch: _Batch[M], first: int, items: Sequence[Any]) -> None:
-        """Place ``items`` (batch positions from ``first``) in turn; the first failure ends the run (the batch
-        fails with the lowest failing index, since runs are in order)."""
-        for k, item in enumerate(items):
-            self._place_one(batch, first + k, item)
 
     @staticmethod
     def _collect(batch: _Batch[M]) -> tuple[np.ndarray, list[M]]:
