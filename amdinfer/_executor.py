@@ -62,19 +62,6 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _opencv_single_threaded() -> None:
-    """Turn OpenCV's own thread pool off (``cv2.setNumThreads(1)``, process-wide) when OpenCV is installed.
-
-    The executor's threads are the parallelism: each of them fanning out into OpenCV's pool as well
-    oversubscribes the cores (on the H200 host's 16 cores: letterboxing 64 pages 2,341 -> 2,672 images/s,
-    ``map`` 1,413 -> 1,519). Ultralytics does the same (``cv2.setNumThreads(0)``). Documented in
-    docs/pipeline.md ("The executor")."""
-    from .preprocess._common import _have, _import
-
-    if _have("cv2"):
-        _import("cv2").setNumThreads(1)
-
-
 class _Abandoned(Exception):
     """Item 0 of the batch failed before it fixed the canvas; the batch reports item 0's error."""
 
@@ -166,8 +153,6 @@ class Executor(Generic[M, R]):
             if self._pool is None or self._pool_size != self.threads:
                 if self._pool is not None:
                     self._pool.shutdown(wait=False)  # its queued work still runs
-                if self.threads > 1:
-                    _opencv_single_threaded()
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="amdinfer-place")
                 self._pool_size = self.threads
             if self._engine is None:
