@@ -52,8 +52,7 @@ import amdinfer
 from amdinfer.testing import models
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_gpu import batch_dynamic  # noqa: E402
+from amdinfer.testing.models import batch_dynamic  # noqa: E402
 
 
 def rate(fn: Callable[[], Any], items: int, *, warmup: int = 2, min_iters: int = 5, seconds: float = 1.0) -> float:

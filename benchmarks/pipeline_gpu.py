@@ -46,6 +46,7 @@ from amdinfer.engines._staging import PinnedStaging
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
 from amdinfer.preprocess import CenterCrop, HwcToChw, Letterbox, Normalize, Resize
 from amdinfer.testing import models
+from amdinfer.testing.models import batch_dynamic
 
 QUICK = os.environ.get("AMDINFER_BENCH_QUICK") == "1"
 
@@ -77,27 +78,6 @@ def pipeline_for(name: str, model: Any, providers: list[str], precision: str) ->
     return amdinfer.Pipeline(
         preprocess=pre, engine=model, postprocess=post, backend="ort", providers=providers, precision=precision
     )
-
-
-def batch_dynamic(proto: Any) -> Any:
-    """A copy of a batch-1 Ultralytics export with a dynamic batch axis (``Reshape`` shapes ``[1, ...]`` ->
-    ``[0, ...]``, i.e. copy the input's batch); checked against per-image runs by ``--cpu-smoke``."""
-    import onnx
-    from onnx import numpy_helper
-
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    del m.graph.value_info[:]  # intermediate shapes recorded at batch 1
-    for vi in list(m.graph.input) + list(m.graph.output):
-        vi.type.tensor_type.shape.dim[0].dim_param = "N"
-    inits = {t.name: t for t in m.graph.initializer}
-    for node in m.graph.node:
-        if node.op_type == "Reshape" and node.input[1] in inits:
-            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
-            if shape.size and shape[0] == 1:
-                shape[0] = 0
-                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
-    return m
 
 
 def trained_pipeline(path: str, providers: list[str], precision: str) -> amdinfer.Pipeline:

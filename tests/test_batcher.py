@@ -201,6 +201,21 @@ def engine():
         yield e
 
 
+def _detector() -> amdinfer.Pipeline:
+    """A small YOLOv8-style detection pipeline on the CPU (a few boxes per 40x56 image)."""
+    from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
+    from amdinfer.preprocess import HwcToChw, Letterbox, Normalize
+    from amdinfer.testing.models import yolov8
+
+    return amdinfer.Pipeline(
+        preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
+        engine=yolov8(seed=1, image_size=64, num_classes=4),
+        backend="ort",
+        providers=CPU,
+        postprocess=[YoloDecode(conf_threshold=0.0185), Nms(), ScaleBoxes()],
+    )
+
+
 class TestWorkers:
     def test_engine_worker_splits_a_batch_back_into_requests(self, engine):
         rng = np.random.default_rng(0)
@@ -234,17 +249,7 @@ class TestWorkers:
             check_request(engine.inputs, feeds)
 
     def test_pipeline_worker_detections_with_batch_index(self):
-        from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
-        from amdinfer.preprocess import HwcToChw, Letterbox, Normalize
-        from amdinfer.testing.models import yolov8
-
-        pipe = amdinfer.Pipeline(
-            preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
-            engine=yolov8(seed=1, image_size=64, num_classes=4),
-            backend="ort",
-            providers=CPU,
-            postprocess=[YoloDecode(conf_threshold=0.0185), Nms(), ScaleBoxes()],
-        )
+        pipe = _detector()
         with pipe:
             rng = np.random.default_rng(2)
             requests = [{"images": rng.integers(0, 255, (n, 40, 56, 3), dtype=np.uint8)} for n in (2, 1)]
@@ -257,17 +262,7 @@ class TestWorkers:
                 assert "scores_batch_index" not in out
 
     def test_pipeline_worker_runs_a_fused_pipeline(self):
-        from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
-        from amdinfer.preprocess import HwcToChw, Letterbox, Normalize
-        from amdinfer.testing.models import yolov8
-
-        pipe = amdinfer.Pipeline(
-            preprocess=[Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
-            engine=yolov8(seed=1, image_size=64, num_classes=4),
-            backend="ort",
-            providers=CPU,
-            postprocess=[YoloDecode(conf_threshold=0.0185), Nms(), ScaleBoxes()],
-        )
+        pipe = _detector()
         with pipe, pipe.fuse() as fused:
             worker = PipelineWorker(fused)
             assert worker.input_name == "images"

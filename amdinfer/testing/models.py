@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
     "OPSET",
+    "batch_dynamic",
     "random_inputs",
     "resnet50",
     "tiny_cnn",
@@ -939,3 +940,35 @@ def random_inputs(
             data = rng.standard_normal(shape, dtype=np.float32)
         feeds[value_info.name] = data.astype(dtype, copy=False)
     return feeds
+
+
+def batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a batch-1 export (Ultralytics' default) with a dynamic batch axis ``N``.
+
+    Such exports hold the 1 inside: every ``Reshape`` whose constant shape starts with 1 gets 0 there (copy the
+    input's batch), inputs and outputs get ``N`` on axis 0, and the intermediate shapes recorded at batch 1 are
+    dropped. Checked against per-image runs on the trained YOLOv8n by the tests (tests/pipeline/test_executor.py).
+
+    Example:
+        >>> m = helper.make_model(helper.make_graph(
+        ...     [helper.make_node("Reshape", ["x", "s"], ["y"])], "g",
+        ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+        ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])],
+        ...     [numpy_helper.from_array(np.array([1, 6], np.int64), "s")]))
+        >>> d = batch_dynamic(m)
+        >>> d.graph.input[0].type.tensor_type.shape.dim[0].dim_param, numpy_helper.to_array(d.graph.initializer[0])
+        ('N', array([0, 6]))
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    for vi in list(out.graph.input) + list(out.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    inits = {t.name: t for t in out.graph.initializer}
+    for node in out.graph.node:
+        if node.op_type == "Reshape" and node.input[1] in inits:
+            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
+            if shape.size and shape[0] == 1:
+                shape[0] = 0
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import amdinfer
 from amdinfer._executor import Executor
@@ -24,6 +24,7 @@ from amdinfer.errors import InputError, StageInputError
 from amdinfer.fuse import FusedPipeline, fuse_model
 from amdinfer.preprocess import CenterCrop, Letterbox, LoadImage, Resize, letterbox_geometry, letterbox_into
 from amdinfer.stages import Preprocessor, Sample
+from amdinfer.testing.models import batch_dynamic
 
 CPU = {"backend": "ort", "providers": ["CPUExecutionProvider"]}
 BACKENDS = [
@@ -319,23 +320,6 @@ class TestFusedExecutor:
 
 
 # ------------------------------------------------------------------ the trained detector on the five pages
-def _batch_dynamic(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The batch-1 Ultralytics export with a dynamic batch axis (``Reshape`` ``[1, ...]`` -> ``[0, ...]``)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    del m.graph.value_info[:]
-    for vi in list(m.graph.input) + list(m.graph.output):
-        vi.type.tensor_type.shape.dim[0].dim_param = "N"
-    inits = {t.name: t for t in m.graph.initializer}
-    for node in m.graph.node:
-        if node.op_type == "Reshape" and node.input[1] in inits:
-            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
-            if shape.size and shape[0] == 1:
-                shape[0] = 0
-                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
-    return m
-
-
 def _same(a: Any, b: Any) -> None:
     np.testing.assert_array_equal(a.boxes, b.boxes)
     np.testing.assert_array_equal(a.scores, b.scores)
@@ -351,7 +335,7 @@ def test_trained_pages_match_the_old_path_and_stage_by_stage(tmp_path: Any) -> N
     import test_trained_yolo as parity
 
     pages = [page(n) for n in PAGES]
-    proto = _batch_dynamic(onnx.load(str(model_path())))
+    proto = batch_dynamic(onnx.load(str(model_path())))
     with amdinfer.yolo(proto, conf=parity.CONF, iou=parity.IOU, channels="RGB", **CPU) as pipe:
         stages = pipe.run_batch(pages)
         with pipe.fuse() as fused:

@@ -21,7 +21,6 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _servers import free_port, wait_until_ready
 from onnx import TensorProto, helper
 
 if importlib.util.find_spec("kserve") is None:
@@ -41,12 +41,6 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 MEMORY_CAP = 6 << 30  # address space of a server process (ONNX Runtime, gRPC and uvicorn threads fit in it)
 TIMEOUT_S = 60  # per client call: a hang fails, it does not stall the suite
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cap() -> None:
@@ -88,19 +82,7 @@ def server(argv: Sequence[str], log: Path) -> Iterator[Srv]:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_cap)
     srv = Srv(proc, http_port, grpc_port, log)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited with {proc.returncode}; log:\n{log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"server not ready after 120 s; log:\n{log.read_text()}")
-            time.sleep(0.2)
+        wait_until_ready(proc, http_port, log)
         yield srv
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()

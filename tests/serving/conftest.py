@@ -9,11 +9,8 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,18 +18,15 @@ from pathlib import Path
 
 import onnx
 import pytest
+from _servers import free_port, wait_until_ready
+
+__all__ = ["RunningServer", "free_port", "running_server"]
 
 # Ray (2.60) turns token authentication on and, without a token in the environment, writes a new one to
 # ~/.ray/auth_token. Give every Ray process of this session a fresh token through the environment instead,
 # before any test module imports ray.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -65,19 +59,7 @@ def running_server(argv: Sequence[str], http_port: int, grpc_port: int, log: Pat
         proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(proc, f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", log)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited with {proc.returncode}; log:\n{log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"http://{server.http}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"server not ready after 120 s; log:\n{log.read_text()}")
-            time.sleep(0.2)
+        wait_until_ready(proc, http_port, log)
         yield server
     finally:
         if proc.poll() is None:
