@@ -62,8 +62,25 @@ def server(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory):
     argv += ["--max-batch-size", "16", "--max-delay-ms", "20"]
     log = tmp_path_factory.mktemp("logs") / "tiny.log"
     with running_server(argv, http, grpc, log) as s:
+        _wait_for_every_process(s, [http, grpc], processes=2)
         yield s
         assert s.stop() == 0, log.read_text()
+
+
+def _wait_for_every_process(server: RunningServer, ports: list[int], processes: int, timeout: float = 120) -> None:
+    """Wait until each per-GPU process listens on every port: /v2/health/ready answers as soon as one does, and
+    clients that connect before the others listen would all land on it (SO_REUSEPORT spreads connections only
+    over the sockets listening when they arrive)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        children = psutil.Process(server.process.pid).children(recursive=True)
+        listening = [{c.laddr.port for c in child.connections("inet") if c.status == "LISTEN"} for child in children]
+        if len(children) == processes and all(set(ports) <= ports_of for ports_of in listening):
+            return
+        assert time.monotonic() < deadline, f"not every process listens on {ports}: {listening}"
+        time.sleep(0.2)
 
 
 def _x(rows: int = 2, seed: int = 0) -> np.ndarray:
