@@ -88,11 +88,19 @@ def _stride(proto: onnx.ModelProto) -> int:
         return 32
 
 
-def _decoder() -> str:
-    """The recipes' image decoder: OpenCV when installed (what Ultralytics decodes with; on the H200 host's 16
-    cores 1,154 JPEG pages/s against Pillow's 462), else Pillow."""
+_DECODER_CHOICES = ("auto", "opencv", "pillow", "nvjpeg")
+
+
+def _decoder(choice: str = "auto") -> str:
+    """The recipes' image decoder (``LoadImage``'s backend): for ``"auto"``, OpenCV when installed (what
+    Ultralytics decodes with; on the H200 host's 16 cores 1,292 JPEG pages/s against Pillow's 496), else Pillow;
+    otherwise the one named (``"nvjpeg"``: JPEG files on the GPU)."""
     from .preprocess import opencv_available
 
+    if choice not in _DECODER_CHOICES:
+        raise OptionError(f"decoder: got {choice!r}, expected one of {_DECODER_CHOICES}")
+    if choice != "auto":
+        return choice
     return "opencv" if opencv_available() else "auto"
 
 
@@ -107,6 +115,7 @@ def yolo(
     agnostic: bool = False,
     classes: Any = None,
     fuse: bool | str = "auto",
+    decoder: str = "auto",
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -133,6 +142,9 @@ def yolo(
         fuse: ``"auto"`` (the default): compiled into one ONNX graph (:meth:`amdinfer.Pipeline.fuse`, the
             letterbox on the host, NMS in the graph) when the engine runs on an accelerator, stage by stage on
             the CPU (the reference, and as fast there); ``True``/``False`` force one form. Same detections.
+        decoder: how paths and encoded bytes are decoded: ``"auto"`` (OpenCV when installed, else Pillow),
+            ``"opencv"``, ``"pillow"``, or ``"nvjpeg"`` (JPEG files on the NVIDIA GPU, then geometry on the host;
+            see :class:`~amdinfer.preprocess.LoadImage`).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...); the
             fused engine is loaded with them too.
@@ -154,9 +166,10 @@ def yolo(
     from .preprocess import _hw
 
     size = _hw("imgsz", imgsz)
+    backend_of_decoder = _decoder(decoder)
 
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
-        return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes)
+        return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
     return _recipe(model, stages, {}, channels, fuse, backend, load_options)
 
@@ -170,6 +183,7 @@ def _yolo_stages(
     max_det: int,
     agnostic: bool,
     classes: Any,
+    decoder: str,
 ) -> tuple[list[Any], list[Any]]:
     """:func:`yolo`'s preprocessing and post-processing stages for ``engine``'s model."""
     from .postprocess import Nms, ScaleBoxes, YoloDecode
@@ -184,7 +198,7 @@ def _yolo_stages(
         if fixed
         else Letterbox(size, auto=True, stride=_stride(proto))
     )
-    preprocess: list[Any] = [LoadImage(channels, backend=_decoder()), letterbox]
+    preprocess: list[Any] = [LoadImage(channels, backend=decoder), letterbox]
     if channels == "BGR":
         preprocess.append(BgrToRgb())
     preprocess += [Normalize(scale=1 / 255), HwcToChw()]
@@ -221,6 +235,7 @@ def classify(
     channels: str = "RGB",
     softmax: bool | None = None,
     fuse: bool | str = "auto",
+    decoder: str = "auto",
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -259,6 +274,7 @@ def classify(
         softmax: see above.
         fuse: ``"auto"`` (fused on an accelerator, stage by stage on the CPU), ``True`` or ``False``; the same
             top-k either way (see :func:`yolo`).
+        decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
 
@@ -286,6 +302,7 @@ def classify(
     if softmax is not None and not isinstance(softmax, bool):
         raise OptionError(f"softmax: got {softmax!r}, expected None (decide from the model), True or False")
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
+    args["decoder"] = _decoder(decoder)
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
 
 
@@ -323,7 +340,7 @@ def _classify_stages(engine: Any, args: dict[str, Any], channels: str) -> tuple[
     imagenet = (None, None) if ultralytics else (_IMAGENET_MEAN, _IMAGENET_STD)
     mean = _fractions("mean", args["mean"], meta, imagenet[0])
     std = _fractions("std", args["std"], meta, imagenet[1])
-    preprocess: list[Any] = [LoadImage(channels, backend=_decoder()), Resize(size), CenterCrop(crop)]
+    preprocess: list[Any] = [LoadImage(channels, backend=args["decoder"]), Resize(size), CenterCrop(crop)]
     if channels == "BGR":
         preprocess.append(BgrToRgb())
     preprocess.append(Normalize(mean=mean, std=std, scale=1 / 255))

@@ -312,6 +312,18 @@ def main(argv: list[str] | None = None) -> int:
                 pass
 
         timed(row, "default-map-16", stream_default, 16 * B, seconds=2 * secs)
+        if gpu:  # JPEG decoded on the GPU (nvJPEG), the geometry on the host
+            nv = amdinfer.yolo(proto, precision="fp16", decoder="nvjpeg", **load)
+
+            def stream_nvjpeg() -> None:
+                for _ in nv.map((paths[i % B] for i in range(16 * B)), batch_size=B):
+                    pass
+
+            timed(row, "fp16-jpeg-nvjpeg-map-16", stream_nvjpeg, 16 * B, seconds=2 * secs)
+            timed(row, "host-place-jpeg-nvjpeg", lambda: nv.feeds(paths), B)
+            host_dets, nv_dets = det16.run_batch(jpegs), nv.run_batch(jpegs)
+            row["nvjpeg-vs-host-decode"] = summary([match(a, b, 2.0) for a, b in zip(nv_dets, host_dets)])
+            nv.close()
         if hasattr(det16, "feeds"):
             import cv2
 

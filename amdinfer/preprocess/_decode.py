@@ -16,7 +16,7 @@ from ._common import _have, _import, check_image
 
 __all__ = ["LoadImage"]
 
-_DECODERS = ("auto", "pillow", "opencv")
+_DECODERS = ("auto", "pillow", "opencv", "nvjpeg")
 _MODES = ("RGB", "BGR", "L")
 
 
@@ -43,6 +43,10 @@ class LoadImage(Preprocessor):
         mode: ``"RGB"`` (``(H, W, 3)`` uint8), ``"BGR"`` (OpenCV's order) or ``"L"`` (grey ``(H, W)``).
         backend: ``"pillow"``, ``"opencv"``, or ``"auto"`` (Pillow if installed, else OpenCV). Neither is a
             dependency of amdinfer; install one (``pip install pillow`` or ``opencv-python-headless``).
+            ``"nvjpeg"``: JPEG files decoded on the NVIDIA GPU (nvJPEG through ``torchvision.io.decode_jpeg``;
+            needs torch and torchvision with CUDA) and copied back to the host; other formats are decoded on the
+            host (OpenCV if installed, else Pillow). nvJPEG's pixels may differ from libjpeg-turbo's by a few
+            levels (its IDCT and chroma upsampling).
 
     Raises:
         OptionError: unknown ``mode`` or ``backend``.
@@ -68,6 +72,11 @@ class LoadImage(Preprocessor):
             self._decoder()
 
     def _decoder(self) -> str:
+        if self.backend == "nvjpeg":
+            from ._nvjpeg import check_nvjpeg
+
+            check_nvjpeg()
+            return "nvjpeg"
         if self.backend == "pillow" or (self.backend == "auto" and _have("PIL")):
             if not _have("PIL"):
                 raise BackendUnavailableError("LoadImage(backend='pillow'): pip install pillow", backend="pillow")
@@ -107,7 +116,17 @@ class LoadImage(Preprocessor):
         return image
 
     def _decode(self, raw: bytes, what: str) -> np.ndarray:
-        if self._decoder() == "pillow":
+        decoder = self._decoder()
+        if decoder == "nvjpeg":
+            from ._nvjpeg import decode_jpeg_on_gpu, is_jpeg
+
+            if is_jpeg(raw):
+                try:
+                    return decode_jpeg_on_gpu(raw, self.mode)
+                except RuntimeError as exc:  # torchvision's error for a corrupt JPEG
+                    raise InputError(f"LoadImage: {what}: not a decodable JPEG (nvJPEG: {exc})") from exc
+            decoder = "opencv" if _have("cv2") else "pillow"  # other formats: on the host (documented)
+        if decoder == "pillow":
             from PIL import Image, ImageOps, UnidentifiedImageError
 
             try:

@@ -552,3 +552,21 @@ class TestCuda:
             rb = b.run(feeds)["logits"]
         want = oracle(model, feeds)["logits"]
         assert rms_error(ra, want) < 1e-3 and rms_error(rb, want) < 1e-3
+
+
+def test_nvjpeg_decoder_matches_the_host_decoder(cuda, tmp_path) -> None:
+    """``LoadImage(backend="nvjpeg")``: a JPEG decoded on the GPU is the host decoder's image within a few levels
+    (nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's); PNG files still decode on the host, exactly."""
+    pytest.importorskip("torchvision")
+    cv2 = pytest.importorskip("cv2")
+    from amdinfer.preprocess import LoadImage
+
+    page = cv2.imread(str(__import__("pathlib").Path(__file__).parents[1] / "data" / "doclayout_page0.png"))
+    cv2.imwrite(str(tmp_path / "p.jpg"), page, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    cv2.imwrite(str(tmp_path / "p.png"), page)
+    gpu, host = LoadImage(backend="nvjpeg"), LoadImage(backend="opencv")
+    a, b = gpu(str(tmp_path / "p.jpg")).data, host(str(tmp_path / "p.jpg")).data
+    assert a.shape == b.shape and a.dtype == np.uint8
+    diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
+    assert diff.mean() < 1.0 and np.percentile(diff, 99.9) <= 8, (diff.mean(), diff.max())
+    np.testing.assert_array_equal(gpu(str(tmp_path / "p.png")).data, host(str(tmp_path / "p.png")).data)

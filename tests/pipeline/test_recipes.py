@@ -314,3 +314,30 @@ class TestClassify:
         finally:
             clf.close()
         assert len(parses) == 1
+
+
+class TestDecoder:
+    """``decoder=``: how the recipes decode paths and bytes (``LoadImage``'s backend)."""
+
+    def test_named_decoders_reach_load_image(self) -> None:
+        from amdinfer.testing.models import yolov8
+
+        with amdinfer.yolo(yolov8(image_size=64, num_classes=2), decoder="pillow", **CPU) as det:
+            assert det.preprocess[0].backend == "pillow"
+        with pytest.raises(amdinfer.OptionError, match=r"decoder: got 'turbo', expected one of \('auto', "):
+            amdinfer.yolo(yolov8(image_size=64, num_classes=2), decoder="turbo", **CPU)
+
+    def test_nvjpeg_without_a_cuda_torch_says_what_is_missing(self) -> None:
+        from amdinfer.preprocess import LoadImage
+
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                pytest.skip("a CUDA GPU is here: tests/engines/test_gpu.py checks the nvJPEG decoder")
+        except ImportError:
+            pass
+        with pytest.raises(
+            amdinfer.BackendUnavailableError, match=r"LoadImage\(backend='nvjpeg'\): .*backend='opencv'"
+        ):
+            LoadImage(backend="nvjpeg")
