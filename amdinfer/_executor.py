@@ -68,7 +68,7 @@ class _Abandoned(Exception):
 
 class _Batch(Generic[M]):
     """One batch in flight: its buffer (allocated for the canvas of item 0, or up front when known), the
-    per-item metadata and placement futures, and its engine run."""
+    per-item metadata and placement futures."""
 
     def __init__(self, start: int, count: int, allocate: Callable[[tuple[int, ...]], np.ndarray]) -> None:
         self.start, self.count, self._allocate = start, count, allocate
@@ -76,7 +76,6 @@ class _Batch(Generic[M]):
         self.metas: list[Any] = [None] * count
         self.placed = [False] * count
         self.futures: list[Future[Any]] = []
-        self.run: Future[Any] | None = None
         self.decided = threading.Event()
         self._lock = threading.Lock()
 
@@ -112,9 +111,10 @@ class Executor(Generic[M, R]):
         staging: where buffers come from (default: plain NumPy buffers, reused).
         dtype: the buffer's dtype.
         inflight: batches :meth:`map` keeps going at once (>= 2 overlaps placement with the engine).
-        stream: optional ``(iterator of (batch, metas)) -> iterator of outputs`` for :meth:`map`, e.g. the
-            engine's ``run_many``, which on a GPU copies batch k+1 to the device while batch k computes; it
-            reads the batches on a thread of its own, at most ``inflight - 1`` ahead of the result it yields.
+        stream: ``(iterator of (batch, metas)) -> iterator of outputs`` for :meth:`map`, e.g. the engine's
+            ``run_many``, which on a GPU copies batch k+1 to the device while batch k computes; it reads the
+            batches on the engine thread, at most ``inflight - 1`` ahead of the result it yields. Default:
+            ``run`` on each batch in turn.
 
     Example: see the module.
     """
@@ -136,7 +136,7 @@ class Executor(Generic[M, R]):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise OptionError(f"{name}: got {value!r}, expected an int >= 1")
         self._place, self._run, self._finish = place, run, finish
-        self._stream = stream
+        self._stream = stream or self._run_each
         self.canvas = None if canvas is None else tuple(int(c) for c in canvas)
         self.threads = threads or default_threads()
         self._staging = staging or PinnedStaging(depth=inflight + 1, pinned=False)
@@ -247,38 +247,16 @@ class Executor(Generic[M, R]):
         finally:
             self._release(batch, outputs)
 
-    def map(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
-        """Run a stream ``batch_size`` items at a time, up to ``inflight`` batches at once; results in order."""
-        if self._stream is not None:
-            yield from self._map_stream(items, batch_size)
-            return
-        it = iter(items)
-        inflight: deque[_Batch[M]] = deque()
-        start = 0
-        try:
-            while True:
-                while len(inflight) < self._inflight:
-                    chunk = list(islice(it, batch_size))
-                    if not chunk:
-                        break
-                    batch = self._start(chunk, start, inline=False)
-                    start += len(chunk)
-                    batch.run = self._pools()[1].submit(self._run_batch, batch)
-                    inflight.append(batch)
-                if not inflight:
-                    return
-                batch = inflight[0]
-                assert batch.run is not None
-                outputs, metas = batch.run.result()
-                inflight.popleft()
-                self._release(batch, outputs)
-                yield from self._finish(outputs, metas)
-        finally:
-            self._abandon(inflight)
+    def _run_each(self, batches: Iterator[tuple[np.ndarray, list[M]]]) -> Iterator[Outputs]:
+        """The default ``stream``: ``run`` on each placed batch in turn (on the engine thread)."""
+        for buffer, metas in batches:
+            yield self._run(buffer, metas)
 
-    def _map_stream(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
-        """:meth:`map` through ``stream``: placed batches go to it in order through a queue; its outputs come
-        back through another. A batch whose placement failed ends the stream there: the results before it are
+    def map(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
+        """Run a stream ``batch_size`` items at a time, up to ``inflight`` batches at once; results in order.
+
+        Placed batches go to ``stream`` (on the engine thread) in order through a queue; its outputs come back
+        through another. A batch whose placement failed ends the stream there: the results before it are
         yielded, then its item's error is raised."""
         it = iter(items)
         todo: queue.Queue[_Batch[M] | None] = queue.Queue()
@@ -295,7 +273,6 @@ class Executor(Generic[M, R]):
 
         def drive() -> None:
             try:
-                assert self._stream is not None
                 for outputs in self._stream(batches()):
                     done.put(("out", outputs))
             except BaseException as exc:
@@ -340,8 +317,8 @@ class Executor(Generic[M, R]):
         """Cancel what has not started (an error, or the caller stopped early); wait for what has."""
         batches = list(batches)
         for b in batches:
-            for f in [*b.futures, *([b.run] if b.run else [])][::-1]:
+            for f in reversed(b.futures):
                 f.cancel()
         for b in batches:
-            wait([*b.futures, *([b.run] if b.run else [])])
+            wait(b.futures)
             self._release(b)
