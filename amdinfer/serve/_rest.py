@@ -155,13 +155,7 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     async def infer(request: Request, model_name: str, model_version: str | None = None) -> Response:
         if not await dataplane.model_ready(model_name, True):
             raise ModelNotReady(model_name)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_request_bytes:  # BodyLimit stops it first; kept for apps without the middleware
-                raise HTTPException(413, _too_large(max_request_bytes, f"more than {max_request_bytes} bytes"))
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        body = await request.body()  # bounded by BodyLimit, installed below with these routes
         header = request.headers.get(INFERENCE_HEADER)
         if len(body) > _OFF_LOOP_BYTES:
             infer_request = await asyncio.to_thread(_decode, body, header, model_name, model_version)
