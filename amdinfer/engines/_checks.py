@@ -17,7 +17,7 @@ from .._files import check_allocation
 from ..errors import InputError, OptionError
 from ..types import ShapeBounds, TensorSpec
 
-__all__ = ["Feeds", "FeedChecks", "OutputSelection", "dtype_expr"]
+__all__ = ["Feeds", "FeedChecks", "OutputSelection", "check_symbol", "dtype_expr"]
 
 
 Feeds = Mapping[str, Any] | np.ndarray | Any
@@ -143,12 +143,7 @@ class FeedChecks:
             for i, sym in symbolic:
                 if symbols is None:
                     symbols = {}
-                seen = symbols.setdefault(sym, (shape[i], name))
-                if seen[0] != shape[i]:
-                    raise InputError(
-                        f"input {name!r}: axis {i} ({sym!r}) is {shape[i]}, "
-                        f"but input {seen[1]!r} has {sym!r} = {seen[0]}"
-                    )
+                check_symbol(symbols, name, i, sym, shape[i])
             if bounds is not None and not self._buckets:
                 if not bounds.contains(shape):
                     raise InputError(
@@ -212,6 +207,25 @@ class FeedChecks:
         """An accepted DLPack feed as ``_run`` takes it; it must expose ``.shape`` and a NumPy ``.dtype``
         for the checks (e.g. a torch tensor's ``torch.float32`` is not one), so GPU backends wrap it."""
         return value
+
+
+def check_symbol(symbols: dict[str, tuple[int, str]], name: str, axis: int, symbol: str, size: int) -> None:
+    """Record that input ``name`` has ``size`` on ``axis``, named ``symbol``; refuse a size that another input
+    gave the same symbol (``symbols``: symbol -> (size, input) so far, across the inputs of one call).
+
+    Example:
+        >>> seen = {}
+        >>> check_symbol(seen, "a", 0, "N", 2)
+        >>> check_symbol(seen, "b", 0, "N", 1)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'b': axis 0 ('N') is 1, but input 'a' has 'N' = 2
+    """
+    seen = symbols.setdefault(symbol, (size, name))
+    if seen[0] != size:
+        raise InputError(
+            f"input {name!r}: axis {axis} ({symbol!r}) is {size}, but input {seen[1]!r} has {symbol!r} = {seen[0]}"
+        )
 
 
 def _fmt(spec: TensorSpec) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engines._checks import check_symbol
 from ..engines.base import Engine
 from ..errors import InputError, OptionError
 from ..types import TensorSpec
@@ -68,12 +69,7 @@ def check_request(specs: Sequence[TensorSpec], feeds: Tensors) -> None:
             raise InputError(f"input {spec.name!r}: got shape {arr.shape}, expected at least one item on axis {axis}")
         for axis, (dim, size) in enumerate(zip(spec.shape, arr.shape)):
             if isinstance(dim, str):
-                seen = symbols.setdefault(dim, (size, spec.name))
-                if seen[0] != size:
-                    raise InputError(
-                        f"input {spec.name!r}: axis {axis} ({dim!r}) is {size}, "
-                        f"but input {seen[1]!r} has {dim!r} = {seen[0]}"
-                    )
+                check_symbol(symbols, spec.name, axis, dim, size)  # Engine.run's own rule
 
 
 def request_rows(feeds: Tensors) -> int:
