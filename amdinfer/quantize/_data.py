@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..engines._checks import dtype_expr
 from ..errors import InputError, OptionError, StageError
 
 __all__ = ["Progress", "data_hash", "describe_nonfinite", "input_dims", "input_specs", "materialize", "to_feeds"]
@@ -352,7 +353,7 @@ def _checked_array(
     if dtype is not None and arr.dtype != dtype:
         raise InputError(
             f"{where}, input {name!r}: got dtype {arr.dtype}, expected {np.dtype(dtype)} "
-            f"(cast it, e.g. x.astype(np.{np.dtype(dtype)}))"
+            f"(cast it, e.g. x.astype({dtype_expr(dtype)}))"
         )
     if 0 in arr.shape:
         raise InputError(f"{where}, input {name!r}: got shape {arr.shape}{shown}: an empty axis, no values")
