@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Union
 
@@ -25,7 +24,7 @@ from ._files import check_path, read_regular
 from .errors import ModelError, OptionError
 from .types import Dim, TensorSpec
 
-__all__ = ["ModelLike", "ModelSource", "min_ir_version", "onnx_dtype_to_numpy"]
+__all__ = ["ModelLike", "ModelSource", "graphs_of", "min_ir_version", "onnx_dtype_to_numpy"]
 
 log = logging.getLogger("amdinfer.model")
 
@@ -33,6 +32,24 @@ ModelLike = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProt
 
 # Lowest IR version that can express each tensor element type newer than IR 4.
 _DTYPE_MIN_IR = {17: 9, 18: 9, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 12, 25: 13, 26: 13, 27: 14, 28: 14}
+
+
+def graphs_of(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every subgraph in it (``Loop``/``If``/``Scan`` bodies, nested ones too), depth first.
+
+    Example:
+        >>> from onnx import helper
+        >>> body = helper.make_graph([], "body", [], [])
+        >>> node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
+        >>> [g.name for g in graphs_of(helper.make_graph([node], "main", [], []))]
+        ['main', 'body', 'body']
+    """
+    out = [graph]
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                out += graphs_of(sub)
+    return out
 
 
 def onnx_dtype_to_numpy(elem_type: int) -> np.dtype:
@@ -414,20 +431,11 @@ class ModelSource:
 
     def operators(self) -> set[str]:
         """The operator types used, as ``"OpType"`` (ai.onnx) or ``"domain::OpType"``, subgraphs included."""
-        ops: set[str] = set()
-
-        def walk(nodes: Iterable[onnx.NodeProto]) -> None:
-            for n in nodes:
-                ops.add(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}")
-                for a in n.attribute:
-                    if a.type == onnx.AttributeProto.GRAPH:
-                        walk(a.g.node)
-                    elif a.type == onnx.AttributeProto.GRAPHS:
-                        for g in a.graphs:
-                            walk(g.node)
-
-        walk(self.proto.graph.node)
-        return ops
+        return {
+            n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+            for g in graphs_of(self.proto.graph)
+            for n in g.node
+        }
 
     def with_ir_version(self, max_ir: int) -> ModelSource:
         """A copy whose IR version is at most ``max_ir``, when nothing in the model needs more.

@@ -22,7 +22,7 @@ import onnx
 
 from ..._validate import flag
 from ...errors import BackendUnavailableError, ModelError, OptionError, UnsupportedOperatorError
-from ...model import ModelSource
+from ...model import ModelSource, graphs_of
 from ...types import ShapeBounds
 from ..base import EngineInfo
 from ._errors import IR_RE
@@ -56,7 +56,7 @@ def compute_precision(model: onnx.ModelProto) -> str | None:
     """
     counts = dict.fromkeys(_FLOATS.values(), 0)
     casts: set[str] = set()
-    for graph in _graphs(model.graph):
+    for graph in graphs_of(model.graph):
         tensors = list(graph.initializer)
         for node in graph.node:
             tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
@@ -75,16 +75,6 @@ def compute_precision(model: onnx.ModelProto) -> str | None:
         return best if best != "fp32" and counts[best] * 2 > sum(counts.values()) else None
     low = casts & {"fp16", "bf16"}
     return low.pop() if len(low) == 1 and "fp32" not in casts else None
-
-
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """``graph`` and every subgraph in it (``Loop``/``If``/``Scan`` bodies), depth first."""
-    out = [graph]
-    for node in graph.node:
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                out += _graphs(sub)
-    return out
 
 
 def optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_model_path: Any) -> Any:
