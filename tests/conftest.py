@@ -11,10 +11,18 @@ from pathlib import Path
 
 import pytest
 
+# Before anything imports onnxruntime: the pinned build (1.32) writes a telemetry device id and event database
+# (onnxruntime.db) under $XDG_CACHE_HOME, else ~/.cache, /Microsoft/DeveloperTools/.onnxruntime when it is
+# imported, and the sandbox below only starts in pytest_configure. Subprocesses of the tests inherit this.
+os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+
 from amdinfer.testing import conformance
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _sandbox
+
+#: tests/installed/ is the smoke test of the installed wheel (`nox -s package` runs it outside the checkout).
+collect_ignore = ["installed"]
 
 #: The user's amdinfer cache (path, contents) before the run; the run must leave it as it found it.
 _USER_CACHE: tuple[Path, frozenset | None] | None = None

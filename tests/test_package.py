@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +224,62 @@ def _counting(method, calls: list):
         return method(self, data)
 
     return wrapper
+
+
+def test_package_data_ships_every_data_file() -> None:
+    """Every non-Python file under amdinfer/ is listed in package-data, so a regular (non-editable) install has it.
+
+    `nox -s package` checks the built wheel itself; this catches a new data file without building anything.
+    """
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(amdinfer.__file__).parent
+    pyproject = tomllib.loads((root.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["amdinfer"]
+    data = sorted(
+        p.relative_to(root)
+        for p in root.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    )
+    assert Path("data/migraphx_onnx_operators.txt") in data and Path("py.typed") in data  # the check sees them
+    unlisted = [str(p) for p in data if not any(p.match(pattern) for pattern in patterns)]
+    assert not unlisted, f"add to [tool.setuptools.package-data] in pyproject.toml: {unlisted}"
+
+
+def test_license_metadata_is_spdx_with_the_file() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    top = Path(amdinfer.__file__).parents[1]
+    project = tomllib.loads((top / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert (top / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def _onnxruntime_files_in_fresh_home(tmp_path: Path, disable: bool) -> list[str]:
+    """Import onnxruntime and run a session in a subprocess with an empty HOME; what it left there."""
+    from amdinfer.testing.models import tiny_cnn
+
+    home = tmp_path / ("home-disabled" if disable else "home")
+    home.mkdir()
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(tiny_cnn().SerializeToString())
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "ORT_DISABLE_TELEMETRY")}
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1", **({"ORT_DISABLE_TELEMETRY": "1"} if disable else {}))
+    code = (
+        "import sys, numpy as np, onnxruntime as ort; "
+        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']); "
+        "s.run(None, {'input': np.zeros((1, 3, 32, 32), np.float32)})"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(model)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
+
+
+def test_onnxruntime_telemetry_stays_out_of_home(tmp_path: Path) -> None:
+    """tests/conftest.py sets ORT_DISABLE_TELEMETRY=1 (and noxfile's sessions): ONNX Runtime then writes nothing
+    under HOME; without it, 1.32 writes ~/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}."""
+    pytest.importorskip("onnxruntime")
+    assert os.environ.get("ORT_DISABLE_TELEMETRY") == "1"
+    assert _onnxruntime_files_in_fresh_home(tmp_path, disable=True) == []
+    written = _onnxruntime_files_in_fresh_home(tmp_path, disable=False)
+    if not written:
+        pytest.skip("this onnxruntime writes nothing under HOME even without ORT_DISABLE_TELEMETRY")
+    assert any("onnxruntime" in name for name in written), written  # the files the variable keeps out

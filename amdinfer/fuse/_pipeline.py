@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from .._executor import Executor, Slot, default_threads
+from .._source_images import attach, call, check_keep, remember
 from ..engines._staging import PinnedStaging
 from ..errors import InputError, OptionError, StageError
 from ..preprocess import CenterCrop, Letterbox, Resize, check_image
@@ -51,6 +52,8 @@ class FusedPipeline:
         staging: make the batch buffers pinned (page-locked) when the engine runs on a GPU and PyTorch is
             installed (:class:`~amdinfer.engines._staging.PinnedStaging`): the copy to the device is then one
             DMA at bus speed, at no extra host cost (the images are written there anyway).
+        keep_image: keep on each result the picture the first host stage, ``LoadImage``, decoded
+            (``result.image``; see :class:`amdinfer.Pipeline`).
         threads: placement threads (decoding and geometry, see "The executor" in docs/pipeline.md); ``None``:
             the cores this process may use (a batch of n uses at most n).
 
@@ -81,7 +84,9 @@ class FusedPipeline:
         staging: bool = True,
         host_post: Sequence[Postprocessor] = (),
         threads: int | None = None,
+        keep_image: bool = False,
     ) -> None:
+        self._keep_image = check_keep(keep_image)
         self._model = model
         self._host_post = tuple(host_post)
         raw = next((p.value for p in model.metadata_props if p.key == _META_KEY), None)
@@ -179,6 +184,8 @@ class FusedPipeline:
                 sample = stage(sample)
             except Exception as exc:
                 raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
+            if k == 0 and self._keep_image:
+                remember(sample, stage)
         return sample
 
     def _check(self, index: int, data: Any) -> np.ndarray:
@@ -268,7 +275,10 @@ class FusedPipeline:
         return items
 
     def results(self, outputs: dict[str, np.ndarray], samples: Sequence[Sample]) -> list[Any]:
-        """Split the fused graph's outputs into one result per image."""
+        """Split the fused graph's outputs into one result per image (each with its kept picture, if any)."""
+        return [attach(r, s.meta) for r, s in zip(self._results(outputs, samples), samples)]
+
+    def _results(self, outputs: dict[str, np.ndarray], samples: Sequence[Sample]) -> list[Any]:
         n = len(samples)
         if self._kind == "classify":
             return [
@@ -345,8 +355,9 @@ class FusedPipeline:
 
     # ------------------------------------------------------------------ running
     def __call__(self, image: Any) -> Any:
-        """Run one image. Example: see :class:`FusedPipeline`."""
-        return self.run_batch([image])[0]
+        """Run one image; a list, a glob or a folder of them gives a list of results in order (see
+        :meth:`amdinfer.Pipeline.__call__`). Example: see :class:`FusedPipeline`."""
+        return call(self.run_batch, image)
 
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
         """Run a batch of images with one engine call; one result per image, in order.

@@ -21,6 +21,7 @@ from typing import Any
 
 import onnx
 
+from .._install import pip_extra
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ..model import ModelSource
 
@@ -127,7 +128,7 @@ def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
         import onnxruntime as ort
     except ImportError as exc:
         raise BackendUnavailableError(
-            "quantization needs onnxruntime; pip install 'amdinfer-onnx[cpu]'", backend="ort", cause=str(exc)
+            f"quantization needs onnxruntime; {pip_extra('cpu')}", backend="ort", cause=str(exc)
         ) from exc
     # Symbolic shape inference needs sympy; ONNX shape inference covers convolutional models without it.
     skip_symbolic = importlib.util.find_spec("sympy") is None

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+from ..._install import pip_extra
 from ...errors import BackendUnavailableError
 from ..registry import Diagnosis
 from ._providers import AMD_PROVIDERS, PROVIDER_ORDER, fix_for, import_ort, installed_ort_distributions, probe_provider
@@ -23,7 +24,7 @@ def diagnose() -> Diagnosis:
         problems.append(
             f"{len(dists)} ONNX Runtime distributions are installed together "
             f"({', '.join(dists)}); they overwrite each other's files. Uninstall all of them, "
-            "then install exactly one (e.g. pip install 'amdinfer-onnx[migraphx]')"
+            f"then install exactly one (e.g. {pip_extra('migraphx')})"
         )
     try:
         ort = import_ort()
@@ -42,6 +43,6 @@ def diagnose() -> Diagnosis:
     if not any(p in available for p in AMD_PROVIDERS):
         problems.append(
             "this onnxruntime build has no AMD provider: pip uninstall onnxruntime, then "
-            "pip install 'amdinfer-onnx[migraphx]' (ROCm 6+) or 'amdinfer-onnx[rocm]' (ORT <= 1.22)"
+            f"{pip_extra('migraphx')} for ROCm 6+, or the [rocm] extra instead (ORT <= 1.22)"
         )
     return Diagnosis(f"onnxruntime {ort.__version__}", details=details, problems=problems)

@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..._install import pip_extra
 from ..._validate import flag
 from ...errors import BackendUnavailableError, OptionError
 
@@ -151,7 +152,7 @@ _MIGRAPHX = ExecutionProvider(
     library="libonnxruntime_providers_migraphx.so",
     distribution="onnxruntime-migraphx",
     fix="install ROCm with MIGraphX (libmigraphx_c.so.3 must be on the loader path, e.g. /opt/rocm/lib) "
-    "and `pip install 'amdinfer-onnx[migraphx]'`; check with `amdinfer doctor`",
+    f"and `{pip_extra('migraphx')}`; check with `amdinfer doctor`",
     device_type="gpu",
     options={
         "exhaustive_tune": (Option("migraphx_exhaustive_tune"),),
@@ -189,7 +190,7 @@ _ROCM = ExecutionProvider(
     library="libonnxruntime_providers_rocm.so",
     distribution="onnxruntime-rocm",
     fix="install ROCm (libamdhip64, MIOpen, rocBLAS on the loader path, e.g. /opt/rocm/lib) and "
-    "`pip install 'amdinfer-onnx[rocm]'` (the ROCm EP exists up to onnxruntime 1.22); check with `amdinfer doctor`",
+    f"`{pip_extra('rocm')}` (the ROCm EP exists up to onnxruntime 1.22); check with `amdinfer doctor`",
     device_type="cuda",
     options={
         "exhaustive_tune": (Option("miopen_conv_exhaustive_search"),),
@@ -221,7 +222,7 @@ _CUDA = ExecutionProvider(
     library="libonnxruntime_providers_cuda.so",
     distribution="onnxruntime-gpu",
     fix="install the CUDA and cuDNN libraries onnxruntime-gpu was built for (or `import torch` first) and "
-    "`pip install 'amdinfer-onnx[cuda]'`; check with `amdinfer doctor`",
+    f"`{pip_extra('cuda')}`; check with `amdinfer doctor`",
     device_type="cuda",
     options={
         "exhaustive_tune": (Option("cudnn_conv_algo_search", _exhaustive_cudnn),),
@@ -325,7 +326,7 @@ def import_ort() -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             "backend 'ort': onnxruntime is not installed; install one ONNX Runtime distribution: "
-            "pip install 'amdinfer-onnx[cpu]' (or [migraphx], [rocm], [cuda])",
+            f"{pip_extra('cpu')}; or the [migraphx], [rocm] or [cuda] extra instead of [cpu]",
             backend="ort",
             cause=str(exc),
         ) from exc
