@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
 import logging
 import os
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .engines.base import Engine
-from .engines.registry import auto_order, get_backend
+from .engines.registry import auto_order, backend_entries, get_backend
 from .errors import BackendUnavailableError, OptionError
 from .model import ModelLike, ModelSource
 
@@ -126,7 +127,40 @@ def _load_auto(model: ModelLike, options: dict[str, Any]) -> Engine:
             f"options: no single backend takes all of {given}: " + "; ".join(f"{k} {v}" for k, v in skipped.items())
         )
     detail = "\n".join(f"  - {k}: {v}" for k, v in skipped.items())
-    raise BackendUnavailableError(f"backend='auto': no backend could run this model:\n{detail}", backend="auto")
+    raise BackendUnavailableError(
+        f"backend='auto': no backend could run this model:\n{detail}{_outside_auto()}", backend="auto"
+    )
+
+
+def _outside_auto() -> str:
+    """What ``auto`` leaves out on purpose and how to go on, for its "no backend could run this model" error.
+
+    Backends registered without an ``auto_priority`` (the NumPy reference: a slow checker) are never a silent
+    fallback; the error names those that are ready here, so the user can pass one explicitly.
+    """
+    from ._install import pip_extra
+
+    ready = [e for e in backend_entries() if e.auto_priority is None and e.run_diagnose().state == "ready"]
+    lines = [""]
+    if _onnxruntime_missing():  # the core install (numpy + onnx): the ONNX Runtime extra is what was left out
+        lines.append(
+            f"To run at speed, install ONNX Runtime: {pip_extra('cpu')}, or the [migraphx], [rocm] or [cuda] extra "
+            "for a GPU."
+        )
+    for e in ready:
+        what = f", {e.description}" if e.description else ""
+        lines.append(
+            f"Ready here but not part of backend='auto' (never a silent fallback): {e.name!r}{what}; "
+            f"pass backend={e.name!r} to use it explicitly."
+        )
+    return "\n".join(lines)
+
+
+def _onnxruntime_missing() -> bool:
+    try:
+        return importlib.util.find_spec("onnxruntime") is None
+    except (ImportError, ValueError):  # a module blocked in sys.modules, a broken parent package
+        return True
 
 
 def _options_of(names: set[str]) -> list[str]:

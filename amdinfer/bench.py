@@ -3,8 +3,9 @@
 :func:`benchmark` times one engine on one set of feeds: the first call on its own (one-time work:
 allocation, algorithm search, lazy compilation), ``warmup`` more untimed calls, then ``iterations``
 timed calls (or as many as fit in ``duration`` seconds) from ``concurrency`` threads. Throughput is
-**measured**: items processed divided by the wall time of the timed phase. :func:`sweep` repeats that
-for several batch sizes, and :func:`plot_sweep` draws latency and throughput against batch.
+**measured**: items processed divided by the wall time of the timed phase. After the timed phase it reads
+the process's resident memory (now and peak; Linux ``/proc/self/status`` ``VmRSS``/``VmHWM``). :func:`sweep`
+repeats that for several batch sizes, and :func:`plot_sweep` draws latency and throughput against batch.
 
 Example:
     >>> import amdinfer
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ._memory import host_memory
 from ._progress import progress_bar
 from .errors import OptionError
 
@@ -48,6 +50,10 @@ class BenchResult:
         concurrency: threads calling the engine at once.
         first_run_ms: the first call, timed on its own (not in ``latencies_ms``).
         load_seconds, compile_seconds: from the engine's info.
+        host_rss_bytes: the process's resident memory right after the timed phase (``None``: not measured, or
+            the platform does not say); see :mod:`amdinfer._memory` for the source.
+        host_rss_peak_bytes: the process's peak resident memory so far (Linux ``VmHWM``: since the process
+            started, so it includes imports and the load, not only this batch).
         extra: anything the caller wants in :meth:`to_dict`.
 
     Example:
@@ -63,6 +69,8 @@ class BenchResult:
     first_run_ms: float | None = None
     load_seconds: float = 0.0
     compile_seconds: float = 0.0
+    host_rss_bytes: int | None = None
+    host_rss_peak_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,9 +152,18 @@ class BenchResult:
             out.append(f"{len(self.latencies_ms)} timed calls: p99 is an interpolation, not a measured tail")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """Summary numbers (units in the key names)."""
-        return {
+    def to_dict(self, *, latencies: bool = False) -> dict[str, Any]:
+        """Summary numbers (units in the key names); with ``latencies=True`` also every timed call.
+
+        ``latencies_ms`` is the list of :attr:`latencies_ms` (one float per timed call, in the order the calls
+        finished): about 20 bytes of JSON per call, so a ``duration`` run of a fast model can make it long.
+
+        Example:
+            >>> d = BenchResult([1.0, 2.0], batch=1).to_dict(latencies=True)
+            >>> d["latencies_ms"], d["mean_ms"]
+            ([1.0, 2.0], 1.5)
+        """
+        out = {
             "batch": self.batch,
             "concurrency": self.concurrency,
             "iterations": len(self.latencies_ms),
@@ -164,9 +181,14 @@ class BenchResult:
             "first_run_ms": self.first_run_ms,
             "load_s": self.load_seconds,
             "compile_s": self.compile_seconds,
+            "host_rss_bytes": self.host_rss_bytes,
+            "host_rss_peak_bytes": self.host_rss_peak_bytes,
             "warnings": self.warnings,
             **self.extra,
         }
+        if latencies:
+            out["latencies_ms"] = list(self.latencies_ms)
+        return out
 
     def __repr__(self) -> str:
         return (
@@ -213,7 +235,7 @@ def benchmark(
     warmup: int = 5,
     duration: float | None = None,
     concurrency: int = 1,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> BenchResult:
     """Time ``engine.run(feeds)``.
 
@@ -226,7 +248,8 @@ def benchmark(
         duration: time calls for this many seconds instead of a fixed count (at least one call).
         concurrency: threads calling the engine at once; each call is timed, and throughput is items
             over the wall time of the whole phase.
-        progress: show a tqdm bar on a terminal's stderr.
+        progress: ``True`` draws a tqdm bar on stderr (also into a pipe), ``None`` only when stderr is a terminal,
+            ``False`` (default) none.
 
     Raises:
         OptionError: a count or duration out of range.
@@ -257,6 +280,7 @@ def benchmark(
     with progress_bar(f"amdinfer bench: batch {batch}", total=bar_total, unit=unit, enabled=progress) as bar:
         latencies, wall = _timed_phase(engine, feeds, total=total, duration=duration, concurrency=concurrency, bar=bar)
     info = getattr(engine, "info", None)
+    memory = host_memory()
     return BenchResult(
         latencies,
         batch=batch,
@@ -265,6 +289,8 @@ def benchmark(
         first_run_ms=first_ms,
         load_seconds=getattr(info, "load_seconds", 0.0),
         compile_seconds=getattr(info, "compile_seconds", 0.0),
+        host_rss_bytes=memory.rss_bytes,
+        host_rss_peak_bytes=memory.peak_bytes,
     )
 
 

@@ -41,7 +41,8 @@ class DoctorReport:
         python, platform: interpreter and OS.
         packages: name -> version of the packages that matter (numpy, onnx, ORT distributions, migraphx).
         backends: every registered backend (plugins included) -> ``"ready"`` or its state, from its
-            ``diagnose``/``probe`` hook.
+            ``diagnose``/``probe`` hook; a ready backend that ``backend="auto"`` never tries (the NumPy
+            reference) says so and how to use it.
         ort_distributions: installed ONNX Runtime distributions (more than one is a broken install).
         providers: provider -> ``"loads"`` or the reason it does not.
         migraphx: ``"importable"`` or why not.
@@ -147,6 +148,9 @@ def diagnose() -> DoctorReport:
     for entry in backend_entries():
         found = entry.run_diagnose()
         report.backends[entry.name] = found.state
+        if entry.auto_priority is None and found.state == "ready":
+            # Ready, yet `amdinfer.load(m)` will not pick it: say so, or "ready" reads as "load works".
+            report.backends[entry.name] = f"ready; not part of backend='auto' (pass backend={entry.name!r})"
         report.problems.extend(found.problems)
         if entry.name == "ort":
             report.providers = dict(found.details)

@@ -393,6 +393,38 @@ class ModelSource:
             src._bytes = data
         return src
 
+    def derived(self, model: onnx.ModelProto | bytes, *, check: bool = True) -> ModelSource:
+        """A rewrite of this model (a quantizer's, a precision conversion's) that keeps this model's name.
+
+        The rewrite lives in memory: it has no ``path`` (this model's file does not hold it), but it is still
+        shown as the model it came from, so ``<OrtEngine resnet50.onnx on cpu, fp16>`` names the file.
+
+        Args:
+            model: the rewritten model, as a ``ModelProto`` or serialized bytes (kept as the model's bytes).
+            check: run ``onnx.checker`` on it.
+
+        Raises:
+            ModelError: the bytes are not an ONNX model, or the rewrite fails validation.
+
+        Example:
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> src = ModelSource(tiny_cnn(), name="cnn.onnx")
+            >>> copy = src.derived(tiny_cnn(seed=1))
+            >>> copy.name, copy.path, copy.sha256 != src.sha256
+            ('cnn.onnx', None, True)
+        """
+        if isinstance(model, onnx.ModelProto):
+            src = ModelSource(model, name=self.name)
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            data = bytes(model)
+            src = ModelSource(self._parse(data, f"{self.name} (rewritten)"), name=self.name)
+            src._bytes = data
+        else:
+            raise ModelError(f"model: got {type(model).__name__}, expected the rewritten onnx.ModelProto or bytes")
+        if check:
+            src.check()
+        return src
+
     def check(self) -> None:
         """Run ``onnx.checker`` and raise :class:`ModelError` naming the problem."""
         try:

@@ -433,16 +433,8 @@ class Pipeline:
         modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
         engine = load(model, **load_options)
-        host_post = self._postprocess[1:] if nms_mode == "host" else ()
-        return FusedPipeline(
-            model,
-            engine,
-            host,
-            image_size=size,
-            labels=_labels(self._postprocess),
-            host_post=host_post,
-            keep_image=self._keep_image,
-        )
+        post = {"labels": _labels(self._postprocess), "host_post": self._postprocess[1:] if nms_mode == "host" else ()}
+        return FusedPipeline(model, engine, host, image_size=size, keep_image=self._keep_image, **post)
 
     # ------------------------------------------------------------------ lifecycle and display
     def close(self) -> None:

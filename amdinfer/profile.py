@@ -231,7 +231,7 @@ def profile(
     runs: int = 10,
     warmup: int = 2,
     trace: str | os.PathLike[str] | None = None,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> ProfileReport:
     """Profile an ONNX Runtime engine's model with its providers and provider options.
 
@@ -245,7 +245,8 @@ def profile(
         trace: write ONNX Runtime's profile of the measured runs here: Chrome trace event format, for
             ``chrome://tracing`` or Perfetto. Written to a temporary file beside it and renamed over it, so a
             symbolic link at ``trace`` is replaced, never followed.
-        progress: show a tqdm bar over the profiled runs on a terminal's stderr.
+        progress: a tqdm bar over the profiled runs: ``True`` on stderr (also into a pipe), ``None`` only when
+            stderr is a terminal, ``False`` (default) none.
 
     Raises:
         OptionError: the engine is not an ONNX Runtime engine, or ``trace`` cannot be written.

@@ -104,6 +104,56 @@ class TestRoundTrip:
         assert cache.entries() == [] and foreign.read_text() == "not the cache's"
 
 
+# ---------------------------------------------------------------------------------------------- labels
+class TestListingLabels:
+    """``amdinfer cache list`` shows backend, precision and kind for every sound entry, old recipes included."""
+
+    @pytest.mark.parametrize(
+        ("parts", "labels"),
+        [
+            ({"backend": "migraphx", "precision": "fp16", "inputs": {}}, ("migraphx", "fp16", "migraphx program")),
+            ({"backend": "ort", "precision": "fp32", "providers": ["X"]}, ("ort", "fp32", "ort optimized model")),
+            ({"kind": "fp16 model", "backend": "ort", "precision": "fp16"}, ("ort", "fp16", "fp16 model")),
+            (
+                {"kind": "int8 quantized model", "backend": "ort", "precision": "int8"},
+                ("ort", "int8", "int8 quantized model"),
+            ),
+            # Int8Quantizer entries written before entries carried their labels.
+            ({"what": "int8-quantized model", "model": "ab" * 32}, ("ort", "int8", "int8 quantized model")),
+        ],
+    )
+    def test_every_recipe_is_labelled(self, cache: CompiledModelCache, parts: dict, labels: tuple) -> None:
+        cache.put(cache.key(**parts), lambda tmp: tmp.write_bytes(b"x"), parts=parts, suffix=".bin")
+        (entry,) = list_entries(cache.root)
+        assert (entry.backend, entry.precision, entry.kind) == labels
+        d = entry.to_dict()
+        assert (d["backend"], d["precision"], d["kind"]) == labels
+
+    def test_unreadable_manifest_is_unknown_and_says_why(self, cache: CompiledModelCache) -> None:
+        key, _ = stored(cache)
+        (cache.root / key / "manifest.json").write_text("{")
+        (entry,) = list_entries(cache.root)
+        assert (entry.backend, entry.precision, entry.kind) == ("?", "?", "?") and entry.problem
+
+    def test_engine_and_quantizer_entries(self, tmp_path: Path) -> None:
+        from amdinfer.quantize import Int8Quantizer
+
+        model = models.tiny_cnn()
+        calib = [models.random_inputs(model, batch=2, seed=s) for s in range(3)]
+        q = Int8Quantizer(calibration=calib, progress=False, cache=tmp_path)
+        with amdinfer.load(model, providers=["cpu"], quantizer=q, cache_dir=tmp_path):
+            pass
+        with amdinfer.load(model, providers=["cpu"], precision="fp16", cache_dir=tmp_path):
+            pass
+        labels = sorted((e.backend, e.precision, e.kind) for e in list_entries(tmp_path))
+        assert labels == [
+            ("ort", "fp16", "fp16 model"),
+            ("ort", "fp16", "ort optimized model"),
+            ("ort", "int8", "int8 quantized model"),
+            ("ort", "int8", "ort optimized model"),
+        ]
+
+
 # ---------------------------------------------------------------------------------------------- damage
 class TestDamagedEntries:
     def test_truncated_artefact(self, cache: CompiledModelCache, caplog: pytest.LogCaptureFixture) -> None:
@@ -428,7 +478,9 @@ class TestOrtEngineCache:
             assert other.info.cache_hit is False
         with self.load(model, cache_dir=tmp_path, precision="fp16") as half:
             assert half.info.cache_hit is False
-        assert len(list_entries(tmp_path)) == 3
+        # Three ORT-optimized models, and the fp16 conversion the fp16 one was made from.
+        kinds = sorted(e.kind for e in list_entries(tmp_path))
+        assert kinds == ["fp16 model", "ort optimized model", "ort optimized model", "ort optimized model"]
 
     def test_off_by_default_on_through_the_environment(self, tmp_path: Path, model, monkeypatch) -> None:
         monkeypatch.delenv("AMDINFER_CACHE_DIR", raising=False)

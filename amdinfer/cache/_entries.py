@@ -55,8 +55,29 @@ class CacheEntry:
 
     @property
     def backend(self) -> str:
-        """The backend that wrote it (``parts["backend"]``), ``"?"`` when unknown."""
-        return str(self.parts.get("backend", "?"))
+        """The backend that wrote it (``parts["backend"]``), ``"?"`` only when the manifest is unreadable."""
+        return _labels(self.parts)[0]
+
+    @property
+    def precision(self) -> str:
+        """The precision of what is cached (``parts["precision"]``), ``"?"`` only when the manifest is unreadable.
+
+        Example:
+            >>> CacheEntry("0" * 32, None, 0, 0.0, {"backend": "ort", "precision": "fp16"}).precision
+            'fp16'
+        """
+        return _labels(self.parts)[1]
+
+    @property
+    def kind(self) -> str:
+        """What is cached: ``"migraphx program"``, ``"ort optimized model"``, ``"fp16 model"``,
+        ``"int8 quantized model"`` (``parts["kind"]`` when the writer names it), ``"?"`` when unknown.
+
+        Example:
+            >>> CacheEntry("0" * 32, None, 0, 0.0, {"backend": "migraphx", "precision": "fp32"}).kind
+            'migraphx program'
+        """
+        return _labels(self.parts)[2]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly copy (for ``amdinfer cache list --json``)."""
@@ -66,10 +87,28 @@ class CacheEntry:
             "size_bytes": self.size_bytes,
             "created": self.created,
             "backend": self.backend,
+            "precision": self.precision,
+            "kind": self.kind,
             "parts": self.parts,
             "meta": self.meta,
             "problem": self.problem,
         }
+
+
+#: What each backend's entries hold when the writer records no ``kind`` part (entries of older versions).
+_KIND_OF_BACKEND = {"migraphx": "migraphx program", "ort": "ort optimized model"}
+#: The ``what`` part of Int8Quantizer entries written before entries carried backend/precision/kind.
+_OLD_INT8 = "int8-quantized model"
+
+
+def _labels(parts: dict[str, Any]) -> tuple[str, str, str]:
+    """``(backend, precision, kind)`` of an entry from its parts; ``"?"`` for what they do not tell."""
+    if parts.get("what") == _OLD_INT8:
+        return "ort", "int8", "int8 quantized model"
+    backend = str(parts.get("backend", "?"))
+    precision = str(parts.get("precision", "?"))
+    kind = parts.get("kind")
+    return backend, precision, str(kind) if isinstance(kind, str) else _KIND_OF_BACKEND.get(backend, "?")
 
 
 def scan_entries(root: Path) -> list[CacheEntry]:

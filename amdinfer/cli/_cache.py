@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             [
                 e.key[:12],
                 e.backend,
-                str(parts.get("precision", "-")),
+                e.precision,
+                e.kind,
                 model if len(model) <= 24 else model[:23] + "…",
                 _size(e.size_bytes),
                 _when(e.created),
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         )
     total = sum(e.size_bytes for e in entries)
     if rows:
-        header = ["key", "backend", "precision", "model", "size", "created (UTC)", "state"]
+        header = ["key", "backend", "precision", "kind", "model", "size", "created (UTC)", "state"]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
         lines.append(f"{len(rows)} entries, {_size(total)} in {root}")

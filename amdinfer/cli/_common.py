@@ -1,13 +1,18 @@
-"""What every subcommand shares: model/engine options, input shapes, feeds, JSON output, progress, messages.
+"""What every subcommand shares: model/engine options, the cache switch, JSON output, progress, messages.
 
 The convention (docs/cli.md):
 
 * a model is run with ``--backend``, ``--providers``, ``--precision``, ``--input-shapes name:1x3x224x224,...``,
-  ``--batch`` and ``--inputs file.npz``;
+  ``--batch`` and ``--inputs file.npz``; engine options (``--threads``, ``--inter-op-threads``,
+  ``--graph-optimization``, ``--provider-option``) and the compiled-model cache (``--cache/--no-cache``,
+  ``--cache-dir``; on by default) are the same on every command that loads one;
 * ``--json`` prints one JSON object on stdout: ``{"command": ..., "amdinfer": version, ...}`` with snake_case
   keys and the unit in the key (``_ms``, ``_s``, ``_bytes``, ``_per_s``);
-* ``--quiet`` drops progress bars and notes on stderr;
-* errors are one line on stderr, ``amdinfer <command>: <ErrorClass>: <message>``; exit 0 ok, 1 failure, 2 usage.
+* notes (what is loading, the backends passed over) go to stderr; ``--quiet`` drops them and progress bars;
+* errors are one line on stderr, ``amdinfer <command>: <ErrorClass>: <message>``; exit 0 ok, 1 failure, 2 usage;
+  a reader that closes stdout early (``| head -1``) ends the command quietly with exit 0.
+
+Shapes and feeds live in :mod:`._feeds`, calibration samples in :mod:`._samples`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,28 +27,48 @@ from typing import Any
 
 import numpy as np
 
-from .._files import check_allocation
-from ..errors import InputError, OptionError
+from ..errors import OptionError
+from ._feeds import feed_shapes, feeds_for, load_npz, make_feeds, model_specs, plan_feeds, shape_bounds
+from ._load_args import cache_options, engine_options, takes_option
+from ._samples import IMAGE_SUFFIXES, add_normalization_args, load_samples, parse_normalization
 
 __all__ = [
     "IMAGE_SUFFIXES",
+    "OutputClosed",
+    "add_cache_args",
     "add_model_args",
+    "add_normalization_args",
     "add_output_args",
+    "cache_line",
+    "cache_options",
+    "describe",
     "dumps",
     "emit",
+    "engine_header",
+    "engine_options",
     "feed_shapes",
+    "feeds_for",
     "info_lines",
     "load_engine",
     "load_npz",
     "load_samples",
     "make_feeds",
+    "model_specs",
+    "non_negative_int",
     "note",
     "parse_batches",
     "parse_input_shapes",
+    "parse_normalization",
+    "plan_feeds",
+    "positive_float",
     "positive_int",
+    "progress_enabled",
+    "quantizer_cache",
+    "quantizer_for",
+    "shape_bounds",
+    "warn",
 ]
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 _PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp64")
 
 
@@ -129,13 +154,6 @@ def parse_input_shapes(text: str) -> dict[str, tuple[int | None, ...]]:
     return out
 
 
-def _merge_shapes(values: list[dict[str, tuple[int | None, ...]]] | None) -> dict[str, tuple[int | None, ...]]:
-    merged: dict[str, tuple[int | None, ...]] = {}
-    for v in values or []:
-        merged.update(v)
-    return merged
-
-
 # ---------------------------------------------------------------------------------------------- arguments
 def add_output_args(p: argparse.ArgumentParser) -> None:
     """``--json`` and ``--quiet``."""
@@ -143,12 +161,35 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes on stderr")
 
 
+def add_cache_args(g: Any) -> None:
+    """``--cache/--no-cache`` and ``--cache-dir``: the compiled-model cache, on by default on the command line."""
+    g.add_argument(
+        "--cache",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="use the compiled-model cache (default: on; what `amdinfer compile` built is loaded from it)",
+    )
+    g.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="cache folder (implies --cache; default: $AMDINFER_CACHE_DIR, else the user cache folder)",
+    )
+
+
 def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: bool = True) -> None:
     """The options of every subcommand that runs a model."""
+    from ..engines.ort import GRAPH_OPTIMIZATION_LEVELS
+
     p.add_argument("model", help="path to an .onnx file")
     g = p.add_argument_group("engine")
     g.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
     g.add_argument("--providers", help="ONNX Runtime providers in order, e.g. migraphx,cpu (implies --backend ort)")
+    g.add_argument(
+        "--provider-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a raw option of the first provider of --providers (repeat for more), e.g. device_id=1",
+    )
     g.add_argument("--target", help="MIGraphX target: gpu (default) or ref")
     g.add_argument("--device", type=non_negative_int, default=0, help="GPU index (default 0)")
     g.add_argument("--precision", default="fp32", choices=_PRECISIONS, help="fp32 (default), fp16, bf16, int8, fp64")
@@ -156,10 +197,20 @@ def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: b
         "--threads", type=positive_int, help="ONNX Runtime intra-op threads (default: the runtime's, one per core)"
     )
     g.add_argument(
+        "--inter-op-threads", type=positive_int, help="ONNX Runtime inter-op threads (default: the runtime's)"
+    )
+    g.add_argument(
+        "--graph-optimization",
+        choices=list(GRAPH_OPTIMIZATION_LEVELS),
+        help="ONNX Runtime graph optimization level (default: all)",
+    )
+    add_cache_args(g)
+    g.add_argument(
         "--calibration",
         metavar="PATH",
         help="int8 calibration data: a folder of images or an .npz with one array per input (axis 0 = samples)",
     )
+    add_normalization_args(g)
     g = p.add_argument_group("inputs")
     g.add_argument(
         "--input-shapes",
@@ -189,15 +240,31 @@ def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: b
 
 
 # ---------------------------------------------------------------------------------------------- output
+class OutputClosed(Exception):
+    """The reader of stdout (or stderr) went away (``amdinfer ... | head -1``): the command ends quietly, exit 0."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__("output closed by its reader")
+        self.stream = stream
+
+
+def _write(text: str, stream: Any) -> None:
+    try:
+        print(text, file=stream)
+        stream.flush()
+    except BrokenPipeError:
+        raise OutputClosed(stream) from None
+
+
 def emit(args: argparse.Namespace, payload: Mapping[str, Any], text: str | None) -> None:
     """``--json``: the payload as one JSON object; otherwise ``text``."""
     if getattr(args, "json", False):
         import amdinfer
 
         doc = {"command": args.command, "amdinfer": amdinfer.__version__, **payload}
-        print(dumps(doc))
+        _write(dumps(doc), sys.stdout)
     elif text is not None:
-        print(text)
+        _write(text, sys.stdout)
 
 
 _SCALAR_LIST = re.compile(r"\[\n\s+([^\[\]{}\n]*(?:\n\s+[^\[\]{}\n]*)*)\n\s*\]")
@@ -233,7 +300,12 @@ def _json_default(x: Any) -> Any:
 def note(args: argparse.Namespace, message: str) -> None:
     """A line on stderr (dropped by ``--quiet``)."""
     if not getattr(args, "quiet", False):
-        print(f"amdinfer {args.command}: {message}", file=sys.stderr)
+        _write(f"amdinfer {args.command}: {message}", sys.stderr)
+
+
+def warn(args: argparse.Namespace, message: str) -> None:
+    """A warning line on stderr, dropped by ``--quiet`` like a note (the command's JSON lists it under ``warnings``)."""
+    note(args, f"warning: {message}")
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
@@ -241,22 +313,58 @@ def progress_enabled(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
+def describe(info: Any) -> str:
+    """``ort (cpu, CPUExecutionProvider, fp32)``: the engine in one phrase."""
+    providers = f", {', '.join(info.providers)}" if info.providers else ""
+    return f"{info.backend} ({info.device}{providers}, {info.precision})"
+
+
 def info_lines(info: Any) -> list[str]:
-    """What ran: backend, device, providers, precision, and one short line per backend passed over."""
+    """What ran: backend, device, providers, precision (the backends passed over are notes: :func:`load_engine`)."""
     providers = ", ".join(info.providers) or "-"
-    lines = [f"backend   {info.backend} on {info.device}; providers {providers}; precision {info.precision}"]
+    return [f"backend   {info.backend} on {info.device}; providers {providers}; precision {info.precision}"]
+
+
+def _note_skipped(args: argparse.Namespace, info: Any) -> None:
+    """One note per reason a backend or provider was passed over (once per command, also for a pool)."""
     grouped: dict[str, list[str]] = {}
     for name, why in info.short_skipped().items():
         grouped.setdefault(why, []).append(name)
+    if not grouped or getattr(args, "skipped_noted", False):
+        return
+    args.skipped_noted = True
     for why, names in grouped.items():
-        lines.append(f"  passed over {', '.join(names)}: {why}")
-    if grouped:
-        lines.append("  (full reasons: engine.info.skipped, --json, amdinfer doctor)")
-    return lines
+        note(args, f"passed over {', '.join(names)}: {why}")
+    note(args, "(full reasons: engine.info.skipped, --json, amdinfer doctor)")
+
+
+def cache_line(args: argparse.Namespace, info: Any) -> str:
+    """Whether the engine came from the compiled-model cache, and from where.
+
+    Example:
+        >>> from amdinfer.engines.base import EngineInfo
+        >>> info = EngineInfo(backend="reference", device="cpu", providers=[], precision="fp32")
+        >>> cache_line(argparse.Namespace(cache=None), info)
+        'cache     none (backend reference keeps no compiled artefact)'
+    """
+    cache = info.settings.get("cache")
+    if isinstance(cache, dict) and cache.get("key"):
+        state = "hit, loaded" if info.cache_hit else "miss, compiled and stored"
+        return f"cache     {state}: {cache.get('kind') or 'artefact'} in {cache.get('dir')} (key {cache['key']})"
+    if isinstance(cache, dict):
+        return f"cache     {cache.get('kind') or 'on'} in {cache.get('dir')}"
+    if info.settings.get("programs"):
+        return f"cache     {'hit' if info.cache_hit else 'miss'} ({len(info.settings['programs'])} program(s))"
+    if getattr(args, "cache", None) is False:
+        return "cache     off (--no-cache)"
+    if not takes_option(info.backend, "use_cache"):
+        return f"cache     none (backend {info.backend} keeps no compiled artefact)"
+    return f"cache     not used ({'; '.join(info.notes) or 'see engine.info.settings'})"
 
 
 def engine_header(info: Any) -> dict[str, Any]:
     """The engine part of a JSON document."""
+    cache = info.settings.get("cache")
     return {
         "backend": info.backend,
         "device": info.device,
@@ -264,206 +372,52 @@ def engine_header(info: Any) -> dict[str, Any]:
         "precision": info.precision,
         "runtime_version": info.runtime_version,
         "skipped": dict(info.skipped),
+        "notes": list(info.notes),
+        "cache_hit": info.cache_hit,
+        "cache": dict(cache) if isinstance(cache, dict) else None,
+        "settings": {k: info.settings[k] for k in ("session", "provider_options") if k in info.settings},
     }
 
 
-# ---------------------------------------------------------------------------------------------- files
-def load_npz(path: str, what: str = "--inputs") -> dict[str, np.ndarray]:
-    """Arrays of an ``.npz`` file: a regular file, headers checked before allocating, no pickled objects."""
-    from .._files import read_npz
-
-    return read_npz(path, what)
-
-
-# ---------------------------------------------------------------------------------------------- shapes and feeds
-def feed_shapes(
-    specs: Sequence[Any], overrides: Mapping[str, tuple[int | None, ...]], batch: int | None
-) -> dict[str, tuple[int, ...]]:
-    """The concrete shape of every input: the model's fixed dims, ``--input-shapes``, then ``--batch`` on axis 0.
-
-    ``--batch`` and a number on axis 0 of ``--input-shapes`` must agree (write ``N`` there to take ``--batch``).
-
-    Raises:
-        OptionError: an unknown input name, a shape that contradicts the model or ``--batch``, or a dynamic axis
-            with no value.
-
-    Example:
-        >>> from amdinfer.model import ModelSource
-        >>> from amdinfer.testing.models import tiny_cnn
-        >>> specs = ModelSource.from_any(tiny_cnn()).inputs  # input (N, 3, 32, 32)
-        >>> feed_shapes(specs, {"input": (None, 3, 32, 32)}, 4)
-        {'input': (4, 3, 32, 32)}
-        >>> feed_shapes(specs, {"input": (2, 3, 32, 32)}, 5)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        amdinfer.errors.OptionError: --input-shapes input:2x3x32x32 and --batch 5 disagree on axis 0 of input 'input'...
-    """
-    names = [s.name for s in specs]
-    unknown = [n for n in overrides if n not in names]
-    if unknown:
-        raise OptionError(f"--input-shapes: got input(s) {unknown}, expected names among {names}")
-    out = {}
-    for spec in specs:
-        model_shape = list(spec.shape)
-        if spec.name in overrides:
-            shape: list[int | None] = list(overrides[spec.name])
-            if len(shape) != len(model_shape):
-                raise OptionError(
-                    f"--input-shapes: input {spec.name!r} got {len(shape)} dims {tuple(shape)}, "
-                    f"expected rank {len(model_shape)} {tuple(model_shape)}"
-                )
-            for i, (d, m) in enumerate(zip(shape, model_shape)):
-                if isinstance(m, int) and d is None:
-                    shape[i] = m  # ``N`` on a fixed batch axis
-                elif isinstance(m, int) and d != m:
-                    raise OptionError(
-                        f"--input-shapes: input {spec.name!r} axis {i} got {d}, expected {m} (fixed in the model)"
-                    )
-            if batch is not None and shape and not isinstance(model_shape[0], int) and shape[0] not in (None, batch):
-                given = "x".join(str(d) for d in overrides[spec.name])
-                rest = "x".join(str(d) for d in overrides[spec.name][1:])
-                raise OptionError(
-                    f"--input-shapes {spec.name}:{given} and --batch {batch} disagree on axis 0 of input "
-                    f"{spec.name!r}; give equal values, drop one, or write axis 0 as N "
-                    f"(--input-shapes {spec.name}:N{'x' + rest if rest else ''}) to take it from --batch"
-                )
-        else:
-            shape = [d if isinstance(d, int) else None for d in model_shape]
-        if batch is not None and model_shape and not isinstance(model_shape[0], int):
-            shape[0] = batch
-        for i, d in enumerate(shape):
-            if d is None:
-                if i == 0:
-                    shape[0] = 1
-                else:
-                    raise OptionError(
-                        f"input {spec.name!r}: axis {i} is dynamic ({model_shape[i]!r}); give its size with "
-                        f"--input-shapes {spec.name}:{'x'.join(_dim(x, model_shape[j]) for j, x in enumerate(shape))} "
-                        f"(a number for {model_shape[i]}) or inputs with --inputs"
-                    )
-        out[spec.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
-        check_allocation(
-            out[spec.name], spec.dtype, f"input {spec.name!r} (random{f', --batch {batch}' if batch else ''})"
-        )
-    batched = [s for s in specs if s.shape and not isinstance(s.shape[0], int)]
-    if batch is not None and specs and not batched and any(s.shape and s.shape[0] != batch for s in specs):
-        fixed = ", ".join(f"{s.name} {_fmt(s.shape)}" for s in specs)
-        raise OptionError(f"--batch {batch}: the model's batch axis is fixed ({fixed})")
-    return out
-
-
-def _dim(value: int | None, model_dim: Any) -> str:
-    return str(value) if value is not None else str(model_dim or "?")
-
-
-def _fmt(shape: Sequence[Any]) -> str:
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
-
-
-def make_feeds(specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs: floats in [0, 1), ints in [0, 10), random bools."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for spec in specs:
-        shape = shapes[spec.name]
-        check_allocation(shape, spec.dtype, f"input {spec.name!r} (random)")
-        if spec.dtype.kind == "f":
-            feeds[spec.name] = rng.random(shape, dtype=np.float32).astype(spec.dtype)
-        elif spec.dtype.kind in "iu":
-            feeds[spec.name] = rng.integers(0, 10, size=shape).astype(spec.dtype)
-        elif spec.dtype.kind == "b":
-            feeds[spec.name] = rng.random(shape) > 0.5
-        else:
-            raise InputError(f"input {spec.name!r}: cannot make random {spec.dtype}; give inputs with --inputs")
-    return feeds
-
-
-def model_specs(model: str) -> Any:
-    """The model's :class:`~amdinfer.ModelSource` (inputs and outputs without building an engine)."""
-    from ..model import ModelSource
-
-    return ModelSource.from_any(model)
-
-
-def shape_bounds(specs: Sequence[Any], per_batch: Sequence[Mapping[str, tuple[int, ...]]]) -> dict[str, Any]:
-    """``shapes=`` for ``amdinfer.load``: min/max over the shapes that will run, for inputs with dynamic dims."""
-    out: dict[str, Any] = {}
-    for spec in specs:
-        if all(isinstance(d, int) for d in spec.shape):
-            continue
-        shapes = [s[spec.name] for s in per_batch]
-        lo = tuple(int(v) for v in np.min(shapes, axis=0))
-        hi = tuple(int(v) for v in np.max(shapes, axis=0))
-        out[spec.name] = lo if lo == hi else [lo, hi]
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- calibration data
-def load_samples(path: str, specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], what: str) -> list[Any]:
-    """Samples from a folder of images (resized to the input's H x W, scaled to [0, 1], NCHW) or an ``.npz``.
-
-    An ``.npz`` holds one array per input name; axis 0 indexes samples (each becomes a batch of one).
-    """
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise InputError(f"{what}: folder {path!r} has no images ({', '.join(IMAGE_SUFFIXES)})")
-        if len(specs) != 1:
-            raise InputError(f"{what}: images feed one input, the model has {[s.name for s in specs]}; use an .npz")
-        spec = specs[0]
-        shape = shapes[spec.name]
-        if len(shape) != 4 or shape[1] not in (1, 3):
-            raise InputError(f"{what}: images need an NCHW input with 1 or 3 channels; input {spec.name!r} is {shape}")
-        from ..preprocess import HwcToChw, LoadImage, Normalize, Resize
-
-        mode = "RGB" if shape[1] == 3 else "L"
-        stages = [LoadImage(mode), Resize((shape[2], shape[3])), Normalize(scale=1 / 255.0, dtype=spec.dtype)]
-        stages.append(HwcToChw())
-        out = []
-        for f in files:
-            x: Any = str(f)
-            for stage in stages:
-                x = stage(x)
-            arr = getattr(x, "data", x)
-            out.append({spec.name: np.ascontiguousarray(np.asarray(arr)[None])})
-        return out
-    arrays = load_npz(path, what)
-    names = [s.name for s in specs]
-    if sorted(arrays) != sorted(names):
-        if len(arrays) == 1 and len(names) == 1:
-            arrays = {names[0]: next(iter(arrays.values()))}
-        else:
-            raise InputError(f"{what}: {path!r} has arrays {sorted(arrays)}, expected one per input {names}")
-    n = {k: v.shape[0] if v.ndim else 0 for k, v in arrays.items()}
-    if len(set(n.values())) != 1 or 0 in n.values():
-        raise InputError(f"{what}: arrays of {path!r} disagree on the sample count (axis 0): {n}")
-    count = next(iter(n.values()))
-    return [{k: np.ascontiguousarray(v[i : i + 1]) for k, v in arrays.items()} for i in range(count)]
-
-
 def quantizer_for(args: argparse.Namespace, source: Any, shapes: Mapping[str, tuple[int, ...]]) -> Any:
     """An :class:`~amdinfer.quantize.Int8Quantizer` from ``--calibration`` when ``--precision int8``."""
+    norm = parse_normalization(args)
     if args.precision != "int8":
         if getattr(args, "calibration", None):
             raise OptionError(f"--calibration: only used with --precision int8, got --precision {args.precision}")
-        return None
-    if not getattr(args, "calibration", None):
+    elif not getattr(args, "calibration", None):
         raise OptionError(
             "--precision int8: give calibration data with --calibration FOLDER_OF_IMAGES or --calibration data.npz "
             "(uncalibrated int8 gives wrong answers)"
         )
+    if not getattr(args, "calibration", None):
+        if norm != (None, None):
+            raise OptionError("--mean/--std: normalize --calibration image folders; there is no --calibration")
+        return None
     from ..quantize import Int8Quantizer
 
-    samples = load_samples(args.calibration, source.inputs, shapes, "--calibration")
-    return Int8Quantizer(calibration=samples, progress=progress_enabled(args))
+    samples = load_samples(args.calibration, source.inputs, shapes, "--calibration", norm)
+    return Int8Quantizer(calibration=samples, progress=progress_enabled(args), cache=quantizer_cache(args))
+
+
+def quantizer_cache(args: argparse.Namespace) -> Any:
+    """``Int8Quantizer(cache=...)`` from ``--cache/--no-cache/--cache-dir`` (on by default, as for engines)."""
+    if getattr(args, "cache_dir", None) is not None:
+        if getattr(args, "cache", None) is False:
+            raise OptionError(f"--cache-dir {args.cache_dir!r}: given together with --no-cache; drop one of them")
+        return args.cache_dir
+    return getattr(args, "cache", None) is not False
 
 
 # ---------------------------------------------------------------------------------------------- engines
 def load_engine(
     args: argparse.Namespace, per_batch: Sequence[Mapping[str, tuple[int, ...]]] | None = None, **extra: Any
 ) -> Any:
-    """``amdinfer.load`` from the common options (``--calibration`` turns into an int8 quantizer)."""
+    """``amdinfer.load`` from the common options (``--calibration`` turns into an int8 quantizer).
+
+    The backends passed over are notes on stderr (dropped by ``--quiet``; ``--json`` has them in ``skipped``).
+    """
     import amdinfer
 
     source = model_specs(args.model)
@@ -475,13 +429,7 @@ def load_engine(
             per_batch = [{k: tuple(v.shape) for k, v in args.given_inputs.items() if k in names}]
             if set(per_batch[0]) != names:
                 per_batch = None
-    options: dict[str, Any] = dict(extra)
-    if getattr(args, "providers", None):
-        options["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
-    if getattr(args, "target", None):
-        options["target"] = args.target
-    if getattr(args, "threads", None):
-        options["threads"] = args.threads
+    options: dict[str, Any] = {**engine_options(args, args.backend), **extra}
     if per_batch:
         bounds = shape_bounds(source.inputs, per_batch)
         if bounds:
@@ -490,21 +438,6 @@ def load_engine(
     if quantizer is not None:
         options["quantizer"] = quantizer
     note(args, f"loading {Path(args.model).name} (backend {args.backend}, {args.precision})")
-    return amdinfer.load(source, backend=args.backend, device=args.device, precision=args.precision, **options)
-
-
-def plan_feeds(args: argparse.Namespace, batches: Sequence[int | None]) -> list[dict[str, tuple[int, ...]]]:
-    """The input shapes for each batch size (one entry per batch)."""
-    source = model_specs(args.model)
-    overrides = _merge_shapes(getattr(args, "input_shapes", None))
-    return [feed_shapes(source.inputs, overrides, b) for b in batches]
-
-
-def feeds_for(args: argparse.Namespace, engine: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """``--inputs`` when given, else seeded random inputs of ``shapes``."""
-    if getattr(args, "inputs", None):
-        if getattr(args, "given_inputs", None) is None:
-            args.given_inputs = load_npz(args.inputs)
-        return dict(args.given_inputs)
-    specs = engine.inputs if hasattr(engine, "inputs") else engine.engines[0].inputs  # an EnginePool has none
-    return make_feeds(specs, shapes, args.seed)
+    engine = amdinfer.load(source, backend=args.backend, device=args.device, precision=args.precision, **options)
+    _note_skipped(args, engine.info)
+    return engine

@@ -25,8 +25,7 @@ HELP = "compile a model for a backend/precision/shapes into the cache (MIGraphX 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_args(p, sweep=True, inputs=False)
-    p.add_argument("--cache-dir", help="cache folder (default: $AMDINFER_CACHE_DIR or ~/.cache/amdinfer)")
+    add_model_args(p, sweep=True, inputs=False)  # --cache-dir among them
     p.add_argument("--out", metavar="PATH", help="also copy the compiled artefact here")
     add_output_args(p)
 
@@ -63,9 +62,13 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(args.out, "--out", args) if args.out else None
     if args.backend == "reference":
         raise OptionError("--backend reference: the NumPy reference has nothing to compile; use ort or migraphx")
+    if args.cache is False:
+        raise OptionError("--no-cache: compile builds into the compiled-model cache; drop --no-cache")
     cache_dir = resolve_cache_dir(args.cache_dir)
     plans = plan_feeds(args, args.batch or [None])
-    engine = load_engine(args, plans, use_cache=True, cache_dir=str(cache_dir))
+    # The folder run/bench/verify/profile resolve the same way (--cache-dir, $AMDINFER_CACHE_DIR, user cache).
+    args.cache_dir = str(cache_dir)
+    engine = load_engine(args, plans)
     with engine:
         # Backends that compile per input shape on first use (MIGraphX) build each planned shape now.
         for plan in plans:

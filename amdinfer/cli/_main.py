@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -71,11 +73,50 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``amdinfer`` console script; returns the exit code (0 ok, 1 failure, 2 usage).
 
+    A reader that closes stdout early (``amdinfer cache list --json | head -1``) ends the command with 0: the
+    stream is pointed at the null device, as Python's documentation advises for ``SIGPIPE``.
+
     Example:
         >>> main(["run", "missing.onnx", "--batch", "0"])  # a usage error: one line on stderr
         2
     """
+    from ._common import OutputClosed
+
+    try:
+        return _main(argv)
+    except OutputClosed as exc:
+        # The reader closed the pipe early (`amdinfer run m.onnx --json | head -1`): what it read was all it
+        # wanted. The stream's descriptor is pointed at devnull so the interpreter's final flush cannot fail.
+        _to_devnull(exc.stream)
+        return 0
+
+
+def _to_devnull(stream: object) -> None:
+    """Point ``stream``'s file descriptor at the null device (what Python's docs advise on SIGPIPE)."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # a replaced stream (tests): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _flush(stream: object) -> None:
+    from ._common import OutputClosed
+
+    try:
+        stream.flush()  # type: ignore[attr-defined]
+    except BrokenPipeError:
+        raise OutputClosed(stream) from None
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from amdinfer.errors import AmdinferError
+
+    from ._common import OutputClosed, _write
 
     parser = build_parser()
     try:
@@ -83,16 +124,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except BrokenPipeError:  # --help into a closed pipe
+        raise OutputClosed(sys.stdout) from None
     except SystemExit as exc:  # --help
+        _flush(sys.stdout)
         return exc.code if isinstance(exc.code, int) else 0
     if args.version:
         import amdinfer
 
-        print(f"amdinfer {amdinfer.__version__}")
+        _write(f"amdinfer {amdinfer.__version__}", sys.stdout)
         return 0
     if not getattr(args, "fn", None):
-        parser.print_help()
+        try:
+            parser.print_help()
+        except BrokenPipeError:
+            raise OutputClosed(sys.stdout) from None
+        _flush(sys.stdout)
         return 2
+    # -q: amdinfer's own WARNING lines (e.g. fp16 on a CPU provider) are notes too; errors still print.
+    logger = logging.getLogger("amdinfer")
+    level = logger.level
+    if getattr(args, "quiet", False):
+        logger.setLevel(logging.ERROR)
     try:
         return int(args.fn(args))
     except (AmdinferError, OSError, MemoryError, ImportError) as exc:
@@ -103,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"amdinfer {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        logger.setLevel(level)
 
 
 def _one_line(message: str) -> str:

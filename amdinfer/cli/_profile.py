@@ -7,6 +7,7 @@ import argparse
 from ._common import (
     add_model_args,
     add_output_args,
+    cache_line,
     emit,
     engine_header,
     feeds_for,
@@ -44,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
             engine, feeds, runs=args.runs, warmup=args.warmup, trace=trace, progress=progress_enabled(args)
         )
         info = engine.info
-    text = "\n".join([*info_lines(info), report.format(top=args.top)])
+    text = "\n".join([*info_lines(info), cache_line(args, info), report.format(top=args.top)])
     emit(args, {**engine_header(info), **report.to_dict()}, text)
     return 0

@@ -6,8 +6,12 @@ import argparse
 import time
 from typing import Any
 
+import numpy as np
+
 from ..errors import OptionError
 from ._common import (
+    add_cache_args,
+    add_normalization_args,
     add_output_args,
     emit,
     feed_shapes,
@@ -16,13 +20,19 @@ from ._common import (
     model_specs,
     note,
     parse_input_shapes,
+    parse_normalization,
     positive_int,
     progress_enabled,
+    quantizer_cache,
+    warn,
 )
 from ._outputs import check_plot_path, check_writable, save_figure
 
 NAME = "quantize"
 HELP = "write an fp16 or int8 (calibrated) model and its accuracy report against the float model"
+
+#: Below this many held-out samples the report's verdict rests on a few inputs: a warning says so.
+MIN_EVAL_SAMPLES = 50
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="held-out data for the report (images or .npz); default: the last quarter of --calibration "
         "(kept out of calibration), else seeded random inputs",
     )
+    add_normalization_args(p)
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"], help="int8 calibrator")
     p.add_argument("--keep-last", type=int, default=0, metavar="N", help="keep the last N weighted layers in float")
     p.add_argument("--task", default="auto", choices=["auto", "classifier", "generic"], help="report metrics")
@@ -52,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=positive_int, default=None, help="batch of the random evaluation inputs (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of random evaluation inputs")
+    add_cache_args(p)
     add_output_args(p)
 
 
@@ -65,22 +77,32 @@ def _check_samples(proto: Any, calib: list[Any], held_out: list[Any] | None) -> 
             to_feeds(samples, proto, what=flag, finite=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..quantize import Fp16Quantizer, Int8Quantizer, evaluate
+def _rows(samples: list[Any]) -> int:
+    """Samples (rows along axis 0) in a list of feed dicts: an image or .npz row is one, a random batch N."""
+    total = 0
+    for feeds in samples:
+        first = np.asarray(next(iter(feeds.values()))) if feeds else None
+        total += int(first.shape[0]) if first is not None and first.ndim else 1
+    return total
 
-    out = check_writable(args.out, "--out", args)
-    plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
-    if args.keep_last < 0:
-        raise OptionError(f"--keep-last: got {args.keep_last}, expected an int >= 0")
-    source = model_specs(args.model)
+
+def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], str, Any]:
+    """Calibration samples, held-out samples, where the held-out ones come from, and the quantizer."""
+    from ..quantize import Fp16Quantizer, Int8Quantizer
+
     overrides: dict[str, tuple[int | None, ...]] = {}
     for v in args.input_shapes or []:
         overrides.update(v)
     shapes = feed_shapes(source.inputs, overrides, args.batch)
+    norm = parse_normalization(args)
+    if norm != (None, None) and not (args.calibration or args.eval):
+        raise OptionError("--mean/--std: normalize --calibration and --eval image folders; neither is given")
     calib: list[Any] = []
     if args.calibration:
-        calib = load_samples(args.calibration, source.inputs, shapes, "--calibration")
-    held_out: list[Any] | None = load_samples(args.eval, source.inputs, shapes, "--eval") if args.eval else None
+        calib = load_samples(args.calibration, source.inputs, shapes, "--calibration", norm)
+    held_out: list[Any] | None = None
+    if args.eval:
+        held_out = load_samples(args.eval, source.inputs, shapes, "--eval", norm)
     data_note = f"--eval {args.eval}" if args.eval else ""
     _check_samples(source.proto, calib, held_out)
     if args.precision == "int8":
@@ -92,11 +114,17 @@ def run(args: argparse.Namespace) -> int:
         if held_out is None and len(calib) >= 4:
             cut = len(calib) - max(1, len(calib) // 4)
             calib, held_out = calib[:cut], calib[cut:]
-            data_note = f"last {len(held_out)} of --calibration (held out of calibration)"
+            data_note = f"the last {len(held_out)} of --calibration, held out of calibration"
         quantizer: Any = Int8Quantizer(
-            calibration=calib, method=args.method, keep_last_n=args.keep_last, progress=progress_enabled(args)
+            calibration=calib,
+            method=args.method,
+            keep_last_n=args.keep_last,
+            progress=progress_enabled(args),
+            cache=quantizer_cache(args),
         )
     else:
+        if args.cache_dir is not None:
+            raise OptionError(f"--cache-dir {args.cache_dir!r}: only int8 quantization is cached, not fp16")
         if args.method != "minmax":
             raise OptionError("--method: only used with --precision int8")
         quantizer = Fp16Quantizer(keep_last_n=args.keep_last)
@@ -104,7 +132,33 @@ def run(args: argparse.Namespace) -> int:
             held_out, data_note = calib, f"--calibration {args.calibration}"
     if held_out is None:
         held_out = [make_feeds(source.inputs, shapes, args.seed + i) for i in range(8)]
-        data_note = "8 batches of seeded random inputs (give --eval for a meaningful report)"
+        data_note = f"8 batches of seeded random inputs, --batch {args.batch or 1}"
+    return calib, held_out, data_note, quantizer
+
+
+def _sample_warnings(rows: int, data_note: str) -> list[str]:
+    """A warning when the held-out data is too small for the verdict to mean much."""
+    if rows >= MIN_EVAL_SAMPLES:
+        return []
+    return [
+        f"judging on {rows} sample{'s' if rows != 1 else ''} only ({data_note}): below {MIN_EVAL_SAMPLES}, "
+        f"one or two samples decide pass or fail; give --eval with {MIN_EVAL_SAMPLES} or more held-out samples"
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..quantize import evaluate
+
+    out = check_writable(args.out, "--out", args)
+    plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
+    if args.keep_last < 0:
+        raise OptionError(f"--keep-last: got {args.keep_last}, expected an int >= 0")
+    source = model_specs(args.model)
+    calib, held_out, data_note, quantizer = _data(args, source)
+    rows = _rows(held_out)
+    warnings = _sample_warnings(rows, data_note)
+    for w in warnings:
+        warn(args, w)
     note(
         args,
         f"quantizing {source.name} to {args.precision}" + (f" with {len(calib)} calibration samples" if calib else ""),
@@ -140,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         "size_bytes": {"in": size_in, "out": size_out},
         "calibration_samples": len(calib),
         "eval_data": data_note,
+        "eval_samples": rows,
+        "warnings": warnings,
         "settings": quantizer.settings() if callable(getattr(quantizer, "settings", None)) else {},
         "passed": report.passed,
         "report": report.to_dict(),

@@ -10,6 +10,8 @@ import numpy as np
 from ._common import (
     add_model_args,
     add_output_args,
+    cache_line,
+    describe,
     emit,
     engine_header,
     feeds_for,
@@ -17,7 +19,7 @@ from ._common import (
     load_engine,
     plan_feeds,
 )
-from ._outputs import check_writable, save_npz
+from ._outputs import check_writable
 
 NAME = "run"
 HELP = "run a model once; print what ran and each output's dtype, shape and statistics"
@@ -25,7 +27,11 @@ HELP = "run a model once; print what ran and each output's dtype, shape and stat
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
-    p.add_argument("--save", metavar="OUT.npz", help="write the outputs to this .npz file")
+    p.add_argument(
+        "--save",
+        metavar="OUT.npz",
+        help="write the inputs and outputs to this .npz (input/<name>, output/<name>; verify --golden reads it)",
+    )
     add_output_args(p)
 
 
@@ -56,8 +62,12 @@ def run(args: argparse.Namespace) -> int:
         info = engine.info
         stats = {name: output_stats(a) for name, a in out.items()}
         if save is not None:
-            save_npz(save, out, "--save")
-    lines = info_lines(info)
+            import amdinfer
+            from amdinfer.verify import save_golden
+
+            meta = {"engine": describe(info), "model_sha256": engine.model.sha256, "amdinfer": amdinfer.__version__}
+            save_golden(save, feeds, out, meta, what="--save")
+    lines = [*info_lines(info), cache_line(args, info)]
     lines.append("inputs    " + ", ".join(f"{k} {v.dtype} {tuple(v.shape)}" for k, v in feeds.items()))
     for name, s in stats.items():
         extra = ""
@@ -65,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             extra = f" min {s['min']:.6g} max {s['max']:.6g} mean {s['mean']:.6g} nan {s['nan']}"
         lines.append(f"{name}: {s['dtype']} {tuple(s['shape'])}{extra}")
     if save is not None:
-        lines.append(f"saved outputs to {save}")
+        lines.append(f"saved outputs to {save} (with the inputs: amdinfer verify --golden reads it)")
     payload = {
         **engine_header(info),
         "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},

@@ -140,7 +140,7 @@ class Engine(FeedChecks, abc.ABC):
         """The model :meth:`_load` builds: the quantizer's rewrite unless the backend quantizes natively."""
         if self._quantizer is None or self.native_quantization:
             return source
-        return ModelSource.from_any(self._quantizer.quantize(source.proto))
+        return source.derived(self._quantizer.quantize(source.proto))
 
     def _finish_init(self, inputs: list[TensorSpec], outputs: list[TensorSpec], info: EngineInfo) -> None:
         """Record specs and info (the last step of :meth:`__init__`)."""

@@ -398,7 +398,7 @@ class MigraphxEngine(Engine):
 
             inlined = inliner.inline_local_functions(src.proto)
             info.notes.append(f"inlined {len(src.proto.functions)} model-local function(s) for MIGraphX's parser")
-            return ModelSource.from_any(inlined, check=False)
+            return src.derived(inlined, check=False)
         return src
 
     @contextlib.contextmanager

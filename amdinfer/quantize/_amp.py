@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._progress import check_progress
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ..verify import rms_error, topk_agreement
@@ -217,7 +218,8 @@ class AutoMixedPrecision(QuantizerBase):
         prune: after the prefix search, try dropping kept layers one by one.
         iou: IoU for box matching.
         input_name: the input that bare arrays feed (multi-input models).
-        progress: show progress over the sensitivity pass.
+        progress: a progress bar over the sensitivity pass, one count per layer: ``None`` (default) only
+            when stderr is a terminal, ``True``/``False`` always/never.
 
     Example:
         >>> from amdinfer.testing.models import tiny_cnn, random_inputs
@@ -247,7 +249,7 @@ class AutoMixedPrecision(QuantizerBase):
         prune: bool = True,
         iou: float = 0.5,
         input_name: str | None = None,
-        progress: bool = True,
+        progress: bool | None = None,
     ) -> None:
         if not isinstance(quantizer, QuantizerBase) or isinstance(quantizer, AutoMixedPrecision):
             raise OptionError(f"quantizer: got {quantizer!r}, expected an Fp16Quantizer or Int8Quantizer")
@@ -265,8 +267,8 @@ class AutoMixedPrecision(QuantizerBase):
                 raise OptionError(f"candidates: got {candidates!r}, expected None, 'all' or a list of node names")
         if reference is not None and not _is_engine(reference):
             raise OptionError(f"reference: got {type(reference).__name__}, expected an amdinfer Engine or None")
-        if not isinstance(prune, bool) or not isinstance(progress, bool):
-            raise OptionError("prune, progress: expected True or False")
+        if not isinstance(prune, bool):
+            raise OptionError(f"prune: got {prune!r}, expected True or False")
         self.quantizer = quantizer
         self.tolerance = float(tolerance)
         self.metric_name, self._metric = _metric_fn(metric, boxes, iou)
@@ -275,7 +277,7 @@ class AutoMixedPrecision(QuantizerBase):
         self.prune = prune
         self.reference = reference
         self.input_name = input_name
-        self.progress = progress
+        self.progress = check_progress(progress)
         self._data = data
         self._items: list[Any] | None = None
         self.result: MixedPrecisionResult | None = None
@@ -383,7 +385,7 @@ class AutoMixedPrecision(QuantizerBase):
     ) -> list[LayerSensitivity]:
         """How much each candidate alone moves the error (``mode``: kept in float, or quantized alone)."""
         sens: list[LayerSensitivity] = []
-        with Progress("amdinfer: layer sensitivity", len(cands), enabled=self.progress) as bar:
+        with Progress("amdinfer: layer sensitivity", len(cands), enabled=self.progress, unit="layer") as bar:
             for c in cands:
                 if self.mode == "only":
                     s, _ = trials.error(only=[c])

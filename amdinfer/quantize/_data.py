@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
+from .._progress import _Bar
 from ..engines._checks import dtype_expr
 from ..errors import InputError, OptionError, StageError
 
@@ -31,13 +30,15 @@ _NP_TYPES = {
 }
 
 
-class Progress:
-    """A progress bar: tqdm when installed, else a line on the ``amdinfer.quantize`` logger every ~10%.
+class Progress(_Bar):
+    """A progress bar over samples (or ``unit``): :func:`amdinfer._progress.progress_bar` with the
+    ``amdinfer.quantize`` logger for when tqdm is not installed.
 
     Args:
         desc: what is being counted.
         total: expected count, if known.
-        enabled: ``False`` shows nothing.
+        enabled: ``True``/``False`` force the bar on/off; ``None`` draws it only when stderr is a terminal.
+        unit: what one count is (tqdm shows ``<unit>/s``).
 
     Example:
         >>> with Progress("calibrating", total=2, enabled=False) as bar:
@@ -46,42 +47,10 @@ class Progress:
         2
     """
 
-    def __init__(self, desc: str, total: int | None = None, *, enabled: bool = True) -> None:
-        self.desc = desc
-        self.total = total
-        self.enabled = enabled
-        self.count = 0
-        self._bar: Any = None
-        self._next_log = 0.1
-        self._t0 = time.perf_counter()
-
-    def __enter__(self) -> Progress:
-        if self.enabled:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                log.info("%s: started (%s samples)", self.desc, self.total if self.total is not None else "?")
-            else:
-                self._bar = tqdm(total=self.total, desc=self.desc, unit="sample", file=sys.stderr, leave=False)
-        return self
-
-    def update(self, n: int = 1) -> None:
-        """Count ``n`` more."""
-        self.count += n
-        if self._bar is not None:
-            self._bar.update(n)
-        elif self.enabled and self.total:
-            frac = self.count / self.total
-            if frac >= self._next_log or self.count == self.total:
-                log.info("%s: %d/%d (%.0f%%)", self.desc, self.count, self.total, 100 * frac)
-                while self._next_log <= frac:
-                    self._next_log += 0.1
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        elif self.enabled:
-            log.info("%s: %d samples in %.1f s", self.desc, self.count, time.perf_counter() - self._t0)
+    def __init__(
+        self, desc: str, total: int | None = None, *, enabled: bool | None = None, unit: str = "sample"
+    ) -> None:
+        super().__init__(desc, total, unit, enabled, log)
 
 
 def input_specs(proto: onnx.ModelProto) -> list[tuple[str, Any, int]]:
@@ -180,13 +149,15 @@ def materialize(
     what: str,
     preprocess: Sequence[Callable[[Any], Any]] | None = None,
     max_samples: int | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> list[Any]:
     """Pull every sample out of ``data`` once (it may be a one-shot generator), applying ``preprocess``.
 
     Each sample is a feed dict, an array (for a single-input model) or, with ``preprocess``, an image that
     the callables turn into one (each stage takes the previous result; the last may return an array, a
-    pipeline :class:`~amdinfer.stages.Sample` (its ``.data``) or an object with ``.array``).
+    pipeline :class:`~amdinfer.stages.Sample` (its ``.data``) or an object with ``.array``). A progress bar
+    is shown over the preprocessing only (``progress``: ``None`` on a terminal's stderr, ``True``/``False``
+    force it).
 
     Raises:
         OptionError: ``data`` is not iterable, or ``preprocess`` holds something not callable.
@@ -224,7 +195,7 @@ def materialize(
         total = min(total, max_samples) if total is not None else max_samples
     items: list[Any] = []
     desc = f"amdinfer: preprocessing {what}" if stages else f"amdinfer: reading {what}"
-    with Progress(desc, total, enabled=progress and bool(stages)) as bar:
+    with Progress(desc, total, enabled=progress if stages else False) as bar:
         i = 0
         while max_samples is None or i < max_samples:
             try:

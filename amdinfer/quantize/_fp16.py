@@ -8,6 +8,7 @@ from typing import Any
 
 import onnx
 
+from .._install import pip_extra
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ._base import QuantizationSpec, QuantizerBase
 from ._prepare import prepare_model, tail_nodes
@@ -53,7 +54,7 @@ def _float16_module() -> Any:
         from onnxruntime.transformers import float16
     except ImportError as exc:  # pragma: no cover - part of every onnxruntime wheel
         raise BackendUnavailableError(
-            "Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); pip install 'amdinfer-onnx[cpu]'",
+            f"Fp16Quantizer needs onnxruntime (onnxruntime.transformers.float16); {pip_extra('cpu')}",
             backend="ort",
             cause=str(exc),
         ) from exc

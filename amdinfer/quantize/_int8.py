@@ -7,6 +7,7 @@ import inspect
 import io
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._install import pip_extra
+from .._progress import check_progress, show_progress
 from ..errors import (
     AmdinferError,
     BackendUnavailableError,
@@ -38,7 +41,7 @@ from ._int8_checks import (
 )
 from ._prepare import prepare_model, tail_nodes
 
-__all__ = ["CALIBRATION_METHODS", "QUANT_FORMATS", "QUANT_TYPES", "Int8Quantizer"]
+__all__ = ["CALIBRATION_METHODS", "INT8_KIND", "QUANT_FORMATS", "QUANT_TYPES", "Int8Quantizer"]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -49,7 +52,8 @@ QUANT_FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
 #: ``activation_type=`` / ``weight_type=`` values and ONNX Runtime's ``QuantType`` member names.
 QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
 
-#: ONNX op types and the MIGraphX instructions ``migraphx.quantize_int8`` quantizes for them.
+#: The ``kind`` part of the cache entries the quantizer writes (``amdinfer cache list`` shows it).
+INT8_KIND = "int8 quantized model"
 
 
 def _choice(name: str, value: Any, table: dict[str, str]) -> str:
@@ -72,7 +76,7 @@ def _import_quantization() -> Any:
         fix = (
             f"pip install {missing} (this onnxruntime's quantization tools import it)"
             if missing and not missing.startswith("onnxruntime")
-            else "pip install 'amdinfer-onnx[cpu]'"
+            else pip_extra("cpu")
         )
         raise BackendUnavailableError(
             f"Int8Quantizer needs onnxruntime.quantization, which cannot be imported ({exc}); {fix}",
@@ -127,11 +131,13 @@ class Int8Quantizer(QuantizerBase):
         keep_last_n: keep the last ``n`` weighted layers and every node after the first of them (the head,
             e.g. a detection head) in float.
         max_samples: read at most this many calibration samples.
-        progress: show a progress bar (tqdm when installed, else log lines) while preprocessing and
-            calibrating.
-        cache: ``True`` stores the quantized model in amdinfer's compiled-model cache (key: prepared model
-            SHA-256 + settings + calibration data hash), a path or a ``CompiledModelCache`` to use that
-            folder, ``False`` for none.
+        progress: a progress bar (tqdm when installed, else INFO lines on the ``amdinfer.quantize``
+            logger) while preprocessing and calibrating: ``None`` (default) only when stderr is a terminal,
+            ``True``/``False`` always/never.
+        cache: where the quantized model is kept (key: prepared model SHA-256 + settings + calibration data
+            hash + onnxruntime version), opt-in like every cache but MIGraphX's (``docs/cache.md``): ``None``
+            (default) caches only when ``$AMDINFER_CACHE_DIR`` is set, ``True`` in the default cache folder,
+            a folder path or a ``CompiledModelCache`` there, ``False`` never.
         prepare: run :func:`~amdinfer.quantize.prepare_model` first.
 
     On MIGraphX native the quantizer maps to ``migraphx.quantize_int8(prog, target, calibration=[...],
@@ -173,8 +179,8 @@ class Int8Quantizer(QuantizerBase):
         exclude_op_types: Sequence[str] = ("Softmax", "Sigmoid"),
         keep_last_n: int = 0,
         max_samples: int | None = None,
-        progress: bool = True,
-        cache: Any = True,
+        progress: bool | None = None,
+        cache: Any = None,
         prepare: bool = True,
     ) -> None:
         if calibration is None:
@@ -217,7 +223,7 @@ class Int8Quantizer(QuantizerBase):
         ):
             raise OptionError(f"max_samples: got {max_samples!r}, expected a positive int or None")
         self.max_samples = max_samples
-        self.progress = _flag("progress", progress)
+        self.progress = check_progress(progress)
         self.prepare = _flag("prepare", prepare)
         self._cache = self._resolve_cache(cache)
         self._only: list[str] | None = None
@@ -225,10 +231,12 @@ class Int8Quantizer(QuantizerBase):
 
     @staticmethod
     def _resolve_cache(cache: Any) -> Any:
-        if cache is False or cache is None:
+        if cache is False:
             return None
-        from ..cache import CompiledModelCache
+        from ..cache import CACHE_ENV, CompiledModelCache
 
+        if cache is None:  # opt-in: the environment's cache folder only (docs/cache.md)
+            return CompiledModelCache() if os.environ.get(CACHE_ENV) else None
         if cache is True:
             return CompiledModelCache()
         if isinstance(cache, CompiledModelCache):
@@ -237,7 +245,7 @@ class Int8Quantizer(QuantizerBase):
             from .._files import check_path
 
             return CompiledModelCache(check_path(cache, "cache"))
-        raise OptionError(f"cache: got {cache!r}, expected True, False, a folder path or a CompiledModelCache")
+        raise OptionError(f"cache: got {cache!r}, expected None, True, False, a folder path or a CompiledModelCache")
 
     # ------------------------------------------------------------------ data
     def calibration_items(self) -> list[Any]:
@@ -369,7 +377,9 @@ class Int8Quantizer(QuantizerBase):
         if self._cache is None:
             return self._run_quantize_static(src, feeds, feeds_hash, excluded)
         parts = {
-            "what": "int8-quantized model",
+            "kind": INT8_KIND,
+            "backend": "ort",  # onnxruntime.quantization wrote it
+            "precision": "int8",
             "model": src.sha256,
             "settings": self.settings_hash(),
             "calibration": feeds_hash,
@@ -385,8 +395,9 @@ class Int8Quantizer(QuantizerBase):
         def load(path: Path) -> onnx.ModelProto:
             return onnx.load_model(str(path))
 
+        meta = {"model": src.proto.graph.name or "<ModelProto>"}
         try:
-            proto, hit = self._cache.get_or_build(key, parts=parts, build=build, load=load, suffix=".onnx")
+            proto, hit = self._cache.get_or_build(key, parts=parts, build=build, load=load, suffix=".onnx", meta=meta)
         except CacheError as exc:
             log.warning("int8 cache unusable (%s); quantizing without it", exc)
             return self._run_quantize_static(src, feeds, feeds_hash, excluded)
@@ -410,7 +421,9 @@ class Int8Quantizer(QuantizerBase):
         cache_kw = {"calibration_cache_path": str(ranges)} if reuse else {}
         reader = None
         if not (reuse and ranges.is_file()):
-            reader = calibration_reader(quantization.CalibrationDataReader, feeds, progress=self.progress)
+            reader = calibration_reader(
+                quantization.CalibrationDataReader, feeds, progress=show_progress(self.progress)
+            )
         with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
             inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             save_for_quantizer(src, inp)

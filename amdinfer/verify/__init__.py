@@ -4,7 +4,8 @@
 RMS metric, an elementwise ``|a - b| <= atol + rtol * |b|`` bound, and NaN/Inf accounting, using default
 tolerances per precision (those of ``migraphx-driver verify``). ``compare_engines(a, b, inputs)`` runs
 two engines on the same feeds; ``compare_layers`` (or ``per_layer=True``) walks every intermediate
-tensor and names the first node whose output diverges.
+tensor and names the first node whose output diverges. ``save_golden``/``load_golden`` keep a run's inputs and
+outputs in one ``.npz`` (what ``amdinfer run --save`` and ``verify --save-golden`` write, ``verify --golden`` reads).
 
 Example:
     >>> import numpy as np, amdinfer
@@ -22,6 +23,7 @@ Example:
 from __future__ import annotations
 
 from ._compare import compare, compare_engines, compare_layers
+from ._golden import Golden, load_golden, save_golden
 from ._metrics import (
     DEFAULT_TOLERANCES,
     Tolerance,
@@ -39,6 +41,7 @@ from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
 __all__ = [
     "DEFAULT_TOLERANCES",
     "ComparisonReport",
+    "Golden",
     "LayerEntry",
     "LayerReport",
     "TensorReport",
@@ -48,10 +51,12 @@ __all__ = [
     "compare_layers",
     "cosine_similarity",
     "default_tolerance",
+    "load_golden",
     "max_abs_error",
     "max_rel_error",
     "nonfinite_counts",
     "rms_error",
+    "save_golden",
     "topk_agreement",
     "within_tolerance",
 ]

@@ -1,10 +1,11 @@
-"""Issue 20's robustness cases: cli (registered into the corpus by ``_corpus.py``).
+"""Issue 20's and 22's robustness cases: cli (registered into the corpus by ``_corpus.py``).
 
 Output files (``--out``, ``--save``, ``--trace``, ...) are written beside the target and renamed over it: a
 symbolic link planted at the path is replaced, never followed, and an output that is one of the command's
 inputs is refused. The rest: option conflicts and usage errors name what they should, hints spell NumPy 2's
 dtypes, a prepared run notices a feed resized in place, and a cache cleared by another process never fails
-a load.
+a load. Issue 22: the cache and engine options conflict in one line, ``--mean``/``--std`` are checked against the
+images, notes obey ``-q``, and a reader that closes stdout early ends the command quietly.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def cli_run_save_symlink(d: Path) -> object:
     out, _ = _through_symlink(d, "run_save_symlink", ["run", "m.onnx", "--providers", "cpu", "--save", "{out}"], "o")
     x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
     with amdinfer.load(tiny_cnn(), use_cache=False, **CPU) as engine, np.load(out) as saved:
-        np.testing.assert_allclose(saved["logits"], engine.run(x)["logits"], rtol=1e-5)
+        np.testing.assert_array_equal(saved["input/input"], x)  # the golden-file format (verify --golden)
+        np.testing.assert_allclose(saved["output/logits"], engine.run(x)["logits"], rtol=1e-5)
     return "a link at --save is replaced by the .npz (at exactly that name); the file it pointed at is unchanged"
 
 
@@ -133,6 +135,73 @@ def cli_input_shapes_vs_batch(d: Path) -> object:
 def cli_unknown_flag_names_command(d: Path) -> object:
     run_cli(d, "run", "m.onnx", "--bogus")
     return None  # pragma: no cover - run_cli raises
+
+
+@case("command line", CliResult, r"^exit 1: amdinfer run: OptionError: --provider-option: applies to the first "
+      r"provider of --providers; give --providers")  # fmt: skip
+def cli_provider_option_without_providers(d: Path) -> object:
+    run_cli(d, "run", "m.onnx", "--provider-option", "device_id=1", "-q")
+    return None  # pragma: no cover - run_cli raises
+
+
+@case("command line", CliResult, r"^exit 1: amdinfer bench: OptionError: --cache-dir 'c': given together with "
+      r"--no-cache; drop one of them$")  # fmt: skip
+def cli_cache_dir_with_no_cache(d: Path) -> object:
+    run_cli(d, "bench", "m.onnx", "--providers", "cpu", "--no-cache", "--cache-dir", "c", "-q")
+    return None  # pragma: no cover - run_cli raises
+
+
+def _image_folder(d: Path, name: str) -> Path:
+    from PIL import Image
+
+    f = _folder(d, name)
+    (f / "imgs").mkdir()
+    Image.fromarray(np.full((32, 32, 3), 128, np.uint8)).save(f / "imgs" / "a.png")
+    return f
+
+
+@case("command line", CliResult, r"^exit 1: amdinfer quantize: OptionError: --mean: got 2 values \[0\.5, 0\.5\] "
+      r"for the 3-channel images of --calibration 'imgs', expected 1 or 3$")  # fmt: skip
+def cli_mean_count_vs_channels(d: Path) -> object:
+    f = _image_folder(d, "mean_count_vs_channels")
+    run_cli(f, "quantize", "m.onnx", "--precision", "int8", "--calibration", "imgs", "--mean", "0.5,0.5",
+            "--out", "q.onnx", "-q")  # fmt: skip
+    return None  # pragma: no cover - run_cli raises
+
+
+@case("command line", CliResult, r"^exit 1: amdinfer run: OptionError: --std: got '0\.2,0,0\.2', expected values > 0")
+def cli_std_zero(d: Path) -> object:
+    f = _image_folder(d, "std_zero")
+    run_cli(f, "run", "m.onnx", "--precision", "int8", "--calibration", "imgs", "--std", "0.2,0,0.2", "-q")
+    return None  # pragma: no cover - run_cli raises
+
+
+@case("command line")
+def cli_quiet_drops_notes(d: Path) -> object:
+    f = _folder(d, "quiet_drops_notes")
+    rc, out, err = _cli(f, "run", "m.onnx", "-q")  # auto: MIGraphX (and GPU providers) are passed over here
+    assert rc == 0 and err == "" and "passed over" not in out, (rc, err)
+    rc, out, err = _cli(f, "run", "m.onnx", "--json", "-q")
+    assert rc == 0 and err == "" and json.loads(out)["skipped"]
+    return "-q: no notes at all (the backends passed over are in --json's skipped)"
+
+
+@case("command line", isolate=True)
+def cli_stdout_closed_early(d: Path) -> object:
+    import os
+
+    f = _folder(d, "stdout_closed_early")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a byte
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "amdinfer", "run", "m.onnx", "--providers", "cpu", "--json", "-q"],
+            cwd=f, stdout=write, stderr=subprocess.PIPE, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == b"", (done.returncode, done.stderr[-400:])
+    return "stdout closed by its reader: exit 0, nothing on stderr (no BrokenPipeError)"
 
 
 @case("engine inputs", InputError, r"^input 'x': got dtype float32, expected bfloat16 \(cast explicitly, e\.g\. "

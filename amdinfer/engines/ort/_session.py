@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import onnx
 
 from ..._validate import flag
-from ...errors import BackendUnavailableError, ModelError, OptionError, UnsupportedOperatorError
+from ...errors import BackendUnavailableError, CacheError, ModelError, OptionError, UnsupportedOperatorError
 from ...model import ModelSource, graphs_of
 from ...types import ShapeBounds
 from ..base import EngineInfo
@@ -30,7 +31,9 @@ from ._options import OrtOptions
 from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
 from ._tuning import drop_default_graphs, without_graphs
 
-__all__ = ["SessionBuilder", "compute_precision", "optimized_model_cache"]
+__all__ = ["SessionBuilder", "compute_precision", "note_fp16_on_cpu", "optimized_model_cache"]
+
+log = logging.getLogger("amdinfer.ort")
 
 _FLOATS = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
 
@@ -265,6 +268,61 @@ class SessionBuilder:
             "disable_cpu_ep_fallback": not self._options.allow_cpu_nodes,
         }
 
+    def rewrite(self, q: Any, source: ModelSource, info: EngineInfo) -> ModelSource:
+        """``q``'s rewrite of ``source`` (the fp16 conversion, a quantizer's model), through the cache when it is
+        on and the rewrite depends on nothing but the model and ``q.settings()`` (no calibration data, no
+        mixed-precision search); records ``info.settings["rewrite_cache"]``.
+
+        The fp16 conversion of ResNet-50 takes seconds; with the cache on, the next load reads the stored
+        rewrite instead (key: the source's SHA-256, the quantizer's settings, onnxruntime and onnx versions).
+
+        Example:
+            >>> import onnxruntime as ort
+            >>> from amdinfer.quantize import Fp16Quantizer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> builder = SessionBuilder(ort, OrtOptions.create(use_cache=False), precision="fp16", device=0, bounds={})
+            >>> src = ModelSource(tiny_cnn(), name="cnn.onnx")
+            >>> builder.rewrite(Fp16Quantizer(), src, EngineInfo("ort")).name
+            'cnn.onnx'
+        """
+        cache = self.cache
+        spec = q.describe()
+        if cache is None or spec.calibration or spec.mixed or len(source.to_bytes()) > 1_800_000_000:
+            return source.derived(q.quantize(source.proto), check=False)
+        precision = str(q.precision)
+        parts = {
+            "recipe": 1,
+            "kind": f"{precision} model",
+            "backend": "ort",
+            "precision": precision,
+            "model": source.sha256,
+            "quantizer": q.settings(),
+            "onnxruntime": self._ort.__version__,
+            "onnx": onnx.__version__,
+        }
+        key = cache.key(**parts)
+
+        def build(tmp: Path) -> ModelSource:
+            rewritten = source.derived(q.quantize(source.proto), check=False)
+            tmp.write_bytes(rewritten.to_bytes())
+            return rewritten
+
+        def load(path: Path) -> ModelSource:
+            stored = source.derived(path.read_bytes(), check=False)
+            if [s.name for s in stored.inputs] != [s.name for s in source.inputs]:
+                raise ModelError(f"stored {precision} model has inputs {[s.name for s in stored.inputs]}")
+            return stored
+
+        try:
+            rewritten, hit = cache.get_or_build(
+                key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
+            )
+        except CacheError as exc:
+            log.warning("%s; converting without the cache", exc)
+            return source.derived(q.quantize(source.proto), check=False)
+        info.settings["rewrite_cache"] = {"dir": str(cache.root), "key": key, "kind": parts["kind"], "hit": hit}
+        return rewritten
+
     def all_outputs(self, source: ModelSource, session: Any, settings: dict[str, Any]) -> tuple[Any, list[str]]:
         """A session (optimizations off, graphs off) whose outputs are every named tensor of ``source``."""
         proto = onnx.ModelProto()
@@ -283,6 +341,38 @@ class SessionBuilder:
         opts = [without_graphs(settings["provider_options"].get(p, {})) for p in providers]
         new = self._ort.InferenceSession
         return new(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
+
+
+#: Said once per process on stderr (logger ``amdinfer.ort``, WARNING); every such engine also carries it in its notes.
+_FP16_ON_CPU = (
+    "precision fp16 on CPUExecutionProvider brings no speed-up: ONNX Runtime's CPU provider has fp16 kernels for "
+    "few ops and runs the others in float32 between inserted Casts, so expect fp32 speed or slower, with fp16 "
+    "rounding"
+)
+_fp16_on_cpu_said = False
+
+
+def note_fp16_on_cpu(info: EngineInfo, *, cached: bool) -> None:
+    """Add the fp16-on-CPU note to ``info.notes``; the ``amdinfer.ort`` logger says it once per process.
+
+    Example:
+        >>> info = EngineInfo("ort")
+        >>> note_fp16_on_cpu(info, cached=False)
+        >>> "no speed-up" in info.notes[0]
+        True
+    """
+    global _fp16_on_cpu_said
+    cost = (
+        "the fp16 conversion is kept in the compiled-model cache, so later loads skip it; precision='fp32' is "
+        "the faster choice on a CPU"
+        if cached
+        else "the model is converted to fp16 again at every load: load with precision='fp32' on a CPU, or turn "
+        "the cache on (cache_dir=...) to convert it once"
+    )
+    info.notes.append(f"{_FP16_ON_CPU}; {cost}")
+    if not _fp16_on_cpu_said:
+        _fp16_on_cpu_said = True
+        log.warning("%s; %s (said once per process; engine.info.notes keeps it)", _FP16_ON_CPU, cost)
 
 
 def _creation_error(text: str, names: list[str], source: ModelSource) -> Exception:

@@ -46,7 +46,7 @@ from ._providers import (
 )
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
-from ._session import SessionBuilder, compute_precision
+from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu
 from ._tuning import apply_tuning, control_flow_nodes
 
 __all__ = ["OrtEngine"]
@@ -220,6 +220,8 @@ class OrtEngine(Engine):
         info.providers = used
         first = PROVIDERS.get(used[0] if used else CPU_EP, PROVIDERS[CPU_EP])
         info.device = first.label + (f":{self._device}" if first.gpu else "")
+        if self._precision == "fp16" and used[:1] == [CPU_EP]:
+            note_fp16_on_cpu(info, cached="rewrite_cache" in info.settings)
         if self._quantizer is None and self._precision == "fp32":
             runs = compute_precision(self._source.proto)  # a model converted before loading (a fused fp16 graph)
             if runs is not None:
@@ -286,7 +288,7 @@ class OrtEngine(Engine):
                 )
         key = (source.sha256, q.settings_hash() if hasattr(q, "settings_hash") else repr(q.settings()))
         if key not in self._variants:
-            self._variants[key] = ModelSource.from_any(q.quantize(source.proto), check=False)
+            self._variants[key] = self._builder.rewrite(q, source, info)
         return self._variants[key], {}
 
     def _workdir(self) -> Path:
