@@ -1,8 +1,9 @@
 """Serve models over the Open Inference Protocol v2 (REST + gRPC) on KServe's ModelServer.
 
 Needs the ``serve`` extra (``pip install 'amdinfer-onnx[serve]'``). One engine per device, an asyncio
-dynamic batcher in front of them, binary tensors viewed with ``np.frombuffer``, Prometheus metrics,
-bound to ``127.0.0.1`` unless told otherwise. See docs/serving.md.
+dynamic batcher in front of them, binary tensors viewed with ``np.frombuffer``, Triton's system
+shared-memory extension for clients on the same host, Prometheus metrics, bound to ``127.0.0.1`` unless
+told otherwise. See docs/serving.md.
 
 Example:
     >>> import amdinfer

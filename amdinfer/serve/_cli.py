@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import logging.config
 from typing import Any
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "run"]
+
+_LEVELS = ("debug", "info", "warning", "error")
+_SHARED_MEMORY = {"auto": None, "on": True, "off": False}
 
 NAME = "serve"
 HELP = "serve a model over the Open Inference Protocol v2 (REST + gRPC) on KServe, one engine per GPU"
@@ -61,13 +66,58 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
         argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets))]
     if args.no_warmup:
         argv.append("--no-warmup")
-    return argv
+    if args.log_level:
+        argv += ["--log-level", args.log_level]
+    return [*argv, "--shared-memory", args.shared_memory]
+
+
+def configure_logging(level: str | None) -> None:
+    """Logging for the ``amdinfer serve`` process: one stream on stderr, unless something configured it.
+
+    With a configuration already in place (handlers on the root or ``amdinfer`` logger), only ``level`` is
+    applied to the ``amdinfer`` logger, if given. Otherwise: ``amdinfer`` logs at ``level`` (default info:
+    the start line and one line per refused request); KServe and uvicorn log warnings and errors only
+    (``debug`` shows their startup lines and one access line per request too). KServe installs its own
+    configuration only on a ``kserve`` logger without handlers, so it gets this one.
+
+    Example:
+        >>> from amdinfer.cli import build_parser
+        >>> build_parser().parse_args(["serve", "m.onnx", "--log-level", "debug"]).log_level
+        'debug'
+    """
+    chosen = getattr(logging, (level or "info").upper())
+    if logging.getLogger().handlers or logging.getLogger("amdinfer").handlers:
+        if level:
+            logging.getLogger("amdinfer").setLevel(chosen)
+        return
+    others = logging.DEBUG if chosen <= logging.DEBUG else max(chosen, logging.WARNING)
+    stream = {"handlers": ["stderr"], "level": others, "propagate": False}
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"line": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"}},
+            "handlers": {
+                "stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "line"}
+            },
+            "root": {"handlers": ["stderr"], "level": max(chosen, logging.WARNING)},
+            "loggers": {
+                "amdinfer": {"level": chosen},
+                "kserve": stream,
+                "kserve.trace": {"level": others},
+                "uvicorn": stream,
+                "uvicorn.error": {"level": others},
+                "uvicorn.access": {"level": others},
+            },
+        }
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the exit code (0: stopped cleanly)."""
     from . import _kserve_module
 
+    configure_logging(args.log_level)
     _server = _kserve_module("_server")
     if len(args.devices) > 1 and not args.single_process:
         return int(_server.serve_processes([_child_argv(args, d) for d in args.devices]))
@@ -90,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         reuse_port=args.reuse_port,
         max_request_bytes=args.max_request_bytes,
+        shared_memory=_SHARED_MEMORY[args.shared_memory],
         **options,
     )
     return 0
@@ -135,5 +186,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--single-process",
         action="store_true",
         help="with several --devices: one process with a worker thread per GPU (default: a process per GPU)",
+    )
+    p.add_argument(
+        "--shared-memory",
+        choices=list(_SHARED_MEMORY),
+        default="auto",
+        help="take tensors in system shared memory registered by clients on this host (Triton's extension); "
+        "auto (default): on when --host is a loopback address",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=_LEVELS,
+        default=None,
+        help="amdinfer's log level (default info: one start line, one line per refused request); debug adds "
+        "KServe's and uvicorn's lines and per-request access lines",
     )
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes

@@ -14,8 +14,11 @@ from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
 from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
 from kserve.protocol.grpc.servicer import InferenceServicer
 
+from ..errors import InputError
 from ._net import bound_socket
-from ._oip import version_error
+from ._oip import request_from_grpc, version_error
+from ._shm import SharedMemoryRegistry
+from ._shm_grpc import add_shared_memory_rpcs
 
 __all__ = ["GrpcServer"]
 
@@ -42,16 +45,28 @@ class _Interceptor(ExceptionToStatusInterceptor):
 
     async def handle_exception(self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str) -> None:
         from grpc import StatusCode
-        from kserve.errors import InvalidInput, ModelNotFound
+        from kserve.errors import (
+            InvalidInput,
+            ModelNotFound,
+            ModelNotReady,
+            ServerNotLive,
+            ServerNotReady,
+            UnsupportedProtocol,
+        )
 
-        if isinstance(ex, InvalidInput):
-            logger.info("INVALID_ARGUMENT %s: %s", method_name, ex.reason)
-            await context.abort(StatusCode.INVALID_ARGUMENT, ex.reason)
-        elif isinstance(ex, ModelNotFound):
-            logger.info("NOT_FOUND %s: %s", method_name, ex.reason)
-            await context.abort(StatusCode.NOT_FOUND, ex.reason)
-        else:
-            await super().handle_exception(ex, request_or_iterator, context, method_name)
+        statuses = (
+            ((InvalidInput, InputError, UnsupportedProtocol), StatusCode.INVALID_ARGUMENT),
+            ((ModelNotFound,), StatusCode.NOT_FOUND),
+            ((ModelNotReady, ServerNotReady, ServerNotLive), StatusCode.UNAVAILABLE),
+        )
+        for kinds, status in statuses:
+            if isinstance(ex, kinds):
+                message = str(getattr(ex, "reason", None) or ex)
+                level = logging.WARNING if status is StatusCode.UNAVAILABLE else logging.INFO
+                logger.log(level, "%s %s: %s", status.name, method_name, message)
+                await context.abort(status, message)
+                return
+        await super().handle_exception(ex, request_or_iterator, context, method_name)
 
 
 class _Servicer(InferenceServicer):
@@ -59,6 +74,7 @@ class _Servicer(InferenceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:  # gRPC's method name
         from kserve.errors import InvalidInput
+        from kserve.utils.utils import to_headers
 
         for tensor in request.inputs:
             if tensor.datatype not in _OIP_DATATYPES and tensor.datatype != "BYTES":
@@ -66,7 +82,13 @@ class _Servicer(InferenceServicer):
                     f"input {tensor.name[:80]!r}: got datatype {tensor.datatype[:40]!r}, expected one of "
                     f"{', '.join(_OIP_DATATYPES)}"
                 )
-        return await super().ModelInfer(request, context)
+        # KServe's decoder pairs raw_input_contents with the inputs by position; with shared-memory inputs
+        # they belong to the other inputs only
+        infer_request = request_from_grpc(request)
+        response, _ = await self._data_plane.infer(
+            request=infer_request, headers=to_headers(context), model_name=request.model_name
+        )
+        return response.to_grpc()
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:  # gRPC's method name
         await self._versioned(request, context)
@@ -100,6 +122,7 @@ class GrpcServer:
         *,
         max_message: int,
         reuse_port: bool,
+        shm: SharedMemoryRegistry | None = None,
     ) -> None:
         from grpc import aio
 
@@ -117,6 +140,8 @@ class GrpcServer:
         )
         servicer = _Servicer(dataplane, repository_extension)
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        if shm is not None:  # Triton's shared-memory rpcs, next to KServe's of the same service
+            add_shared_memory_rpcs(self._server, shm)
         if not reuse_port and port:  # a taken port in one line, before gRPC's own error log
             bound_socket(host, port, reuse_port=False, protocol="gRPC").close()
         try:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["bound_socket", "check_host", "check_port"]
+__all__ = ["bound_socket", "check_host", "check_port", "is_loopback"]
 
 
 def check_port(name: str, value: Any, *, optional: bool = False) -> Any:
@@ -50,3 +50,19 @@ def bound_socket(host: str, port: int, *, reuse_port: bool, protocol: str = "RES
         sock.close()
         raise OSError(f"{protocol}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (only this machine can connect).
+
+    Example:
+        >>> is_loopback("127.0.0.1"), is_loopback("0.0.0.0")
+        (True, False)
+    """
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)

@@ -18,19 +18,29 @@ import orjson
 from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.dataplane import DataPlane
-from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
+from kserve.protocol.infer_type import (
+    InferInput,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    get_content,
+    to_http_parameters,
+)
 from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 
 from ..errors import AmdinferError, InputError, OptionError, StageError
 from ..types import TensorSpec
 from ._batcher import DynamicBatcher
 from ._metrics import ServingMetrics
+from ._shm import REGION, SharedMemoryRegistry, read_shared_inputs, uses_shm, write_shared_outputs
 
 __all__ = [
     "AmdinferModel",
     "FastDataPlane",
     "decode_rest",
     "json_length",
+    "request_from_grpc",
     "tensor_metadata",
     "to_numpy",
     "version_error",
@@ -139,8 +149,11 @@ def decode_rest(
                 )
             inp._raw_data = view[start : start + size]
             start += size
-        else:
-            raise InvalidInput(f"input {spec['name']!r}: has neither 'data' nor parameters.binary_data_size")
+        elif not (params and REGION in params):  # shared memory: read by the data plane
+            raise InvalidInput(
+                f"input {spec['name']!r}: has neither 'data', parameters.binary_data_size nor "
+                "parameters.shared_memory_region"
+            )
         inputs.append(inp)
     outputs = None
     if isinstance(head.get("outputs"), list):
@@ -250,8 +263,58 @@ def tensor_metadata(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
     ]
 
 
+def request_from_grpc(request: Any) -> InferRequest:
+    """An ``InferRequest`` from a gRPC ``ModelInferRequest``, with shared-memory inputs.
+
+    ``raw_input_contents`` hold the tensors of the inputs that are not in shared memory, in order (what
+    tritonclient sends); KServe's own decoder pairs them with all inputs by position instead.
+
+    Raises:
+        kserve.errors.InvalidInput: raw contents that do not pair up with the inputs, or an input with both.
+    """
+    inputs = []
+    raw = list(request.raw_input_contents)
+    plain = 0
+    for tensor in request.inputs:
+        params = to_http_parameters(tensor.parameters) if tensor.parameters else None
+        shm = params is not None and REGION in params
+        data = None if shm or raw else get_content(tensor.datatype, tensor.contents)
+        if tensor.HasField("contents") and (shm or raw):
+            why = "a shared-memory region" if shm else "raw_input_contents"
+            raise InvalidInput(f"input {tensor.name[:80]!r}: contents must not be given with {why}")
+        inp = InferInput(name=tensor.name, shape=list(tensor.shape), datatype=tensor.datatype, data=data,
+                         parameters=params)  # fmt: skip
+        if raw and not shm:
+            if plain < len(raw):
+                inp._raw_data = raw[plain]
+            plain += 1
+        inputs.append(inp)
+    if raw and plain != len(raw):
+        raise InvalidInput(f"raw_input_contents: got {len(raw)}, expected one per input not in shared memory ({plain})")
+    outputs = [
+        RequestedOutput(name=o.name, parameters=to_http_parameters(o.parameters) if o.parameters else None)
+        for o in request.outputs
+    ]
+    infer_request = InferRequest(
+        model_name=request.model_name,
+        infer_inputs=inputs,
+        request_id=request.id,
+        from_grpc=True,
+        parameters=request.parameters,
+        request_outputs=outputs or None,
+        model_version=request.model_version,
+    )
+    infer_request._use_raw_outputs = True  # answered with raw_output_contents, as tritonclient expects
+    return infer_request
+
+
 class FastDataPlane(DataPlane):
-    """KServe's data plane with binary REST tensors decoded by :func:`decode_rest` (``np.frombuffer``).
+    """KServe's data plane with binary REST tensors decoded by :func:`decode_rest` (``np.frombuffer``) and
+    tensors in system shared memory (Triton's extension) read and written through ``shm``.
+
+    Args:
+        model_registry: KServe's model repository.
+        shm: the server's shared-memory regions (``None``: the extension is off).
 
     Example:
         >>> from kserve.model_repository import ModelRepository
@@ -264,11 +327,34 @@ class FastDataPlane(DataPlane):
         (1, 640, 640, 3)
     """
 
+    def __init__(self, model_registry: Any, shm: SharedMemoryRegistry | None = None) -> None:
+        super().__init__(model_registry=model_registry)
+        self.shm = shm
+
+    def metadata(self) -> dict[str, Any]:
+        meta = super().metadata()
+        if self.shm is not None and self.shm.enabled:
+            meta["extensions"] = [*meta["extensions"], "system_shared_memory"]
+        return meta
+
     def decode_inference_request(self, body: Any, headers: Mapping[str, str], model_name: str) -> InferRequest:
         if isinstance(body, (bytes, bytearray)):
             length = (headers or {}).get(INFERENCE_HEADER)
             return decode_rest(bytes(body), json_length(length, len(body)), model_name)
         return super().decode_inference_request(body, headers, model_name)
+
+    async def infer(self, model_name: str, request: Any, headers: Any = None) -> tuple[Any, dict[str, str]]:
+        wanted: list = []
+        shm = self.shm
+        if isinstance(request, InferRequest) and uses_shm(request):
+            if shm is None:
+                raise InputError("system shared memory is not available on this server")
+            await self.get_model(model_name)  # an unknown model is 404 before any region is looked at
+            wanted = read_shared_inputs(shm, request)
+        response, response_headers = await super().infer(model_name, request, headers)
+        if wanted and shm is not None:
+            write_shared_outputs(shm, response, wanted)
+        return response, response_headers
 
 
 class AmdinferModel(Model):
@@ -349,11 +435,12 @@ class AmdinferModel(Model):
             self.metrics.request("error")
             raise
         names = wanted or list(outs)
+        in_shm = {o.name for o in payload.request_outputs or [] if o.parameters and REGION in o.parameters}
         infer_outputs = []
         for n in names:
             arr = np.ascontiguousarray(outs[n])
             out = InferOutput(name=n, shape=list(arr.shape), datatype=from_np_dtype(arr.dtype), data=arr)
-            if payload.from_grpc:
+            if payload.from_grpc and n not in in_shm:
                 # raw_output_contents; KServe's to_grpc tests an ndarray's truth value and fails otherwise
                 out.set_data_from_numpy(arr, binary_data=True)
             infer_outputs.append(out)

@@ -15,7 +15,14 @@ import logging
 from typing import Any
 
 import orjson
-from kserve.errors import InvalidInput, ModelNotReady
+from kserve.errors import (
+    InvalidInput,
+    ModelNotFound,
+    ModelNotReady,
+    ServerNotLive,
+    ServerNotReady,
+    UnsupportedProtocol,
+)
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,8 +30,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InputError
 from ._oip import INFERENCE_HEADER, decode_rest, json_length, to_numpy, version_error
+from ._shm import CUDA_UNSUPPORTED, REGION, SharedMemoryRegistry, uses_shm
 
-__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "MAX_JSON_BYTES", "BodyLimit", "install_routes"]
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "MAX_JSON_BYTES",
+    "BodyLimit",
+    "JsonResponse",
+    "install_routes",
+    "install_shm_routes",
+]
 
 logger = logging.getLogger("amdinfer.serve")
 
@@ -43,6 +58,21 @@ def _too_large(limit: int, got: str) -> str:
         f"request body: got {got}, expected at most {limit} bytes (the server's --max-request-bytes; send "
         "fewer items per request)"
     )
+
+
+class JsonResponse(JSONResponse):
+    """JSON written by orjson (NumPy values too): what KServe's app asks of FastAPI's ``ORJSONResponse``, which
+    FastAPI deprecates with a warning at every response. The server makes it the app's default response class
+    before KServe's routes are added (:func:`~amdinfer.serve.Server`).
+
+    Example:
+        >>> import numpy as np
+        >>> JsonResponse({"shape": np.int64(3)}).body
+        b'{"shape":3}'
+    """
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
 class BodyLimit:
@@ -108,17 +138,31 @@ def _decode(body: bytes, header: str | None, model_name: str, version: str | Non
     request.model_version = version
     try:
         for inp in request.inputs:
-            if inp._raw_data is None:
+            if inp._raw_data is None and not (inp.parameters and REGION in inp.parameters):
                 inp._data = to_numpy(inp)
     except InputError as exc:
         raise InvalidInput(str(exc)) from None
     return request
 
 
+#: What the client asked for or the server's state, not a fault: answered with the status, logged in one line.
+_CLIENT_ERRORS: dict[type[Exception], int] = {
+    InvalidInput: 400,
+    InputError: 400,
+    ModelNotFound: 404,
+    ModelNotReady: 503,
+    ServerNotReady: 503,
+    ServerNotLive: 503,
+    UnsupportedProtocol: 501,
+}
+
+
 async def _client_error(request: Request, exc: Exception) -> JSONResponse:
-    """400 with the message; one log line, no traceback: the client sent it, the server is fine."""
-    logger.info("400 %s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(status_code=400, content={"error": str(exc)})
+    """The status with the message; one log line, no traceback: the client sent it, the server is fine."""
+    status = next(code for kind, code in _CLIENT_ERRORS.items() if isinstance(exc, kind))
+    logger.log(logging.WARNING if status >= 500 else logging.INFO, "%d %s %s: %s", status, request.method,
+               request.url.path, exc)  # fmt: skip
+    return JSONResponse(status_code=status, content={"error": str(exc)})
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -168,6 +212,8 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
         response, encoded_headers = dataplane.encode(
             model_name=model_name, response=response, headers=headers, req_attributes={}
         )
+        if uses_shm(infer_request):
+            response = _without_null_data(response, encoded_headers)
         response_headers = {**response_headers, **encoded_headers}
         for drop in ("content-length", "content-type"):
             response_headers.pop(drop, None)
@@ -188,7 +234,84 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     for i, (path, endpoint, methods) in enumerate(routes):
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
         app.router.routes.insert(i, app.router.routes.pop())  # ahead of KServe's routes for the same paths
-    app.add_exception_handler(InvalidInput, _client_error)
+    for kind in _CLIENT_ERRORS:
+        app.add_exception_handler(kind, _client_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, limit=max_request_bytes)
+
+
+def _without_null_data(response: Any, headers: dict[str, str]) -> Any:
+    """The response without ``"data": null`` (outputs written to shared memory define no data, says Triton)."""
+    if isinstance(response, dict):
+        for out in response.get("outputs", []):
+            if "data" in out and out["data"] is None:
+                del out["data"]
+        return response
+    if isinstance(response, bytes) and INFERENCE_HEADER in headers:
+        n = int(headers[INFERENCE_HEADER])
+        head = _without_null_data(orjson.loads(response[:n]), {})
+        encoded = orjson.dumps(head)
+        headers[INFERENCE_HEADER] = str(len(encoded))
+        return encoded + response[n:]
+    return response
+
+
+def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
+    """Triton's shared-memory routes on ``app``: ``/v2/systemsharedmemory[/region/NAME]/status|register|unregister``
+    over ``registry``, and ``/v2/cudasharedmemory/...`` answering that CUDA shared memory is not supported.
+
+    Example:
+        >>> from fastapi import FastAPI
+        >>> app = FastAPI()
+        >>> registry = SharedMemoryRegistry(enabled=False)
+        >>> install_shm_routes(app, registry)
+        >>> sorted({r.path for r in app.router.routes if "systemshared" in r.path})[:2]
+        ['/v2/systemsharedmemory/region/{region_name}/register', '/v2/systemsharedmemory/region/{region_name}/status']
+        >>> registry.close()
+    """
+
+    async def status(region_name: str = "") -> Response:
+        return Response(
+            orjson.dumps([s.to_json() for s in registry.status(region_name)]), media_type="application/json"
+        )
+
+    async def register(request: Request, region_name: str) -> Response:
+        try:
+            spec = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"region {region_name!r}: register body is not valid JSON: {exc}") from None
+        if not isinstance(spec, dict) or not {"key", "byte_size"} <= set(spec):
+            raise InvalidInput(f'region {region_name!r}: expected a JSON object with "key", "byte_size" and "offset"')
+        registry.register(region_name, spec["key"], spec.get("offset", 0), spec["byte_size"])
+        logger.debug("registered shared-memory region %r: %s", region_name, spec)
+        return Response(status_code=200)
+
+    async def unregister(region_name: str = "") -> Response:
+        registry.unregister(region_name)
+        return Response(status_code=200)
+
+    async def cuda_status(region_name: str = "") -> Response:
+        if region_name:
+            raise InvalidInput(f"CUDA shared-memory region {region_name!r}: not registered ({CUDA_UNSUPPORTED})")
+        return Response(b"[]", media_type="application/json")
+
+    async def cuda_register(region_name: str) -> Response:
+        raise InvalidInput(f"CUDA shared-memory region {region_name!r}: {CUDA_UNSUPPORTED}")
+
+    async def cuda_unregister(region_name: str = "") -> Response:
+        return Response(status_code=200)
+
+    endpoints = {
+        "/v2/systemsharedmemory": (status, register, unregister),
+        "/v2/cudasharedmemory": (cuda_status, cuda_register, cuda_unregister),
+    }
+    for base, (on_status, on_register, on_unregister) in endpoints.items():
+        for path, endpoint, method in (
+            ("/status", on_status, "GET"),
+            ("/region/{region_name}/status", on_status, "GET"),
+            ("/region/{region_name}/register", on_register, "POST"),
+            ("/unregister", on_unregister, "POST"),
+            ("/region/{region_name}/unregister", on_unregister, "POST"),
+        ):
+            app.add_api_route(base + path, endpoint, methods=[method], include_in_schema=False)

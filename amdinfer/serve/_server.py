@@ -21,9 +21,10 @@ from ..errors import OptionError
 from ._batcher import DynamicBatcher
 from ._grpc import GrpcServer
 from ._metrics import ServingMetrics
-from ._net import bound_socket, check_host, check_port
+from ._net import bound_socket, check_host, check_port, is_loopback
 from ._oip import AmdinferModel, FastDataPlane
-from ._rest import DEFAULT_MAX_REQUEST_BYTES, install_routes
+from ._rest import DEFAULT_MAX_REQUEST_BYTES, JsonResponse, install_routes, install_shm_routes
+from ._shm import REGISTRY_ENV, SharedMemoryRegistry
 from ._workers import EngineWorker, PipelineWorker
 
 __all__ = ["Server", "build_model", "load_workers", "serve", "serve_processes"]
@@ -107,8 +108,6 @@ def build_model(
     if not all(type(w) is type(first) for w in workers):
         raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
     if isinstance(first, EngineWorker) and not first.batchable:
-        if max_batch_size > 1:
-            logger.info("amdinfer serve: %s: requests are not batched: %s", name, first.unbatchable_reason)
         max_batch_size = 1  # no shared batch axis: each request is its own engine call
     metrics = ServingMetrics(name)
     batcher = DynamicBatcher(workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics)
@@ -150,8 +149,10 @@ def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
     """
     if not child_argv:
         return 0
-    with tempfile.TemporaryDirectory(prefix="amdinfer-metrics-") as folder:
-        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=folder)
+    with tempfile.TemporaryDirectory(prefix="amdinfer-serve-") as folder:
+        # metrics summed over the processes; shared-memory regions registered through any of them
+        os.mkdir(metrics := os.path.join(folder, "metrics"))
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=metrics, **{REGISTRY_ENV: os.path.join(folder, "shm")})
         children = [subprocess.Popen([sys.executable, "-m", "amdinfer", *argv], env=env) for argv in child_argv]
         stopping = False
 
@@ -179,7 +180,10 @@ class Server(ModelServer):
 
     REST (``http_port``) and gRPC (``grpc_port``) speak the Open Inference Protocol v2: ``/v2/health/live``,
     ``/v2/health/ready``, ``/v2/models/<name>``, ``/v2/models/<name>/ready``, ``/v2/models/<name>/infer``
-    and ``/metrics``. SIGINT/SIGTERM stop it gracefully: no new requests, queued ones finish, engines close.
+    and ``/metrics``, plus Triton's system shared-memory extension (``/v2/systemsharedmemory/...`` and its
+    gRPC rpcs). SIGINT/SIGTERM stop it gracefully: no new requests, queued ones finish, engines close.
+    When it is serving it logs one line on the ``amdinfer.serve`` logger: each model's backend, providers,
+    precision and devices, its batching, and the addresses.
 
     Args:
         host: the interface to bind; ``0.0.0.0`` exposes the server to the network (no TLS, no auth:
@@ -193,6 +197,8 @@ class Server(ModelServer):
             ports; the kernel spreads connections over them (see :func:`serve_processes`).
         max_request_bytes: the largest request body (REST) or message (gRPC) taken; a larger REST body is
             answered 413 before it is read (default 256 MiB: a batch of 64 images of 1024x1024x3 uint8).
+        shared_memory: take tensors in system shared memory (``/dev/shm``) registered by clients on this
+            host; ``None`` (default): on when ``host`` is a loopback address, off otherwise.
 
     Raises:
         OptionError: a port outside 0..65535, a host that is neither an address nor a resolvable name, or a
@@ -202,8 +208,10 @@ class Server(ModelServer):
         >>> import amdinfer
         >>> from amdinfer.testing.models import tiny_cnn
         >>> server = Server(http_port=0, grpc_port=None)
-        >>> server.host
-        '127.0.0.1'
+        >>> server.host, server.shared_memory
+        ('127.0.0.1', True)
+        >>> Server(host="0.0.0.0", http_port=0, grpc_port=None).shared_memory  # other hosts must not name our memory
+        False
     """
 
     def __init__(
@@ -216,12 +224,15 @@ class Server(ModelServer):
         warmup: bool = True,
         reuse_port: bool = False,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        shared_memory: bool | None = None,
     ) -> None:
         check_port("http_port", http_port)
         check_port("grpc_port", grpc_port, optional=True)
         check_host(host)
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1024:
             raise OptionError(f"max_request_bytes: got {max_request_bytes!r}, expected an int >= 1024")
+        if shared_memory is not None and not isinstance(shared_memory, bool):
+            raise OptionError(f"shared_memory: got {shared_memory!r}, expected True, False or None (auto)")
         super().__init__(
             http_port=http_port,
             grpc_port=grpc_port or 0,
@@ -234,6 +245,8 @@ class Server(ModelServer):
         self.warmup = bool(warmup)
         self.reuse_port = bool(reuse_port)
         self.max_request_bytes = max_request_bytes
+        #: whether clients may register system shared-memory regions
+        self.shared_memory = is_loopback(host) if shared_memory is None else shared_memory
         self.dataplane = FastDataPlane(model_registry=self.registered_models)
         self._models: list[AmdinferModel] = []
         self._stopping: asyncio.Event | None = None
@@ -242,9 +255,9 @@ class Server(ModelServer):
         """Serve until :meth:`shutdown` (or a signal); then drain the batchers and close the engines."""
         self._models = list(models)
         self._stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
         # Bind both ports before the models register and warm up: a taken port is one clear error, at once.
         http_socket = bound_socket(self.host, self.http_port, reuse_port=self.reuse_port)
+        shm = self.dataplane.shm = self._shared_memory_registry()
         grpc = None
         try:
             if self.enable_grpc:
@@ -256,11 +269,26 @@ class Server(ModelServer):
                     5,
                     max_message=self.max_request_bytes,
                     reuse_port=self.reuse_port,
+                    shm=shm,
                 )
-        except BaseException:
+            await self._serve(http_socket, grpc, ready)
+        finally:
             http_socket.close()
-            raise
+            shm.close()
+
+    def _shared_memory_registry(self) -> SharedMemoryRegistry:
+        why = (
+            f"system shared memory is off on this server: it listens on {self.host}, and clients on other hosts "
+            "must not name this host's memory; start it with --shared-memory on (Server(shared_memory=True)) "
+            "to allow it"
+        )
+        return SharedMemoryRegistry(os.environ.get(REGISTRY_ENV), enabled=self.shared_memory, disabled_reason=why)
+
+    async def _serve(self, http_socket: Any, grpc: GrpcServer | None, ready: Any) -> None:
+        assert self._stopping is not None
+        loop = asyncio.get_running_loop()
         self._register_and_check_atleast_one_model_is_ready(self._models)
+        warmed = {}
         for m in self._models:
             if self.warmup:
                 # every worker at once (one device each), off the event loop; before the server is ready
@@ -270,23 +298,9 @@ class Server(ModelServer):
                     if hasattr(w, "warmup")
                 ]
                 sizes = await asyncio.gather(*jobs)
-                logger.info("amdinfer serve: %s warmed up at batch sizes %s", m.name, sizes[0] if sizes else [])
+                warmed[m.name] = sizes[0] if sizes else []
             await m.batcher.start()
-        rest = RESTServer(
-            "kserve.model_server:app",
-            self.dataplane,
-            self.model_repository_extension,
-            self.http_port,
-            grace_period=self.grace_period,
-            timeout_keep_alive=self.timeout_keep_alive,
-        )
-        rest.config.host = self.host  # KServe binds 0.0.0.0
-        rest.create_application()
-        from kserve.model_server import app
-
-        install_routes(app, self.dataplane, max_request_bytes=self.max_request_bytes)
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            _multiprocess_metrics_route()
+        rest = self._make_rest_server()
         if grpc is not None:
             await grpc.start()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -300,7 +314,7 @@ class Server(ModelServer):
         if rest_task.done():
             await rest_task  # raises why it could not start (port taken, ...)
             raise OSError(f"REST: could not start on {self.host}:{self.http_port}")
-        logger.info("amdinfer serve: REST on %s:%s, gRPC on %s", self.host, self.http_port, grpc and grpc.address)
+        logger.info("%s", self.start_line(warmed, grpc.address if grpc is not None else None))
         if ready is not None:
             ready(self)
         await self._stopping.wait()
@@ -315,7 +329,51 @@ class Server(ModelServer):
                 target = getattr(w, "engine", None) or getattr(w, "pipeline", None)
                 if target is not None:
                     target.close()
-        logger.info("amdinfer serve: stopped")
+        logger.info("stopped (pid %d)", os.getpid())
+
+    def _make_rest_server(self) -> RESTServer:
+        """KServe's REST server on its app, with amdinfer's routes first and without KServe's timing middleware
+        (two log lines per request)."""
+        from kserve.model_server import app
+
+        rest = RESTServer(
+            "kserve.model_server:app",
+            self.dataplane,
+            self.model_repository_extension,
+            self.http_port,
+            grace_period=self.grace_period,
+            timeout_keep_alive=self.timeout_keep_alive,
+        )
+        rest.config.host = self.host  # KServe binds 0.0.0.0
+        # KServe's app answers with FastAPI's ORJSONResponse, deprecated with a warning at each response; its
+        # routes take the app's default class when they are added, so set ours first
+        app.router.default_response_class = JsonResponse
+        rest._register_endpoints(app)
+        rest._add_exception_handlers(app)
+        install_routes(app, self.dataplane, max_request_bytes=self.max_request_bytes)
+        assert self.dataplane.shm is not None
+        install_shm_routes(app, self.dataplane.shm)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            _multiprocess_metrics_route()
+        return rest
+
+    def start_line(self, warmed: dict[str, list[int]], grpc_address: str | None) -> str:
+        """The one line logged when the server is ready: what serves each model, and where.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> server = Server(http_port=8080, grpc_port=None)
+            >>> server._models = [build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))]
+            >>> print(server.start_line({"tiny": [1, 32]}, None))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+            serving model 'tiny' on ort (CPUExecutionProvider), fp32, devices cpu; batches of up to 32
+            rows within 2 ms, warmed up at [1, 32]; REST http://127.0.0.1:8080, gRPC off, system shared memory on
+            (pid ...)
+        """
+        parts = [_describe(m, warmed.get(m.name)) for m in self._models]
+        shm = "on" if self.shared_memory else "off (not loopback; --shared-memory on allows it)"
+        where = f"REST http://{self.host}:{self.http_port}, gRPC {grpc_address or 'off'}, system shared memory {shm}"
+        return f"serving {'; '.join(parts)}; {where} (pid {os.getpid()})"
 
     def shutdown(self) -> None:
         """Stop gracefully (what SIGINT/SIGTERM do)."""
@@ -325,6 +383,26 @@ class Server(ModelServer):
     def start(self, models: Sequence[AmdinferModel]) -> None:  # type: ignore[override]
         """Serve ``models`` in this thread until a signal arrives (KServe's entry point, our binding)."""
         asyncio.run(self.serve(models))
+
+
+def _describe(model: AmdinferModel, warmed: list[int] | None) -> str:
+    """``model 'NAME' on BACKEND (PROVIDERS), PRECISION, devices D0, D1; batching``."""
+    workers = model.batcher.workers
+    engines = [getattr(w, "engine", None) or w.pipeline.engine for w in workers]  # type: ignore[attr-defined]
+    info = engines[0].info
+    kind = "pipeline" if isinstance(workers[0], PipelineWorker) else "model"
+    providers = f" ({', '.join(info.providers)})" if info.providers else ""
+    text = f"{kind} {model.name!r} on {info.backend}{providers}, {info.precision}, devices "
+    text += ", ".join(e.info.device for e in engines)
+    reason = getattr(workers[0], "unbatchable_reason", None)
+    if reason:
+        text += f"; one request per engine call ({reason})"
+    else:
+        delay = model.batcher.max_delay * 1000
+        text += f"; batches of up to {model.batcher.max_batch_size} rows within {delay:g} ms"
+    if warmed:
+        text += f", warmed up at {warmed}"
+    return text
 
 
 def serve(
@@ -342,6 +420,7 @@ def serve(
     warmup: bool = True,
     reuse_port: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    shared_memory: bool | None = None,
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -360,6 +439,7 @@ def serve(
         warmup: run each engine at its batch sizes before reporting ready.
         reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
         max_request_bytes: the largest request taken (REST body or gRPC message); larger REST bodies get 413.
+        shared_memory: take tensors in system shared memory (``None``: when ``host`` is loopback).
         **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
 
     Example:
@@ -378,6 +458,7 @@ def serve(
         warmup=warmup,
         reuse_port=reuse_port,
         max_request_bytes=max_request_bytes,
+        shared_memory=shared_memory,
     )
     if isinstance(model, (Engine, Pipeline, list, tuple)):
         target = model

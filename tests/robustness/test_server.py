@@ -212,6 +212,65 @@ class TestIsolation:
         assert add_server.get("/v2/health/live")[0] == 200
 
 
+class TestSharedMemoryIsolation:
+    def test_shm_requests_batched_with_others_each_get_their_own_sum(self, add_server: Srv) -> None:
+        """8 requests within one batching window: 4 read a and b from their own regions and write y into their
+        own region (filled with a sentinel), 3 send tensors, 1 names a wrong byte size. Each answer is its own
+        a + b, each region holds its own y and nothing past it; the bad one is refused alone."""
+        import tritonclient.utils.shared_memory as shm
+
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{add_server.grpc}")
+        handles, sentinel = [], np.float32(-7.5)
+
+        def region(name: str, size: int):
+            handle = shm.create_shared_memory_region(name, f"/amdinfer-iso-{os.getpid()}-{name}", size)
+            handles.append(handle)
+            client.register_system_shared_memory(name, f"/amdinfer-iso-{os.getpid()}-{name}", size)
+            return handle
+
+        def via_shm(k: int, n: int, byte_size: int | None = None) -> tuple[int, object]:
+            a, b = rows(n, 10.0 * k), rows(n, k + 0.25)
+            shm.set_shared_memory_region(region(f"ab{k}", 2 * a.nbytes), [a, b])
+            out = region(f"y{k}", 4 * 16 * 4)  # room for 4 rows; n <= 3 are written
+            shm.set_shared_memory_region(out, [np.full((4, 4), sentinel, np.float32)])
+            inputs = []
+            for i, name in enumerate("ab"):
+                tensor = grpcclient.InferInput(name, [n, 4], "FP32")
+                tensor.set_shared_memory(f"ab{k}", byte_size or a.nbytes, offset=i * a.nbytes)
+                inputs.append(tensor)
+            wanted = grpcclient.InferRequestedOutput("y")
+            wanted.set_shared_memory(f"y{k}", 4 * 16 * 4)
+            try:
+                grpcclient.InferenceServerClient(f"127.0.0.1:{add_server.grpc}").infer("add", inputs, outputs=[wanted])
+            except InferenceServerException as exc:
+                return 400, exc.message()
+            y = shm.get_contents_as_numpy(out, np.float32, [4, 4]).copy()  # a view dies with the region
+            assert np.all(y[n:] == sentinel), f"request {k}: bytes past its {n} rows changed: {y}"
+            return 200, (y[:n], a + b)
+
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                futures = {}
+                for k in range(8):
+                    if k in (1, 3, 5, 7):
+                        futures[k] = pool.submit(via_shm, k, 1 + k % 3)
+                    elif k == 6:
+                        futures[k] = pool.submit(via_shm, k, 2, byte_size=20)
+                    else:
+                        futures[k] = pool.submit(infer_add, add_server, rows(2, 100.0 * k), rows(2, 1.0))
+                got = {k: f.result(TIMEOUT_S) for k, f in futures.items()}
+        finally:
+            client.unregister_system_shared_memory()
+            for handle in handles:
+                shm.destroy_shared_memory_region(handle)
+        for k in (1, 3, 5, 7):
+            status, (y, want) = got[k]
+            assert status == 200 and np.array_equal(y, want), (k, y, want)
+        for k in (0, 2, 4):
+            assert got[k][0] == 200 and np.array_equal(got[k][1], rows(2, 100.0 * k + 1.0)), got[k]
+        assert got[6][0] == 400 and "shared_memory_byte_size is 20" in got[6][1], got[6]
+
+
 def json_request(*inputs: tuple[str, list, str, list[int]]) -> bytes:
     """A JSON-only OIP v2 body from ``(name, data, datatype, shape)`` rows."""
     specs = [{"name": n, "shape": shape, "datatype": dt, "data": data} for n, data, dt, shape in inputs]

@@ -1,0 +1,428 @@
+"""Triton's system shared-memory extension: regions registered by name, opened from ``/dev/shm`` by key.
+
+A client creates a POSIX shared-memory object (``tritonclient.utils.shared_memory``), registers a window of
+it under a name, and then names that region (with an offset and a byte size) instead of sending a tensor's
+bytes. The server maps the object read/write, checks every access against the registered window, views
+inputs with ``np.frombuffer`` (read-only, no copy) and writes outputs into it.
+
+The registrations live in a folder (one small file per region), so that every server process of
+``amdinfer serve --devices 0,1`` sees what a client registered through any of them; each process maps a
+region on first use and notices an unregistration at the next access.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = [
+    "CUDA_UNSUPPORTED",
+    "REGION",
+    "REGISTRY_ENV",
+    "RegionStatus",
+    "SharedMemoryRegistry",
+    "read_shared_inputs",
+    "shm_reference",
+    "uses_shm",
+    "write_shared_outputs",
+]
+
+#: The tensor parameters of the extension (Triton's names).
+REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
+#: The folder of registrations shared by the server processes of one ``amdinfer serve`` (set by the supervisor).
+REGISTRY_ENV = "AMDINFER_SHM_REGISTRY"
+CUDA_UNSUPPORTED = (
+    "CUDA shared memory is not supported on this server build; send the tensor in the request or use system "
+    "shared memory (tritonclient.utils.shared_memory)"
+)
+SHM_FOLDER = Path("/dev/shm")
+MAX_NAME_BYTES = 100
+_DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+           "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
+           "FP32": "float32", "FP64": "float64"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RegionStatus:
+    """One registered region, as the status call reports it.
+
+    Example:
+        >>> RegionStatus("in0", "/input0", 0, 64).to_json()
+        {'name': 'in0', 'key': '/input0', 'offset': 0, 'byte_size': 64}
+    """
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+
+def shm_reference(where: str, params: Mapping[str, Any] | None) -> tuple[str, int, int] | None:
+    """``(region, offset, byte_size)`` when a tensor's parameters name a shared-memory region, else ``None``.
+
+    Raises:
+        InputError: a region without a byte size (or the reverse), or values of the wrong type.
+
+    Example:
+        >>> shm_reference("input 'x'", {"shared_memory_region": "in0", "shared_memory_byte_size": 48})
+        ('in0', 0, 48)
+        >>> shm_reference("input 'x'", {"binary_data_size": 48}) is None
+        True
+    """
+    params = params or {}
+    if REGION not in params and BYTE_SIZE not in params and OFFSET not in params:
+        return None
+    region, size, offset = params.get(REGION), params.get(BYTE_SIZE), params.get(OFFSET, 0)
+    if not isinstance(region, str) or not region:
+        raise InputError(f"{where}: got {REGION}={region!r}, expected the name of a registered region")
+    for label, value in ((BYTE_SIZE, size), (OFFSET, offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{where}: got {label}={value!r} for region {region!r}, expected an int >= 0")
+    return region, int(offset), int(size)  # type: ignore[arg-type]
+
+
+def _object_path(key: Any) -> Path:
+    """The file of a POSIX shared-memory key (``/name`` or ``name``) under /dev/shm, never outside it."""
+    if not isinstance(key, str) or not key.strip("/"):
+        raise InputError(f"key: got {key!r}, expected a shared-memory key such as '/input0'")
+    name = key.lstrip("/")
+    if "/" in name or "\0" in name or name in (".", "..") or len(name.encode()) > 255:
+        raise InputError(f"key: got {key!r}, expected one POSIX shared-memory name (no '/' after the first)")
+    return SHM_FOLDER / name
+
+
+class _Mapped:
+    """One process's read/write mapping of a registered region (``offset + byte_size`` bytes of the object)."""
+
+    def __init__(self, spec: RegionStatus, token: tuple[int, int]) -> None:
+        path = _object_path(spec.key)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise InputError(
+                f"region {spec.name!r}: no shared-memory object {spec.key!r} ({path}); create it first, e.g. "
+                "with tritonclient.utils.shared_memory.create_shared_memory_region"
+            ) from None
+        except OSError as exc:
+            raise InputError(f"region {spec.name!r}: cannot open {spec.key!r} ({exc.strerror})") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"region {spec.name!r}: {spec.key!r} is not a shared-memory object")
+            end = spec.offset + spec.byte_size
+            if end > info.st_size:
+                raise InputError(
+                    f"region {spec.name!r}: offset {spec.offset} + byte_size {spec.byte_size} = {end} runs past "
+                    f"the end of {spec.key!r} ({info.st_size} bytes)"
+                )
+            self.mm = mmap.mmap(fd, end, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)  # mmap keeps its own descriptor
+        self.spec = spec
+        self.token = token
+
+    def window(self, where: str, offset: int, size: int) -> tuple[int, int]:
+        """The absolute byte range of ``size`` bytes at ``offset`` into the region, bounds-checked."""
+        spec = self.spec
+        if offset + size > spec.byte_size:
+            raise InputError(
+                f"{where}: offset {offset} + byte_size {size} = {offset + size} runs past region {spec.name!r} "
+                f"({spec.byte_size} bytes)"
+            )
+        # the object may have shrunk since registration: touching pages past its end would kill the server
+        if self.mm.size() < spec.offset + spec.byte_size:
+            raise InputError(
+                f"{where}: the shared-memory object {spec.key!r} of region {spec.name!r} shrank to "
+                f"{self.mm.size()} bytes after registration"
+            )
+        return spec.offset + offset, spec.offset + offset + size
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:  # a request still views it; the mapping goes when its last view does
+            pass
+
+
+class SharedMemoryRegistry:
+    """The system shared-memory regions of a server, by name: register, unregister, status, read, write.
+
+    Args:
+        folder: where registrations are kept (shared by the processes of one server); ``None``: a new
+            temporary folder, removed by :meth:`close`.
+        enabled: ``False`` refuses every call with ``disabled_reason`` (a server bound to other interfaces
+            than loopback: a remote client must not name this host's memory).
+        disabled_reason: the sentence that says why and how to turn it on.
+
+    Example:
+        >>> from multiprocessing import shared_memory
+        >>> block = shared_memory.SharedMemory(create=True, size=64)
+        >>> registry = SharedMemoryRegistry()
+        >>> _ = registry.register("in0", "/" + block.name, 0, 64)
+        >>> block.buf[:16] = np.arange(4, dtype=np.float32).tobytes()
+        >>> registry.read("input 'x'", "in0", 0, 16).cast("f").tolist()
+        [0.0, 1.0, 2.0, 3.0]
+        >>> registry.read("input 'x'", "in0", 60, 16)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': offset 60 + byte_size 16 = 76 runs past region 'in0' (64 bytes)
+        >>> registry.close(); block.close(); block.unlink()
+    """
+
+    def __init__(self, folder: str | Path | None = None, *, enabled: bool = True, disabled_reason: str = "") -> None:
+        self._owned = folder is None
+        self.folder = Path(tempfile.mkdtemp(prefix="amdinfer-shm-") if folder is None else folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.enabled = bool(enabled)
+        self.disabled_reason = disabled_reason or "system shared memory is turned off on this server"
+        self._mapped: dict[str, _Mapped] = {}
+        self._lock = threading.Lock()
+
+    def _check_enabled(self) -> None:
+        if not self.enabled:
+            raise InputError(self.disabled_reason)
+
+    def _file(self, name: str) -> Path:
+        return self.folder / (name.encode().hex() + ".json")
+
+    def register(self, name: Any, key: Any, offset: Any, byte_size: Any) -> RegionStatus:
+        """Register ``byte_size`` bytes at ``offset`` of the object ``key`` as region ``name``.
+
+        Raises:
+            InputError: the extension is off, a bad name/key/offset/size, an object that does not exist or is
+                too small for the window, or a name that is already registered.
+        """
+        self._check_enabled()
+        if not isinstance(name, str) or not name or "\0" in name or len(name.encode()) > MAX_NAME_BYTES:
+            raise InputError(f"region name: got {name!r}, expected 1 to {MAX_NAME_BYTES} bytes of text")
+        for label, value, low in (("offset", offset, 0), ("byte_size", byte_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InputError(f"region {name!r}: got {label}={value!r}, expected an int >= {low}")
+        spec = RegionStatus(name, key, offset, byte_size)
+        _object_path(key)
+        with self._lock:
+            mapped = _Mapped(spec, (0, 0))  # opens and size-checks the object before anything is recorded
+            tmp = self.folder / f".{name.encode().hex()}.{os.getpid()}.{threading.get_ident()}"
+            tmp.write_text(json.dumps(spec.to_json()))
+            try:
+                os.link(tmp, self._file(name))  # atomic, and fails if the name is taken (by any process)
+            except FileExistsError:
+                mapped.close()
+                held = self._read(name)
+                raise InputError(
+                    f"region {name!r}: already registered (key {held.key if held else '?'!r}); unregister it first"
+                ) from None
+            finally:
+                tmp.unlink()
+            info = os.stat(self._file(name))
+            mapped.token = (info.st_ino, info.st_mtime_ns)
+            self._drop(name)
+            self._mapped[name] = mapped
+        return spec
+
+    def unregister(self, name: str = "") -> list[str]:
+        """Unregister region ``name`` (``""``: every region); unknown names are ignored, as Triton does.
+
+        Returns:
+            The names unregistered.
+        """
+        self._check_enabled()
+        names = [name] if name else [s.name for s in self.status()]
+        gone = []
+        with self._lock:
+            for n in names:
+                try:
+                    self._file(n).unlink()
+                    gone.append(n)
+                except FileNotFoundError:
+                    pass
+                self._drop(n)
+        return gone
+
+    def status(self, name: str = "") -> list[RegionStatus]:
+        """The registered regions (``name``: that one only).
+
+        Raises:
+            InputError: ``name`` is not registered.
+        """
+        self._check_enabled()
+        if name:
+            spec = self._read(name)
+            if spec is None:
+                raise InputError(f"region {name!r}: not registered; registered: {self._names()}")
+            return [spec]
+        specs = [self._read(bytes.fromhex(p.stem).decode()) for p in sorted(self.folder.glob("*.json"))]
+        return [s for s in specs if s is not None]
+
+    def read(self, where: str, region: str, offset: int, size: int) -> memoryview:
+        """A read-only view of ``size`` bytes at ``offset`` into ``region`` (no copy)."""
+        mapped = self._lookup(where, region)
+        start, end = mapped.window(where, offset, size)
+        return memoryview(mapped.mm)[start:end].toreadonly()
+
+    def check(self, where: str, region: str, offset: int, size: int) -> None:
+        """Check that ``region`` is registered and holds ``size`` bytes at ``offset`` (before a run)."""
+        self._lookup(where, region).window(where, offset, size)
+
+    def write(self, where: str, region: str, offset: int, size: int, array: np.ndarray) -> int:
+        """Copy ``array`` into ``region`` at ``offset``; the bytes written.
+
+        Raises:
+            InputError: the array is larger than ``size``, or the window is outside the region.
+        """
+        arr = np.ascontiguousarray(array)
+        if arr.nbytes > size:
+            raise InputError(
+                f"{where}: got {arr.nbytes} bytes (shape {list(arr.shape)}, {arr.dtype}), but "
+                f"shared_memory_byte_size is {size} in region {region!r}"
+            )
+        mapped = self._lookup(where, region)
+        start, _ = mapped.window(where, offset, size)
+        target = np.ndarray(arr.shape, arr.dtype, buffer=mapped.mm, offset=start)
+        target[...] = arr
+        del target
+        return arr.nbytes
+
+    def close(self) -> None:
+        """Unmap every region of this process (and remove the folder if this registry made it)."""
+        with self._lock:
+            for name in list(self._mapped):
+                self._drop(name)
+        if self._owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _read(self, name: str) -> RegionStatus | None:
+        try:
+            data = json.loads(self._file(name).read_text())
+        except FileNotFoundError:
+            return None
+        return RegionStatus(data["name"], data["key"], int(data["offset"]), int(data["byte_size"]))
+
+    def _names(self) -> list[str]:
+        return sorted(bytes.fromhex(p.stem).decode() for p in self.folder.glob("*.json"))
+
+    def _drop(self, name: str) -> None:
+        mapped = self._mapped.pop(name, None)
+        if mapped is not None:
+            mapped.close()
+
+    def _lookup(self, where: str, region: str) -> _Mapped:
+        """The mapping of ``region`` as registered now (re-mapped if it was registered again elsewhere)."""
+        self._check_enabled()
+        try:
+            info = os.stat(self._file(region))
+        except (FileNotFoundError, ValueError, UnicodeError):
+            with self._lock:
+                self._drop(region)
+            raise InputError(
+                f"{where}: shared-memory region {region!r} is not registered; registered: {self._names()}"
+            ) from None
+        token = (info.st_ino, info.st_mtime_ns)
+        with self._lock:
+            mapped = self._mapped.get(region)
+            if mapped is None or mapped.token != token:
+                self._drop(region)
+                spec = self._read(region)
+                if spec is None:
+                    raise InputError(f"{where}: shared-memory region {region!r} is not registered")
+                mapped = self._mapped[region] = _Mapped(spec, token)
+            return mapped
+
+
+def uses_shm(request: Any) -> bool:
+    """Whether an ``InferRequest`` names a shared-memory region for an input or an output.
+
+    Example:
+        >>> from types import SimpleNamespace as T
+        >>> uses_shm(T(inputs=[T(parameters={"shared_memory_region": "in0"})], request_outputs=None))
+        True
+    """
+    tensors = [*request.inputs, *(request.request_outputs or [])]
+    return any(t.parameters and REGION in t.parameters for t in tensors)
+
+
+def read_shared_inputs(registry: SharedMemoryRegistry, request: Any) -> list[tuple[str, tuple[str, int, int]]]:
+    """Point each shared-memory input of an ``InferRequest`` at its bytes (a read-only view, no copy) and
+    check the output regions before anything runs.
+
+    Returns:
+        ``(output name, (region, offset, byte size))`` of each output asked for in shared memory.
+
+    Raises:
+        InputError: an input with data as well, a non-numeric datatype, a byte size that is not the
+            tensor's, or a region that is not registered or too small.
+
+    Example:
+        >>> from types import SimpleNamespace as T
+        >>> request = T(inputs=[T(name="x", datatype="FP32", shape=[2, 2], _raw_data=None, data=None,
+        ...             parameters={"shared_memory_region": "in0", "shared_memory_byte_size": 8})],
+        ...             request_outputs=None)
+        >>> registry = SharedMemoryRegistry()
+        >>> read_shared_inputs(registry, request)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': shared_memory_byte_size is 8 in region 'in0', expected 16 bytes ...
+        >>> registry.close()
+    """
+    for inp in request.inputs:
+        where = f"input {inp.name!r}"
+        ref = shm_reference(where, inp.parameters)
+        if ref is None:
+            continue
+        if inp._raw_data is not None or inp.data not in (None, []):
+            raise InputError(f"{where}: has both data and a shared-memory region")
+        if inp.datatype not in _DTYPES:
+            raise InputError(f"{where}: got datatype {inp.datatype!r}, expected one of {', '.join(_DTYPES)}")
+        shape = list(inp.shape)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+            raise InputError(f"{where}: got shape {shape}, expected non-negative integers")
+        region, offset, size = ref
+        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[inp.datatype]).itemsize
+        if size != expected:
+            raise InputError(
+                f"{where}: shared_memory_byte_size is {size} in region {region!r}, expected {expected} bytes "
+                f"for shape {shape} {inp.datatype}"
+            )
+        inp._raw_data = registry.read(where, region, offset, size)
+    wanted = []
+    for out in request.request_outputs or []:
+        ref = shm_reference(f"output {out.name!r}", out.parameters)
+        if ref is not None:
+            registry.check(f"output {out.name!r}", *ref)
+            wanted.append((out.name, ref))
+    return wanted
+
+
+def write_shared_outputs(registry: SharedMemoryRegistry, response: Any, wanted: list) -> None:
+    """Copy the outputs asked for in shared memory into their regions; the response keeps no data for them,
+    only the region and the bytes written (``shared_memory_byte_size``).
+
+    Example:
+        >>> write_shared_outputs(None, None, [])  # nothing asked for: nothing to do
+    """
+    if not wanted:
+        return
+    by_name = {o.name: o for o in response.outputs}
+    for name, (region, offset, size) in wanted:
+        out = by_name[name]
+        written = registry.write(f"output {name!r}", region, offset, size, np.asarray(out.data))
+        params: dict[str, Any] = {REGION: region, BYTE_SIZE: written}
+        if offset:
+            params[OFFSET] = offset
+        out._data, out._raw_data, out._parameters = None, b"", params
