@@ -371,7 +371,9 @@ def plot_sweep(results: Sequence[BenchResult], path: str | Path, *, title: str =
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - matplotlib is in the test extras
-        raise ImportError("--plot needs matplotlib: pip install 'amdinfer-onnx[quant]' (or matplotlib)") from exc
+        from ._install import pip_extra
+
+        raise ImportError(f"--plot needs matplotlib: {pip_extra('quant')} (or pip install matplotlib)") from exc
     rs = sorted(results, key=lambda r: r.batch)
     xs = [r.batch for r in rs]
     fig = Figure(figsize=(9, 3.6))  # a bare Figure renders with Agg and never touches pyplot's global state

@@ -283,3 +283,20 @@ def test_onnxruntime_telemetry_stays_out_of_home(tmp_path: Path) -> None:
     if not written:
         pytest.skip("this onnxruntime writes nothing under HOME even without ORT_DISABLE_TELEMETRY")
     assert any("onnxruntime" in name for name in written), written  # the files the variable keeps out
+
+
+def test_install_hints_name_a_command_that_works() -> None:
+    """Messages say how to install through amdinfer._install.pip_extra (the index name and the clone form), never the
+    bare index name alone, which is not published yet (docstrings' ``...`` literals may name the extra)."""
+    import re
+
+    root = Path(amdinfer.__file__).parent
+    bare = re.compile(r"pip install '?amdinfer-onnx\[")
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_install.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line) and "``" not in line
+    ]
+    assert not offenders, offenders

@@ -65,6 +65,7 @@ _KSERVE = {
 
 def _kserve_module(name: str) -> Any:
     """Import ``amdinfer.serve.<name>``; KServe parses ``sys.argv`` when imported, so it sees none of ours."""
+    from .._install import pip_extra
     from ..errors import BackendUnavailableError
 
     argv, sys.argv = sys.argv, sys.argv[:1]
@@ -72,7 +73,7 @@ def _kserve_module(name: str) -> Any:
         return importlib.import_module(f"{__name__}.{name}")
     except ImportError as exc:
         raise BackendUnavailableError(
-            f"amdinfer.serve needs KServe ({exc}); install it with: pip install 'amdinfer-onnx[serve]'",
+            f"amdinfer.serve needs KServe ({exc}); install it with: {pip_extra('serve')}",
             backend="kserve",
         ) from None
     finally:
