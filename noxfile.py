@@ -258,3 +258,22 @@ def mypy(session: nox.Session) -> None:
     """mypy on the package (configuration in pyproject.toml); must stay clean."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]", "mypy")
     session.run("mypy", "amdinfer")
+
+
+@nox.session(tags=["tests"])
+def plugin_eps(session: nox.Session) -> None:
+    """ONNX Runtime plugin EPs on the OpenVINO plugin (CPU): discovery, doctor, selection, precision, a fake AMD
+    plugin package, the engine contract suite over kind ``ort-openvino`` and the demo (``backend="auto"`` takes
+    the plugin). Own venv: a plugin installed beside the main suite would change its ``auto`` order.
+
+    Pinned by tests/constraints-plugins.txt (the main pins plus ``onnxruntime-ep-openvino``).
+    """
+    pins = ["-c", str(ROOT / "tests" / "constraints-plugins.txt")]
+    session.install(*pins, "-e", ".[cpu,test]", "onnxruntime-ep-openvino")
+    with _session_tmp(session) as tmp:
+        env = {**_sandbox_env(tmp), "AMDINFER_TEST_ENGINES": "ort-openvino"}
+        session.run("python", "-m", "amdinfer", "doctor", env=env)
+        paths = ["tests/engines/test_plugin_eps.py", "tests/engines/test_engine_contract.py"]
+        session.run("pytest", "-p", "no:cacheprovider", "-rs", *(session.posargs or paths), env=env)
+        if not session.posargs:
+            session.run("python", "examples/demo.py", env=env)

@@ -45,6 +45,8 @@ class DoctorReport:
             reference) says so and how to use it.
         ort_distributions: installed ONNX Runtime distributions (more than one is a broken install).
         providers: provider -> ``"loads"`` or the reason it does not.
+        ep_plugins: ONNX Runtime plugin EP packages (``onnxruntime-ep-*``) -> registered with their EPs and
+            devices, placeholder, or failed with the error (or one line saying none was found).
         migraphx: ``"importable"`` or why not.
         rocm: what of ROCm was found (paths, libraries, devices).
         env: relevant environment variables.
@@ -61,6 +63,7 @@ class DoctorReport:
     backends: dict[str, str] = field(default_factory=dict)
     ort_distributions: dict[str, str] = field(default_factory=dict)
     providers: dict[str, str] = field(default_factory=dict)
+    ep_plugins: dict[str, str] = field(default_factory=dict)
     migraphx: str = ""
     rocm: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -89,6 +92,10 @@ class DoctorReport:
             lines += _wrap(f"  {prov:<28} ", state, width)
         lines.append("MIGraphX (native Python module):")
         lines += _wrap("  ", self.migraphx, width)
+        if self.ep_plugins:
+            lines.append("ONNX Runtime plugin EPs:")
+            for source, state in self.ep_plugins.items():
+                lines += _wrap("  ", state if state.startswith(source.split(" (")[0]) else f"{source}: {state}", width)
         lines.append("ROCm:")
         for k, v in self.rocm.items():
             lines += _wrap(f"  {k:<22} ", str(v), width)
@@ -154,6 +161,7 @@ def diagnose() -> DoctorReport:
         report.problems.extend(found.problems)
         if entry.name == "ort":
             report.providers = dict(found.details)
+            report.ep_plugins = dict(found.plugins)
             if found.state.startswith("onnxruntime "):
                 report.packages["onnxruntime (module)"] = found.state.split()[1]
         elif entry.name == "migraphx":

@@ -83,6 +83,7 @@ class Diagnosis:
         state: one line: ``"ready"``, or why the backend cannot run.
         details: component -> state (e.g. ONNX Runtime provider -> ``"loads"``).
         problems: findings that explain why a GPU would not be used, each with its fix.
+        plugins: runtime plugins the backend found (ONNX Runtime plugin EP packages) -> their state.
 
     Example:
         >>> Diagnosis("ready").problems
@@ -92,6 +93,7 @@ class Diagnosis:
     state: str
     details: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    plugins: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -210,6 +212,24 @@ def _load_plugins() -> None:
         except Exception as exc:
             _PLUGINS[f"{ep.name} = {ep.value}"] = f"{type(exc).__name__}: {exc}"
             log.warning("amdinfer backend plugin %s = %s could not be loaded: %s", ep.name, ep.value, exc)
+    _add_plugin_ep_kinds()
+
+
+def _add_plugin_ep_kinds() -> None:
+    """A conformance kind ``ort-<short name>`` per EP of each installed ONNX Runtime plugin EP package
+    (``onnxruntime-ep-*``; nothing is loaded here), so the suites run over plugin EPs without naming them."""
+    from .ort._plugins import find_plugins, plugin_kind
+
+    entry = _REGISTRY.get("ort")
+    if entry is None:
+        return
+    kinds = {k.name: k for k in entry.conformance}
+    for plugin in find_plugins():
+        for ep_name in plugin.ep_names if plugin.state == "found" else ():
+            kind = plugin_kind(ep_name)
+            if kind is not None:
+                kinds.setdefault(kind.name, kind)
+    entry.conformance = tuple(kinds.values())
 
 
 def plugin_errors() -> dict[str, str]:

@@ -60,6 +60,7 @@ class OrtOptions:
         threads, inter_op_threads, spin_wait, graph_optimization, optimized_model_path,
         allow_cpu_nodes, cache_dir, use_cache: session options (see ``OrtEngine``).
         knobs: typed provider knob -> value (``None``: not set).
+        ep_libraries: plugin EP libraries to register (``ep_library=``), checked to exist.
         datapath: the IO options (:class:`~amdinfer.engines.ort.DataPathOptions`).
 
     Example:
@@ -78,6 +79,7 @@ class OrtOptions:
     use_cache: bool | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)
     datapath: DataPathOptions = field(default_factory=DataPathOptions)
+    ep_libraries: tuple[str, ...] = ()
 
     @property
     def level_name(self) -> str:
@@ -103,6 +105,7 @@ class OrtOptions:
         tuning: bool = True,
         tf32: bool | None = None,
         fp16_io: bool = False,
+        ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         **knobs: Any,
     ) -> OrtOptions:
         """Validate and build (a misspelt keyword is a ``TypeError``, a bad value an ``OptionError``).
@@ -150,6 +153,7 @@ class OrtOptions:
             use_cache=use_cache,
             knobs={k: knobs.get(k) for k in KNOBS},
             datapath=datapath,
+            ep_libraries=_check_ep_libraries(ep_library),
         )
 
     def session_settings(self) -> dict[str, Any]:
@@ -185,3 +189,29 @@ def _check_optimized_model_path(value: Any) -> Path:
     if not os.access(folder, os.W_OK):
         raise OptionError(f"optimized_model_path: folder '{folder}' is not writable")
     return path
+
+
+def _check_ep_libraries(value: Any) -> tuple[str, ...]:
+    """``ep_library=``: one path or a list of paths of ONNX Runtime plugin EP libraries, each an existing file.
+
+    Example:
+        >>> _check_ep_libraries("/no/such/libep.so")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: ep_library: '/no/such/libep.so' is not a file; expected the path of ...
+    """
+    if value is None:
+        return ()
+    paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    out = []
+    for item in paths:
+        if not isinstance(item, (str, os.PathLike)):
+            raise OptionError(f"ep_library: got {item!r}, expected a path (str or os.PathLike)")
+        path = Path(item).expanduser()
+        if not path.is_file():
+            raise OptionError(
+                f"ep_library: '{item}' is not a file; expected the path of an ONNX Runtime plugin EP library "
+                "(e.g. onnxruntime_ep_openvino.get_library_path())"
+            )
+        out.append(str(path))
+    return tuple(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ __all__ = [
     "GPU_PROVIDERS",
     "MIGRAPHX_EP",
     "ORT_DISTRIBUTIONS",
+    "PLUGIN_PROVIDERS",
     "PROVIDERS",
     "PROVIDER_ORDER",
     "ROCM_EP",
@@ -45,6 +47,7 @@ __all__ = [
     "ort_device_type",
     "probe_provider",
     "provider_options",
+    "provider_record",
     "resolve_provider_name",
 ]
 
@@ -111,6 +114,10 @@ class ExecutionProvider:
         options: typed knob -> the provider options it sets (knobs absent here do not exist there).
         precision: precision -> provider options that make the provider convert the model itself.
         tuned: tunable knob -> :class:`TunedDefault` (see :mod:`amdinfer.engines.ort._tuning`).
+        plugin: loaded from an ``onnxruntime-ep-*`` package through ONNX Runtime's EP ABI (not built into
+            the wheel; see :mod:`amdinfer.engines.ort._plugins`).
+        lowers: what the provider does to a float32 model by default when that is less than float32
+            (``precision["fp32"]`` then holds the options that keep float32).
 
     Example:
         >>> PROVIDERS["MIGraphXExecutionProvider"].precision["fp16"]
@@ -127,6 +134,8 @@ class ExecutionProvider:
     options: Mapping[str, tuple[Option, ...]] = field(default_factory=dict)
     precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     tuned: Mapping[str, TunedDefault] = field(default_factory=dict)
+    plugin: bool = False
+    lowers: str | None = None
 
     @property
     def gpu(self) -> bool:
@@ -263,6 +272,30 @@ _CPU = ExecutionProvider(
     name=CPU_EP, short="cpu", label="cpu", library=None, distribution="onnxruntime", fix="reinstall onnxruntime"
 )
 
+
+def _ov_precision(hint: str) -> dict[str, str]:
+    # OpenVINO's plugin EP ignores its old `precision` option ("set it via the load_config"); the per-device
+    # INFERENCE_PRECISION_HINT in load_config is what its CPU and GPU plugins read.
+    return {"load_config": json.dumps({dev: {"INFERENCE_PRECISION_HINT": hint} for dev in ("CPU", "GPU")})}
+
+
+_OPENVINO = ExecutionProvider(
+    name="OpenVINOExecutionProvider",
+    short="openvino",
+    label="openvino",
+    library=None,
+    distribution="onnxruntime-ep-openvino",
+    fix="`pip install onnxruntime-ep-openvino` (a plugin EP: onnxruntime >= 1.23 loads it); "
+    "check with `amdinfer doctor`",
+    precision={"fp32": _ov_precision("f32")},
+    plugin=True,
+    lowers="OpenVINO runs float32 models in bf16 on CPUs with bf16 units and in fp16 on GPUs unless "
+    "INFERENCE_PRECISION_HINT says f32",
+)
+
+#: Plugin execution providers amdinfer has a record for (any other plugin EP gets a plain derived record).
+PLUGIN_PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_OPENVINO,)}
+
 #: Every provider amdinfer knows, in the order ``backend="auto"`` tries them.
 PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_MIGRAPHX, _ROCM, _CUDA, _CPU)}
 
@@ -272,7 +305,9 @@ AMD_PROVIDERS: tuple[str, ...] = (MIGRAPHX_EP, ROCM_EP)
 #: Providers whose memory is on a GPU (IO bound on the device by default).
 GPU_PROVIDERS: tuple[str, ...] = tuple(p.name for p in PROVIDERS.values() if p.gpu)
 
-_SHORT_NAMES = {p.short: p.name for p in PROVIDERS.values()}
+_SHORT_NAMES = {p.short: p.name for p in (*PROVIDERS.values(), *PLUGIN_PROVIDERS.values())}
+#: Records of plugin EPs registered in this process that amdinfer has no record for (filled by ``_plugins``).
+_DERIVED: dict[str, ExecutionProvider] = {}
 #: typed knob -> the providers that have it (derived from the records)
 _KNOB_PROVIDERS: dict[str, set[str]] = {}
 for _p in PROVIDERS.values():
@@ -280,16 +315,19 @@ for _p in PROVIDERS.values():
         _KNOB_PROVIDERS.setdefault(_knob, set()).add(_p.name)
 
 #: The distributions that each install a module named ``onnxruntime`` (two at once overwrite each other).
-ORT_DISTRIBUTIONS: tuple[str, ...] = (
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "onnxruntime-rocm",
-    "onnxruntime-migraphx",
-    "onnxruntime-directml",
-    "onnxruntime-openvino",
-    "onnxruntime-training",
-    "onnxruntime-qnn",
+ORT_DISTRIBUTIONS: tuple[str, ...] = tuple(
+    f"onnxruntime{s}" for s in ("", "-gpu", "-rocm", "-migraphx", "-directml", "-openvino", "-training", "-qnn")
 )
+
+
+def provider_record(provider: str) -> ExecutionProvider | None:
+    """The record of a built-in or plugin execution provider (``None``: amdinfer knows nothing of it).
+
+    Example:
+        >>> provider_record("OpenVINOExecutionProvider").plugin, provider_record("NoSuchEP") is None
+        (True, True)
+    """
+    return PROVIDERS.get(provider) or PLUGIN_PROVIDERS.get(provider) or _DERIVED.get(provider)
 
 
 def fix_for(provider: str) -> str:
@@ -299,7 +337,7 @@ def fix_for(provider: str) -> str:
         >>> fix_for("CPUExecutionProvider")
         'reinstall onnxruntime'
     """
-    record = PROVIDERS.get(provider)
+    record = provider_record(provider)
     return record.fix if record is not None else "check the name"
 
 
@@ -310,7 +348,7 @@ def ort_device_type(provider: str) -> str:
         >>> ort_device_type("CUDAExecutionProvider"), ort_device_type("CPUExecutionProvider")
         ('cuda', 'cpu')
     """
-    record = PROVIDERS.get(provider)
+    record = provider_record(provider)
     return record.device_type if record is not None else "cpu"
 
 
@@ -351,15 +389,21 @@ def installed_ort_distributions() -> dict[str, str]:
 
 
 def resolve_provider_name(name: str) -> str:
-    """Accept ``"migraphx"``/``"rocm"``/``"cuda"``/``"cpu"`` or full provider names.
+    """Accept ``"migraphx"``/``"rocm"``/``"cuda"``/``"cpu"``/``"openvino"``, a short name of an installed plugin
+    EP (its name without ``ExecutionProvider``, lower case), or full provider names.
 
     Example:
-        >>> resolve_provider_name("rocm")
-        'ROCMExecutionProvider'
+        >>> resolve_provider_name("rocm"), resolve_provider_name("openvino")
+        ('ROCMExecutionProvider', 'OpenVINOExecutionProvider')
     """
     if not isinstance(name, str):
         raise OptionError(f"providers: got {name!r}, expected a provider name string")
-    return _SHORT_NAMES.get(name.lower(), name)
+    full = _SHORT_NAMES.get(name.lower())
+    if full is None and not name.endswith("ExecutionProvider"):
+        from ._plugins import plugin_short_names  # reads package metadata only; no library is loaded
+
+        full = plugin_short_names().get(name.lower())
+    return full or name
 
 
 @cache
@@ -414,7 +458,8 @@ def provider_options(
         provider: full provider name.
         device: GPU index -> ``device_id``.
         precision: ``"fp16"`` -> ``migraphx_fp16_enable``; ``"bf16"`` -> ``migraphx_bf16_enable``;
-            ``"int8"`` -> ``migraphx_int8_enable`` (providers that convert the model themselves).
+            ``"int8"`` -> ``migraphx_int8_enable`` (providers that convert the model themselves);
+            ``"fp32"`` -> OpenVINO's ``INFERENCE_PRECISION_HINT=f32`` (it lowers precision by default).
         exhaustive_tune: ``migraphx_exhaustive_tune`` / ``miopen_conv_exhaustive_search`` /
             ``cudnn_conv_algo_search=EXHAUSTIVE`` (else ``HEURISTIC``).
         tunable_ops: ``tunable_op_enable`` + ``tunable_op_tuning_enable`` (ROCm, CUDA).
@@ -429,11 +474,14 @@ def provider_options(
         {'device_id': '1', 'migraphx_fp16_enable': '1', 'migraphx_exhaustive_tune': '1'}
         >>> provider_options("ROCMExecutionProvider", tunable_ops=True, gpu_graphs=True)
         {'device_id': '0', 'tunable_op_enable': '1', 'tunable_op_tuning_enable': '1', 'enable_hip_graph': '1'}
+        >>> provider_options("OpenVINOExecutionProvider")["load_config"]
+        '{"CPU": {"INFERENCE_PRECISION_HINT": "f32"}, "GPU": {"INFERENCE_PRECISION_HINT": "f32"}}'
     """
-    record = PROVIDERS.get(provider)
-    if record is None or not record.gpu:
+    record = provider_record(provider)
+    if record is None or not (record.gpu or record.plugin):
         return {}
-    opts: dict[str, str] = {"device_id": str(int(device))}
+    # a plugin EP's device is chosen among ONNX Runtime's EP devices (``_plugins.pick_device``), not by option
+    opts: dict[str, str] = {} if record.plugin else {"device_id": str(int(device))}
     opts.update(record.precision.get(precision, {}))
     if precision != "int8":
         int8_calibration_table = None  # the table means nothing without int8

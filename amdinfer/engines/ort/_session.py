@@ -28,6 +28,7 @@ from ...types import ShapeBounds
 from ..base import EngineInfo
 from ._errors import IR_RE
 from ._options import OrtOptions
+from ._plugins import add_plugin_providers, is_plugin_ep
 from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
 from ._tuning import drop_default_graphs, without_graphs
 
@@ -148,22 +149,24 @@ class SessionBuilder:
         self, source: ModelSource, names: list[str], opts: list[dict[str, str]], info: EngineInfo
     ) -> tuple[Any, ModelSource]:
         """A session over ``names`` with ``opts``; returns it and the model it loaded (IR lowered if needed)."""
-        so = self.session_options()
-        if not self._options.allow_cpu_nodes and names[0] != CPU_EP:
-            # Any node the GPU provider does not take becomes a session-creation error instead of a
-            # silent CPU kernel with copies around it.
-            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         # ModelSource read and checked the external data; hand ONNX Runtime those bytes, not the path (so it
         # never re-reads files that may have changed), unless the model is too large for one protobuf.
         by_path = source.path is not None and source._bytes is None and source.proto.ByteSize() >= 2**31 - 1
         model_arg: Any = str(source.path) if by_path else source.to_bytes()
         self.last_error = None
         for attempt in range(3):
+            so = self.session_options()  # fresh each attempt: plugin EPs are added to it, once
+            if not self._options.allow_cpu_nodes and names[0] != CPU_EP:
+                # Any node the GPU provider does not take becomes a session-creation error instead of a
+                # silent CPU kernel with copies around it.
+                so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
-                if self.cache is not None:
+                if self.cache is not None and not any(is_plugin_ep(n) for n in names):
                     return self._cached(source, model_arg, so, names, opts, info), source
-                new = self._ort.InferenceSession
-                return new(model_arg, sess_options=so, providers=names, provider_options=opts), source
+                if self.cache is not None:
+                    # A graph holding a plugin EP's compiled nodes cannot be saved as an optimized model.
+                    info.notes.append("plugin EP: the optimized-model cache is not used")
+                return self.new_session(model_arg, so, names, opts), source
             except Exception as exc:  # ORT raises its own pybind exception types
                 text = str(exc)
                 m = IR_RE.search(text)
@@ -188,6 +191,13 @@ class SessionBuilder:
                     ) from None
                 raise _creation_error(text, names, source) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def new_session(self, model: Any, so: Any, names: list[str], opts: list[dict[str, str]]) -> Any:
+        """``InferenceSession`` over ``names``: plugin EPs through ``so.add_provider_for_devices`` (ONNX Runtime
+        ignores them in ``providers=``), built-in EPs through ``providers=``."""
+        if add_plugin_providers(self._ort, so, names, opts, self._device):
+            return self._ort.InferenceSession(model, sess_options=so)
+        return self._ort.InferenceSession(model, sess_options=so, providers=names, provider_options=opts)
 
     def _cached(
         self,
@@ -339,8 +349,7 @@ class SessionBuilder:
         so.log_severity_level = 3
         providers = session.get_providers()
         opts = [without_graphs(settings["provider_options"].get(p, {})) for p in providers]
-        new = self._ort.InferenceSession
-        return new(proto.SerializeToString(), sess_options=so, providers=providers, provider_options=opts), names
+        return self.new_session(proto.SerializeToString(), so, providers, opts), names
 
 
 #: Said once per process on stderr (logger ``amdinfer.ort``, WARNING); every such engine also carries it in its notes.

@@ -32,10 +32,18 @@ from .._dlpack import device_feed, host_feeds
 from ..base import Engine, EngineInfo, Feeds, OutputSelection
 from ._errors import translate_run_error
 from ._options import OrtOptions, ProviderSpec
+from ._plugins import (
+    auto_provider_order,
+    check_took_nodes,
+    is_plugin_ep,
+    plugin_failure,
+    plugin_settings,
+    precision_note,
+    register_plugins,
+)
 from ._providers import (
     CPU_EP,
     MIGRAPHX_EP,
-    PROVIDER_ORDER,
     PROVIDERS,
     fix_for,
     import_ort,
@@ -43,6 +51,7 @@ from ._providers import (
     knob_applies,
     probe_provider,
     provider_options,
+    provider_record,
 )
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
@@ -62,10 +71,14 @@ class OrtEngine(Engine):
     Args:
         model: path, bytes, ``onnx.ModelProto`` or ``ModelSource``.
         providers: providers to use, in order (full names or ``"migraphx"``, ``"rocm"``, ``"cuda"``,
-            ``"cpu"``; an entry may be ``(name, {option: value})`` to set raw provider options). ``None``
-            tries MIGraphX EP, ROCm EP, CUDA EP in turn and ends on CPU, recording in
-            ``info.skipped`` why each was passed over. Named providers that cannot run raise
+            ``"cpu"``, ``"openvino"`` or another plugin EP's short name; an entry may be ``(name, {option:
+            value})`` to set raw provider options). ``None`` tries MIGraphX EP, ROCm EP, AMD plugin EPs,
+            CUDA EP, other plugin EPs in turn and ends on CPU, recording in ``info.skipped`` why each was
+            passed over. Named providers that cannot run (or take no node) raise
             :class:`~amdinfer.BackendUnavailableError` with ONNX Runtime's cause and the fix.
+        ep_library: path(s) of ONNX Runtime plugin EP libraries to register besides the installed
+            ``onnxruntime-ep-*`` packages (see :mod:`amdinfer.engines.ort._plugins`); ``device=`` then
+            indexes the plugin EP's devices.
         device: GPU index (``device_id``).
         precision: ``"fp32"``; ``"fp16"``/``"bf16"``/``"int8"`` turn on the MIGraphX EP's flags; on other
             providers ``"fp16"`` runs the model ``precision_quantizer("fp16")`` rewrites (through
@@ -145,6 +158,7 @@ class OrtEngine(Engine):
         tuning: bool = True,
         tf32: bool | None = None,
         fp16_io: bool = False,
+        ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -172,6 +186,7 @@ class OrtEngine(Engine):
             tuning=tuning,
             tf32=tf32,
             fp16_io=fp16_io,
+            ep_library=ep_library,
             exhaustive_tune=exhaustive_tune,
             tunable_ops=tunable_ops,
             memory_limit=memory_limit,
@@ -207,6 +222,7 @@ class OrtEngine(Engine):
         self._builder = SessionBuilder(
             ort, self._options, precision=self._precision, device=self._device, bounds=self._bounds
         )
+        register_plugins(ort, self._options.ep_libraries)  # once per process; failures are diagnoses
         available = list(ort.get_available_providers())
         t0 = time.perf_counter()
         if self._options.providers is None:
@@ -218,8 +234,9 @@ class OrtEngine(Engine):
         info.compile_seconds = time.perf_counter() - t0
         used = list(self._session.get_providers())
         info.providers = used
-        first = PROVIDERS.get(used[0] if used else CPU_EP, PROVIDERS[CPU_EP])
-        info.device = first.label + (f":{self._device}" if first.gpu else "")
+        first = provider_record(used[0] if used else CPU_EP) or PROVIDERS[CPU_EP]
+        info.device = first.label + (f":{self._device}" if first.gpu or first.plugin else "")
+        info.settings.update(plugin_settings(self._session, self._device))
         if self._precision == "fp16" and used[:1] == [CPU_EP]:
             note_fp16_on_cpu(info, cached="rewrite_cache" in info.settings)
         if self._quantizer is None and self._precision == "fp32":
@@ -238,6 +255,11 @@ class OrtEngine(Engine):
     def _check_available(self, candidates: Candidates, available: list[str]) -> None:
         for name, _ in candidates:
             if name not in available:
+                failed = plugin_failure(name)
+                if failed is not None:
+                    raise BackendUnavailableError(
+                        f"provider {name!r}: its plugin cannot be used: {failed}", backend=name
+                    )
                 dists = installed_ort_distributions()
                 raise BackendUnavailableError(
                     f"provider {name!r} is not in this onnxruntime build (onnxruntime {self._ort.__version__}, "
@@ -247,7 +269,7 @@ class OrtEngine(Engine):
 
     def _auto_candidates(self, available: list[str], info: EngineInfo) -> Candidates:
         out = []  # type: ignore[var-annotated]
-        for name in PROVIDER_ORDER:
+        for name in auto_provider_order(available):
             if name in available:
                 out.append((name, {}))
             elif name != CPU_EP:
@@ -315,6 +337,7 @@ class OrtEngine(Engine):
             if unsupported and name != CPU_EP:
                 info.notes.append(f"{name}: has no equivalent for {unsupported}; not applied there")
             mapped.update(raw)
+            precision_note(name, raw, info.notes)
             names.append(name)
             opts.append(mapped)
         if CPU_EP not in names and self._options.allow_cpu_nodes:
@@ -336,7 +359,7 @@ class OrtEngine(Engine):
     def _create_explicit(self, source: ModelSource, candidates: Candidates, info: EngineInfo) -> Any:
         info.requested_providers = [n for n, _ in candidates]
         for name, _ in candidates:
-            cause = probe_provider(name)
+            cause = None if is_plugin_ep(name) else probe_provider(name)
             if cause is not None:  # fail before ONNX Runtime prints its own fallback warning
                 raise BackendUnavailableError(
                     f"provider {name!r} was requested but cannot load: {cause}. "
@@ -356,19 +379,21 @@ class OrtEngine(Engine):
                 backend=name,
                 cause=cause,
             )
+        check_took_nodes(session, [n for n, _ in candidates])
         return session
 
     def _create_auto(self, source: ModelSource, candidates: Candidates, info: EngineInfo) -> Any:
         """Walk down the provider order; each GPU provider must really load."""
         for cand in [c for c in candidates if c[0] != CPU_EP]:
             name = cand[0]
-            cause = probe_provider(name)
+            cause = None if is_plugin_ep(name) else probe_provider(name)
             if cause is not None:
                 info.skipped[name] = f"cannot load: {cause}"
                 log.info("provider %s passed over: %s", name, cause)
                 continue
             try:
                 session = self._new_session(source, [cand], info)
+                check_took_nodes(session, [name])
             except BackendUnavailableError as exc:
                 info.skipped[name] = str(exc)
                 continue

@@ -1,0 +1,449 @@
+"""ONNX Runtime plugin execution providers: found, registered once per process, placed in sessions.
+
+From onnxruntime 1.23 on, execution providers also ship as plugin libraries loaded through the EP ABI
+(``onnxruntime.register_execution_provider_library``); the ROCm EP left ONNX Runtime's own builds after 1.22
+and AMD's EPs are announced as ``onnxruntime-ep-migraphx``, ``onnxruntime-ep-rocm``, ``onnxruntime-ep-amdgpu``.
+The packaging convention this module relies on (``onnxruntime-ep-openvino`` follows it):
+
+* a distribution named ``onnxruntime-ep-<name>`` whose top-level module has ``get_library_path()`` (the
+  plugin library) and ``get_ep_names()`` (or ``get_ep_name()``);
+* or a library path given explicitly: ``OrtEngine(ep_library=...)`` or ``$AMDINFER_EP_LIBRARIES``
+  (``os.pathsep``-separated).
+
+Each library is registered once per process (thread-safe; a second call is a no-op). Which EP names and
+devices it really brings is read back from ``onnxruntime.get_ep_devices()``. A package that cannot be
+imported, a library that does not load, and a placeholder release (version ``0.0.0``, no library) are
+kept as :class:`EpPlugin` records with their state and error, listed by ``amdinfer doctor``, logged, and
+raised with the cause when the EP is asked for: never skipped silently. ``$AMDINFER_EP_PLUGINS`` (comma
+separated distribution names, or ``none``) limits which installed packages are registered.
+
+Sessions get a plugin EP through ``SessionOptions.add_provider_for_devices`` (a plugin EP name in
+``providers=`` is ignored by ONNX Runtime, which then runs on the CPU EP with a warning).
+
+Example:
+    >>> import onnxruntime as ort
+    >>> plugins = register_plugins(ort)
+    >>> all(p.state in STATES for p in plugins)
+    True
+    >>> auto_provider_order(["CPUExecutionProvider"])[-1]
+    'CPUExecutionProvider'
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ...errors import BackendUnavailableError, OptionError
+from ..registry import ConformanceKind
+from ._providers import (
+    _DERIVED,
+    AMD_PROVIDERS,
+    CPU_EP,
+    CUDA_EP,
+    PLUGIN_PROVIDERS,
+    PROVIDER_ORDER,
+    ExecutionProvider,
+    provider_record,
+)
+
+__all__ = [
+    "AMD_MARKERS",
+    "LIBRARIES_ENV",
+    "PLUGIN_PREFIX",
+    "SELECT_ENV",
+    "STATES",
+    "EpPlugin",
+    "add_plugin_providers",
+    "auto_provider_order",
+    "check_took_nodes",
+    "describe_device",
+    "ep_devices",
+    "find_plugins",
+    "is_plugin_ep",
+    "node_counts",
+    "plugin_failure",
+    "plugin_kind",
+    "plugin_of",
+    "plugin_settings",
+    "plugin_short_names",
+    "precision_note",
+    "register_plugins",
+]
+
+log = logging.getLogger("amdinfer.ort")
+
+#: Distributions with this prefix are plugin EP packages.
+PLUGIN_PREFIX = "onnxruntime-ep-"
+#: Extra plugin libraries (``os.pathsep``-separated paths), registered like installed packages.
+LIBRARIES_ENV = "AMDINFER_EP_LIBRARIES"
+#: Which installed plugin packages to register: comma-separated distribution names, or ``none``.
+SELECT_ENV = "AMDINFER_EP_PLUGINS"
+#: An EP or package whose name holds one of these (case-insensitive) is AMD's: ``backend="auto"`` tries it first.
+AMD_MARKERS = ("migraphx", "rocm", "amd")
+#: The states an :class:`EpPlugin` can be in.
+STATES = ("found", "registered", "placeholder", "failed", "not selected")
+
+
+@dataclass(frozen=True)
+class EpPlugin:
+    """One plugin EP library and what became of it.
+
+    Attributes:
+        source: the distribution (``"onnxruntime-ep-openvino"``), ``"ep_library="`` or ``$AMDINFER_EP_LIBRARIES``.
+        version: the distribution's version (``None`` for a bare library path).
+        library: the plugin library's path (``None`` when the package gives none).
+        ep_names: the EPs it brings: as the package declares them, then as ONNX Runtime lists them.
+        state: ``"found"`` (not registered yet), ``"registered"``, ``"placeholder"`` (a release without a
+            library), ``"failed"`` or ``"not selected"`` (left out by ``$AMDINFER_EP_PLUGINS``).
+        error: why it is not registered, in full.
+        devices: one line per EP device ONNX Runtime offers for it.
+
+    Example:
+        >>> EpPlugin("onnxruntime-ep-rocm", "0.0.0", None, (), "placeholder").amd
+        True
+    """
+
+    source: str
+    version: str | None
+    library: str | None
+    ep_names: tuple[str, ...]
+    state: str
+    error: str | None = None
+    devices: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def amd(self) -> bool:
+        """Whether this is one of AMD's plugins (by package or EP name, see :data:`AMD_MARKERS`)."""
+        text = " ".join((self.source, *self.ep_names)).lower()
+        return any(m in text for m in AMD_MARKERS)
+
+    def line(self) -> str:
+        """One line for ``amdinfer doctor``."""
+        what = f"{self.source} {self.version}" if self.version else self.source
+        if self.state == "registered":
+            return f"{what}: registered; " + ("; ".join(self.devices) or f"{self.ep_names or 'no EP'} on no device")
+        if self.state == "placeholder":
+            return f"{what}: placeholder package without a plugin library (the EP has not been released yet)"
+        if self.state == "not selected":
+            return f"{what}: installed, not registered (${SELECT_ENV} leaves it out)"
+        return f"{what}: {self.state}" + (f": {self.error}" if self.error else "")
+
+
+def _short(ep_name: str) -> str:
+    return ep_name.replace("ExecutionProvider", "").lower() or ep_name.lower()
+
+
+def _selected() -> set[str] | None:
+    wanted = os.environ.get(SELECT_ENV)
+    if wanted is None:
+        return None
+    return {w.strip().lower() for w in wanted.split(",") if w.strip() and w.strip().lower() != "none"}
+
+
+def _from_distribution(dist: importlib.metadata.Distribution, name: str) -> EpPlugin:
+    version = dist.version
+    top = (dist.read_text("top_level.txt") or "").split()
+    module_name = top[0] if top else name.replace("-", "_")
+    placeholder = version == "0.0.0"
+    try:
+        module = importlib.import_module(module_name)
+        get_path = getattr(module, "get_library_path", None)
+        if get_path is None:
+            if placeholder:
+                return EpPlugin(name, version, None, (), "placeholder")
+            raise AttributeError(f"module {module_name} has no get_library_path()")
+        names = getattr(module, "get_ep_names", None)
+        single = getattr(module, "get_ep_name", None)
+        ep_names = tuple(names() if names else [single()] if single else [])
+        library = str(get_path())
+    except ImportError as exc:
+        if placeholder:
+            return EpPlugin(name, version, None, (), "placeholder")
+        return EpPlugin(name, version, None, (), "failed", f"cannot import {module_name}: {exc}")
+    except Exception as exc:  # the package's own code: any error is its diagnosis
+        return EpPlugin(name, version, None, (), "failed", f"{module_name}: {type(exc).__name__}: {exc}")
+    if not Path(library).is_file():
+        return EpPlugin(name, version, library, ep_names, "failed", f"plugin library {library} does not exist")
+    return EpPlugin(name, version, library, ep_names, "found")
+
+
+def find_plugins() -> tuple[EpPlugin, ...]:
+    """Installed ``onnxruntime-ep-*`` packages and ``$AMDINFER_EP_LIBRARIES`` entries (nothing is loaded).
+
+    Example:
+        >>> all(p.source.startswith(PLUGIN_PREFIX) or p.source == "$" + LIBRARIES_ENV for p in find_plugins())
+        True
+    """
+    selected = _selected()
+    out: list[EpPlugin] = []
+    seen: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
+        if not name.startswith(PLUGIN_PREFIX) or name in seen:
+            continue
+        seen.add(name)
+        if selected is not None and name not in selected:
+            out.append(EpPlugin(name, dist.version, None, (), "not selected"))
+            continue
+        out.append(_from_distribution(dist, name))
+    for path in filter(None, os.environ.get(LIBRARIES_ENV, "").split(os.pathsep)):
+        found = Path(path).expanduser().is_file()
+        why = None if found else f"{path} does not exist (from ${LIBRARIES_ENV})"
+        out.append(EpPlugin(f"${LIBRARIES_ENV}", None, path, (), "found" if found else "failed", why))
+    return tuple(sorted(out, key=lambda p: (not p.amd, p.source)))
+
+
+@cache
+def plugin_short_names() -> dict[str, str]:
+    """Short name -> EP name for the EPs that installed plugin packages declare (read once per process).
+
+    Example:
+        >>> isinstance(plugin_short_names(), dict)
+        True
+    """
+    return {_short(n): n for p in find_plugins() for n in p.ep_names}
+
+
+_LOCK = threading.Lock()
+_PLUGINS: dict[str, EpPlugin] = {}  # library path (resolved) or source -> its record
+_BY_EP: dict[str, EpPlugin] = {}  # EP name -> the plugin that brought it
+
+
+def register_plugins(ort: Any, libraries: Iterable[str | os.PathLike] = ()) -> tuple[EpPlugin, ...]:
+    """Register every plugin found (and ``libraries``) with ONNX Runtime, once per process; return them all.
+
+    Thread-safe and idempotent: a library registered before (by amdinfer, or by the caller under the same
+    name) is not registered again. Failures are recorded, logged and returned, never raised.
+
+    Example:
+        >>> import onnxruntime as ort
+        >>> register_plugins(ort) == register_plugins(ort)
+        True
+    """
+    extra = [EpPlugin("ep_library=", None, str(p), (), "found") for p in libraries]
+    with _LOCK:
+        for plugin in (*find_plugins(), *extra):
+            key = str(Path(plugin.library).resolve()) if plugin.library else plugin.source
+            if key in _PLUGINS:
+                continue
+            if plugin.state == "found":
+                plugin = _register(ort, plugin)
+            elif plugin.state == "failed":
+                log.warning("plugin EP %s cannot be used: %s", plugin.source, plugin.error)
+            _PLUGINS[key] = plugin
+        return tuple(_PLUGINS.values())
+
+
+def _register(ort: Any, plugin: EpPlugin) -> EpPlugin:
+    assert plugin.library is not None
+    before = {d.ep_name for d in ort.get_ep_devices()}
+    registration = f"amdinfer:{Path(plugin.library).name}"
+    try:
+        ort.register_execution_provider_library(registration, plugin.library)
+    except Exception as exc:  # ONNX Runtime's pybind error types
+        if "already registered" not in str(exc):
+            log.warning("plugin EP library %s (%s) failed to load: %s", plugin.library, plugin.source, exc)
+            return replace(plugin, state="failed", error=f"{plugin.library}: {exc}")
+    devices = [d for d in ort.get_ep_devices() if d.ep_name not in before or d.ep_name in plugin.ep_names]
+    names = tuple(dict.fromkeys([*(d.ep_name for d in devices), *plugin.ep_names]))
+    plugin = replace(
+        plugin,
+        state="registered",
+        ep_names=names,
+        devices=tuple(f"{d.ep_name} on {describe_device(d)}" for d in devices),
+    )
+    for name in names:
+        _BY_EP.setdefault(name, plugin)
+        if provider_record(name) is None:
+            _DERIVED[name] = ExecutionProvider(
+                name=name,
+                short=_short(name),
+                label=_short(name),
+                library=None,
+                distribution=plugin.source,
+                fix=f"check the plugin package {plugin.source} (`amdinfer doctor` lists it)",
+                plugin=True,
+            )
+    return plugin
+
+
+def describe_device(device: Any) -> str:
+    """One line for an ``OrtEpDevice``: hardware type, vendor, the EP's own device name if it gives one."""
+    hw = device.device
+    kind = str(hw.type).rpartition(".")[2]
+    own = dict(device.ep_metadata).get("ov_device")
+    return f"{kind} ({hw.vendor}" + (f", {own}" if own else "") + ")"
+
+
+def is_plugin_ep(name: str) -> bool:
+    """Whether ``name`` is an EP that a plugin registered in this process brings."""
+    return name in _BY_EP
+
+
+def plugin_of(name: str) -> EpPlugin | None:
+    """The registered plugin that brings EP ``name``."""
+    return _BY_EP.get(name)
+
+
+def plugin_failure(name: str) -> str | None:
+    """Why the plugin that would bring EP ``name`` (by declared name or short name) is not usable, or None.
+
+    Example:
+        >>> plugin_failure("NoSuchExecutionProvider") is None
+        True
+    """
+    record = provider_record(name)
+    for p in _PLUGINS.values():
+        declared = name in p.ep_names or (record is not None and record.distribution == p.source)
+        if declared and p.state != "registered":
+            return p.line()
+    return None
+
+
+def ep_devices(ort: Any, name: str) -> list[Any]:
+    """ONNX Runtime's devices for EP ``name``, in its order (``device=`` indexes this list)."""
+    return [d for d in ort.get_ep_devices() if d.ep_name == name]
+
+
+def auto_provider_order(available: Sequence[str]) -> list[str]:
+    """``backend="auto"``'s provider order with the registered plugin EPs placed in it.
+
+    Built-in AMD EPs first, then AMD's plugin EPs, the CUDA EP, the other plugin EPs, the CPU EP last;
+    only EPs in ``available`` (and built-in EPs missing there, which the engine reports as skipped).
+
+    Example:
+        >>> auto_provider_order(["CUDAExecutionProvider", "CPUExecutionProvider"])[-2:]
+        ['CUDAExecutionProvider', 'CPUExecutionProvider']
+    """
+    plugins = [n for n in available if n in _BY_EP and n not in PROVIDER_ORDER]
+    amd = [n for n in plugins if _BY_EP[n].amd or any(m in n.lower() for m in AMD_MARKERS)]
+    rest = [n for n in plugins if n not in amd]
+    builtin_amd = [n for n in PROVIDER_ORDER if n in AMD_PROVIDERS]
+    return [*builtin_amd, *amd, CUDA_EP, *rest, CPU_EP]
+
+
+def add_plugin_providers(ort: Any, so: Any, names: list[str], opts: list[dict[str, str]], device: int) -> bool:
+    """Put ``names``' plugin EPs into ``so`` (``add_provider_for_devices``); False when there are none.
+
+    Raises:
+        OptionError: plugin EPs mixed with built-in EPs other than CPU, or ``device`` out of range.
+    """
+    if not any(is_plugin_ep(n) for n in names):
+        return False
+    builtin = [n for n in names if not is_plugin_ep(n) and n != CPU_EP]
+    if builtin:
+        raise OptionError(
+            f"providers: got plugin EPs {[n for n in names if is_plugin_ep(n)]} together with built-in {builtin}; "
+            "ONNX Runtime takes plugin EPs through SessionOptions.add_provider_for_devices, which cannot be "
+            "combined with a providers= list: pass the plugin EPs alone (the CPU EP takes what they leave)"
+        )
+    for name, options in zip(names, opts):
+        if not is_plugin_ep(name):
+            continue
+        devices = ep_devices(ort, name)
+        if not 0 <= device < len(devices):
+            listed = [describe_device(d) for d in devices]
+            raise OptionError(f"device: got {device}, expected an index into {name}'s devices {listed}")
+        so.add_provider_for_devices([devices[device]], dict(options))
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    return True
+
+
+def node_counts(session: Any) -> dict[str, int]:
+    """EP name -> number of nodes it took (for sessions built with plugin EPs; empty when not recorded)."""
+    counts: dict[str, int] = {}
+    try:
+        subgraphs = session.get_provider_graph_assignment_info()
+    except Exception:  # not recorded for this session
+        return counts
+    for sub in subgraphs:
+        counts[sub.ep_name] = counts.get(sub.ep_name, 0) + len(sub.get_nodes())
+    return counts
+
+
+def plugin_settings(session: Any, device: int) -> dict[str, Any]:
+    """``{"plugin_ep": {...}}`` for ``engine.info.settings`` when the session's first EP is a plugin EP, else ``{}``."""
+    used = session.get_providers()
+    plugin = plugin_of(used[0]) if used else None
+    if plugin is None:
+        return {}
+    return {
+        "plugin_ep": {
+            "ep": used[0],
+            "package": plugin.source,
+            "version": plugin.version,
+            "library": plugin.library,
+            "device": device,
+            "nodes": node_counts(session),
+        }
+    }
+
+
+def check_took_nodes(session: Any, names: Sequence[str]) -> None:
+    """Raise when a requested plugin EP took no node of the model (ONNX Runtime would run it all on CPU).
+
+    Raises:
+        BackendUnavailableError: naming the EP and where the nodes went.
+    """
+    counts = node_counts(session)
+    for name in names:
+        if is_plugin_ep(name) and not counts.get(name):
+            raise BackendUnavailableError(
+                f"provider {name!r} was requested but took no node of the model (nodes per provider: {counts}); "
+                "amdinfer does not fall back silently. `amdinfer profile` shows where each node runs",
+                backend=name,
+                cause="no node assigned",
+            )
+
+
+def precision_note(name: str, raw: dict[str, str], notes: list[str]) -> None:
+    """Say in ``notes`` when a plugin EP may compute below float32: its record says it lowers precision and the
+    caller's raw options replace amdinfer's setting, or amdinfer has no record of the EP's defaults.
+
+    Example:
+        >>> notes: list[str] = []
+        >>> precision_note("OpenVINOExecutionProvider", {"load_config": "{}"}, notes)
+        >>> "load_config" in notes[0]
+        True
+    """
+    record = provider_record(name)
+    if record is None or not record.plugin:
+        return
+    keep = record.precision.get("fp32", {})
+    replaced = sorted(k for k in keep if k in raw and raw[k] != keep[k])
+    if record.lowers and replaced:
+        notes.append(
+            f"{name}: your provider option(s) {replaced} replace amdinfer's float32 setting ({record.lowers}); "
+            "results may be below float32 precision: `amdinfer verify` against the reference tells"
+        )
+    elif record.lowers is None and name not in PLUGIN_PROVIDERS:
+        notes.append(
+            f"{name}: plugin EP from {record.distribution}; amdinfer has no record of its precision defaults "
+            "(it may compute float32 models in a lower precision): `amdinfer verify` against the reference tells"
+        )
+
+
+def plugin_kind(ep_name: str) -> ConformanceKind | None:
+    """The conformance kind of a plugin EP: ``ort-<short name>``, one thread, float32, the engine contract suite
+    (``None`` for ONNX Runtime's meta EPs such as ``OpenVINOExecutionProvider.AUTO``). The ONNX node tests are
+    not run on plugin kinds (docs/engines.md has the OpenVINO tally and why).
+
+    Example:
+        >>> plugin_kind("OpenVINOExecutionProvider").name, plugin_kind("OpenVINOExecutionProvider.AUTO")
+        ('ort-openvino', None)
+    """
+    if "." in ep_name:
+        return None
+    record = provider_record(ep_name)
+    short = record.short if record is not None else _short(ep_name)
+    return ConformanceKind(f"ort-{short}", {"backend": "ort", "providers": [ep_name], "threads": 1})
