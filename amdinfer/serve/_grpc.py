@@ -37,6 +37,7 @@ _OIP_DATATYPES = (
     "FP16",
     "FP32",
     "FP64",
+    "BYTES",  # encoded images for pipelines that start with LoadImage (see amdinfer.serve._images)
 )
 
 
@@ -77,7 +78,7 @@ class _Servicer(InferenceServicer):
         from kserve.utils.utils import to_headers
 
         for tensor in request.inputs:
-            if tensor.datatype not in _OIP_DATATYPES and tensor.datatype != "BYTES":
+            if tensor.datatype not in _OIP_DATATYPES:
                 raise InvalidInput(
                     f"input {tensor.name[:80]!r}: got datatype {tensor.datatype[:40]!r}, expected one of "
                     f"{', '.join(_OIP_DATATYPES)}"

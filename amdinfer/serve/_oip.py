@@ -32,6 +32,7 @@ from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 from ..errors import AmdinferError, InputError, OptionError, StageError
 from ..types import TensorSpec
 from ._batcher import DynamicBatcher
+from ._images import bytes_tensor
 from ._metrics import ServingMetrics
 from ._shm import REGION, SharedMemoryRegistry, read_shared_inputs, uses_shm, write_shared_outputs
 
@@ -170,10 +171,11 @@ def decode_rest(
 
 
 def to_numpy(inp: InferInput) -> np.ndarray:
-    """A request tensor as NumPy: a zero-copy view of binary data, or an array from JSON data.
+    """A request tensor as NumPy: a zero-copy view of binary data, or an array from JSON data; ``BYTES``
+    (encoded images) as an object array of ``bytes`` (:func:`~amdinfer.serve._images.bytes_tensor`).
 
     Raises:
-        InputError: an unknown datatype, ``BYTES``, or data whose size does not match the shape.
+        InputError: an unknown datatype, or data whose size does not match the shape.
 
     Example:
         >>> inp = InferInput("x", [2], "INT32")
@@ -182,13 +184,18 @@ def to_numpy(inp: InferInput) -> np.ndarray:
         [7, 8]
     """
     name = inp.name
-    dtype = to_np_dtype(inp.datatype)
-    if dtype is None or inp.datatype == "BYTES":
-        raise InputError(f"input {name!r}: got datatype {inp.datatype!r}, expected a numeric OIP datatype")
-    dtype = np.dtype(dtype)
     shape = tuple(inp.shape)
-    if any(not isinstance(d, int) or d < 0 for d in shape):
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
         raise InputError(f"input {name!r}: got shape {list(shape)}, expected non-negative integers")
+    if inp.datatype == "BYTES":  # encoded images (see amdinfer.serve._images)
+        data = inp.data
+        if isinstance(data, np.ndarray) and data.dtype == object:  # converted earlier (off the event loop)
+            return data.reshape(shape)
+        return bytes_tensor(name, shape, raw=inp._raw_data, data=data)
+    dtype = to_np_dtype(inp.datatype)
+    if dtype is None:
+        raise InputError(f"input {name!r}: got datatype {inp.datatype!r}, expected an OIP datatype")
+    dtype = np.dtype(dtype)
     count = math.prod(shape)
     raw = inp._raw_data
     if raw is not None:

@@ -133,12 +133,15 @@ async def _answer(send: Send, status: int, message: str) -> None:
 
 
 def _decode(body: bytes, header: str | None, model_name: str, version: str | None) -> Any:
-    """Parse a request and turn its JSON data into arrays (the costly part, off the loop for large bodies)."""
+    """Parse a request and turn its JSON data and its ``BYTES`` elements into arrays (the costly part, off the
+    loop for large bodies)."""
     request = decode_rest(body, json_length(header, len(body)), model_name, max_json_bytes=MAX_JSON_BYTES)
     request.model_version = version
     try:
         for inp in request.inputs:
-            if inp._raw_data is None and not (inp.parameters and REGION in inp.parameters):
+            if inp.parameters and REGION in inp.parameters:
+                continue  # read by the data plane
+            if inp._raw_data is None or inp.datatype == "BYTES":  # JSON numbers; length-prefixed BYTES (images)
                 inp._data = to_numpy(inp)
     except InputError as exc:
         raise InvalidInput(str(exc)) from None

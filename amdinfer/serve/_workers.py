@@ -8,10 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from .._source_images import takes_images
 from ..engines._checks import check_symbol
 from ..engines.base import Engine
-from ..errors import InputError, OptionError
+from ..errors import InputError, OptionError, StageError
 from ..types import TensorSpec
+from ._images import image_items, text_tensor
 
 __all__ = ["EngineWorker", "PipelineWorker", "batch_axis", "check_request", "request_rows", "result_tensors"]
 
@@ -229,19 +231,26 @@ def result_tensors(result: Any) -> Tensors:
     """The tensors of one pipeline result: an array, a dict of arrays, or a result object.
 
     ``Detections`` give ``boxes``, ``scores`` and ``classes``; ``Classification`` gives ``indices`` and
-    ``scores``; objects with ``to_dict`` give their array-like fields.
+    ``scores``; both give ``labels`` (a ``BYTES`` tensor: UTF-8 class names) when they have class names.
 
     Example:
         >>> from amdinfer.results import Detections
         >>> sorted(result_tensors(Detections(np.zeros((1, 4)), [0.5], [2])))
         ['boxes', 'classes', 'scores']
+        >>> result_tensors(Detections(np.zeros((1, 4)), [0.5], [2], labels=["cat"]))["labels"]
+        array([b'cat'], dtype=object)
     """
     from ..results import Classification, Detections
 
-    if isinstance(result, Detections):
-        return {"boxes": result.boxes, "scores": result.scores, "classes": result.classes}
-    if isinstance(result, Classification):
-        return {"indices": np.asarray(result.indices), "scores": np.asarray(result.scores)}
+    if isinstance(result, (Detections, Classification)):
+        out: Tensors = (
+            {"boxes": result.boxes, "scores": result.scores, "classes": result.classes}
+            if isinstance(result, Detections)
+            else {"indices": np.asarray(result.indices), "scores": np.asarray(result.scores)}
+        )
+        if result.labels is not None:
+            out["labels"] = text_tensor(result.labels)
+        return out
     if isinstance(result, dict):
         return {str(k): np.asarray(v) for k, v in result.items()}
     if isinstance(result, np.ndarray) or np.isscalar(result):
@@ -258,10 +267,16 @@ class PipelineWorker:
     its executor's thread pool straight into the batch buffer).
 
     Every request carries one input tensor with its items on axis 0 (e.g. ``uint8 (n, H, W, 3)`` images).
-    Outputs of the items are stacked per request. ``Detections`` (a different box count per item) are
-    concatenated instead: ``boxes (K, 4)``, ``scores (K,)``, ``classes (K,)`` and ``boxes_batch_index (K,)``
-    saying which item each box belongs to (the layout of ONNX ``NonMaxSuppression``); so are other outputs
-    whose shapes differ between items, each with its own ``<name>_batch_index``.
+    A pipeline whose first stage is :class:`~amdinfer.preprocess.LoadImage` (:func:`amdinfer.yolo`,
+    :func:`amdinfer.classify`) also takes encoded images: a ``BYTES`` tensor of shape ``(n,)`` or ``(n, 1)``,
+    one JPEG/PNG file per element, decoded by ``run_batch`` (in the executor's threads); see
+    :mod:`amdinfer.serve._images` for the layout. Outputs of the items are stacked per request
+    (``Classification``: ``indices (n, k)``, ``scores (n, k)``, ``labels (n, k)``). ``Detections`` (a
+    different box count per item) are concatenated instead: ``boxes (K, 4)``, ``scores (K,)``, ``classes (K,)``,
+    ``labels (K,)`` and ``boxes_batch_index (K,)`` saying which item each box belongs to (the layout of ONNX
+    ``NonMaxSuppression``); so are other outputs whose shapes differ between items, each with its own
+    ``<name>_batch_index``. An item that fails (not an image, a truncated file) fails its request only, with
+    an :class:`~amdinfer.errors.InputError` naming the tensor and the item.
 
     Args:
         pipeline: the :class:`~amdinfer.Pipeline` or :class:`~amdinfer.fuse.FusedPipeline`.
@@ -293,7 +308,13 @@ class PipelineWorker:
         self.pipeline = pipeline
         self.input_name = input_name or pipeline.engine.inputs[0].name
         self.name = name or str(pipeline.engine.info.device or "pipeline")
-        self.inputs: list[TensorSpec] = []  # any dtype/shape: the first stage checks its items
+        stages = pipeline.preprocess if isinstance(pipeline, Pipeline) else pipeline._host
+        #: whether requests may send encoded images (``BYTES``): the pipeline starts with ``LoadImage``
+        self.takes_images = takes_images(stages)
+        # any dtype/shape: the first stage checks its items; BYTES (N,) advertised when it decodes images
+        self.inputs: list[TensorSpec] = (
+            [TensorSpec(self.input_name, np.dtype(object), ("N",))] if self.takes_images else []
+        )
         self.outputs: list[TensorSpec] = []  # known once a result is seen
         self._lock = threading.Lock()
 
@@ -301,22 +322,39 @@ class PipelineWorker:
         if list(feeds) != [self.input_name]:
             raise InputError(f"inputs: got {sorted(feeds)}, expected [{self.input_name!r}]")
         arr = feeds[self.input_name]
+        if arr.dtype == object and self.takes_images:
+            image_items(self.input_name, arr)
+            return
         if arr.ndim < 1 or arr.shape[0] == 0:
             raise InputError(f"input {self.input_name!r}: got shape {arr.shape}, expected items on axis 0")
         if arr.dtype.kind not in "biuf":
-            raise InputError(f"input {self.input_name!r}: got dtype {arr.dtype}, expected a numeric tensor")
+            also = " or BYTES (encoded images)" if self.takes_images else ""
+            why = "" if self.takes_images else " (this pipeline does not start with LoadImage: no encoded images)"
+            raise InputError(f"input {self.input_name!r}: got dtype {arr.dtype}, expected a numeric tensor{also}{why}")
 
     def key(self, feeds: Tensors) -> Hashable:
         return "items"  # preprocessing makes items alike: any requests may share a call
 
     def rows(self, feeds: Tensors) -> int:
-        return int(feeds[self.input_name].shape[0])
+        return int(feeds[self.input_name].shape[0])  # BYTES (N, 1): N images too
+
+    def _items(self, feeds: Tensors) -> list[Any]:
+        arr = feeds[self.input_name]
+        if arr.dtype == object:  # encoded images: bytes, never str (LoadImage would read a str as a path)
+            return image_items(self.input_name, arr)
+        return list(arr)
 
     def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
         from ..results import Detections
 
-        items = [item for r in requests for item in r[self.input_name]]
-        raw = self.pipeline.run_batch(items)
+        items = [item for r in requests for item in self._items(r)]
+        try:
+            raw = self.pipeline.run_batch(items)
+        except StageError as exc:
+            if len(requests) == 1 and isinstance(exc, InputError):
+                # alone (the batcher retries a failed batch request by request), "item i" is this request's
+                raise InputError(f"input {self.input_name!r}: {exc}") from exc
+            raise
         if len(raw) != len(items):
             raise RuntimeError(f"pipeline: got {len(raw)} results for {len(items)} items, expected one per item")
         ragged = bool(raw) and isinstance(raw[0], Detections)

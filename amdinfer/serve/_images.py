@@ -1,0 +1,154 @@
+"""Encoded images in, typed answers out: OIP v2 ``BYTES`` tensors for pipelines that start with ``LoadImage``.
+
+The request layout (one image file per element, Triton's convention for ``BYTES``):
+
+* one input, named as the pipeline's engine input (``images`` for :func:`amdinfer.yolo`), datatype ``BYTES``,
+  shape ``[N]`` or ``[N, 1]``: each element is a whole JPEG or PNG file (any format ``LoadImage`` decodes);
+* over REST the elements travel as binary data (Triton's binary tensor extension: ``binary_data_size`` and
+  ``Inference-Header-Content-Length``; each element a 4-byte little-endian length and the bytes, what
+  tritonclient sends with ``binary_data=True``); JSON ``data`` strings are UTF-8 text, which no image file is;
+* over gRPC in ``contents.bytes_contents`` (one element each) or ``raw_input_contents`` (length-prefixed).
+
+The answer, per request (see :class:`~amdinfer.serve.PipelineWorker`):
+
+* detections: ``boxes`` FP32 ``[K, 4]`` (x1, y1, x2, y2 in the image's pixels), ``scores`` FP32 ``[K]``,
+  ``classes`` INT64 ``[K]``, ``labels`` BYTES ``[K]`` (when the model names its classes) and
+  ``boxes_batch_index`` INT64 ``[K]``: which image of the request each box belongs to (the layout of ONNX
+  ``NonMaxSuppression``; an image without boxes has no rows);
+* classification: ``indices`` INT64 ``[N, k]``, ``scores`` FP32 ``[N, k]``, ``labels`` BYTES ``[N, k]``
+  (best first).
+
+Decoding and geometry run in the pipeline's executor (``run_batch`` decodes the bytes items on its threads).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["bytes_tensor", "image_items", "parse_length_prefixed", "text_tensor"]
+
+_PREFIX = struct.Struct("<I")
+
+
+def parse_length_prefixed(name: str, raw: bytes | memoryview, count: int) -> list[bytes]:
+    """The ``count`` elements of a serialised ``BYTES`` tensor: each a 4-byte little-endian length, then the bytes.
+
+    Raises:
+        InputError: a length that runs past the data, fewer or more elements than ``count``, or bytes left over;
+            the message names the tensor and the element.
+
+    Example:
+        >>> parse_length_prefixed("images", b"\\x02\\x00\\x00\\x00hi\\x01\\x00\\x00\\x00!", 2)
+        [b'hi', b'!']
+        >>> parse_length_prefixed("images", b"\\x09\\x00\\x00\\x00hi", 1)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'images': item 0 declares 9 bytes, but only 2 follow its length prefix
+    """
+    view = memoryview(raw).cast("B")
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end and len(items) < count:
+        index = len(items)
+        if end - offset < 4:
+            raise InputError(
+                f"input {name!r}: item {index}: got {end - offset} bytes where a 4-byte length prefix was expected"
+            )
+        (size,) = _PREFIX.unpack_from(view, offset)
+        offset += 4
+        if size > end - offset:
+            raise InputError(
+                f"input {name!r}: item {index} declares {size} bytes, but only {end - offset} follow its length prefix"
+            )
+        items.append(bytes(view[offset : offset + size]))
+        offset += size
+    if len(items) != count:
+        raise InputError(f"input {name!r}: got {len(items)} BYTES elements, expected {count} for its shape")
+    if offset != end:
+        raise InputError(
+            f"input {name!r}: {end - offset} bytes left after the {count} elements its shape holds; each element is "
+            "a 4-byte little-endian length and that many bytes"
+        )
+    return items
+
+
+def bytes_tensor(name: str, shape: Sequence[int], *, raw: Any = None, data: Any = None) -> np.ndarray:
+    """A request's ``BYTES`` tensor as an object array of ``bytes`` of ``shape``.
+
+    ``raw``: the serialised tensor (REST binary data, gRPC ``raw_input_contents``); ``data``: its elements as a
+    (nested) list, ``bytes`` (gRPC ``bytes_contents``) or ``str`` (REST JSON: UTF-8 text, encoded back to UTF-8).
+
+    Raises:
+        InputError: elements that are neither bytes nor strings, or a count that does not match ``shape``.
+
+    Example:
+        >>> bytes_tensor("images", [2, 1], data=[[b"\\xff\\xd8"], ["a"]]).tolist()
+        [[b'\\xff\\xd8'], [b'a']]
+    """
+    count = math.prod(shape)
+    if raw is not None:
+        items = parse_length_prefixed(name, raw, count)
+    else:
+        flat = np.asarray(data if data is not None else [], dtype=object).ravel().tolist()
+        items = []
+        for i, value in enumerate(flat):
+            if isinstance(value, (bytes, bytearray)):
+                items.append(bytes(value))
+            elif isinstance(value, str):
+                items.append(value.encode("utf-8"))
+            else:
+                raise InputError(f"input {name!r}: item {i}: got {type(value).__name__}, expected bytes or a string")
+        if len(items) != count:
+            raise InputError(
+                f"input {name!r}: got {len(items)} BYTES elements, expected {count} for shape {list(shape)}"
+            )
+    out = np.empty(count, dtype=object)
+    out[:] = items
+    return out.reshape(tuple(shape))
+
+
+def image_items(name: str, arr: np.ndarray) -> list[bytes]:
+    """The encoded images of a request: a ``BYTES`` tensor of shape ``[N]`` or ``[N, 1]``, one file per element.
+
+    Raises:
+        InputError: another shape, no items, or an empty element (the message names the tensor and the item).
+
+    Example:
+        >>> image_items("images", np.array([[b"\\x89PNG..."], [b"\\xff\\xd8..."]], dtype=object))
+        [b'\\x89PNG...', b'\\xff\\xd8...']
+        >>> image_items("images", np.array([b"\\xff\\xd8", b""], dtype=object))
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'images': item 1 is empty, expected an encoded image (JPEG, PNG, ...)
+    """
+    if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 1) or arr.shape[0] == 0:
+        raise InputError(
+            f"input {name!r}: got BYTES of shape {list(arr.shape)}, expected [N] or [N, 1] with N >= 1 (one encoded "
+            "image per element)"
+        )
+    items = arr.reshape(-1).tolist()
+    for i, item in enumerate(items):
+        if not isinstance(item, bytes):
+            raise InputError(f"input {name!r}: item {i}: got {type(item).__name__}, expected the bytes of an image")
+        if not item:
+            raise InputError(f"input {name!r}: item {i} is empty, expected an encoded image (JPEG, PNG, ...)")
+    return items
+
+
+def text_tensor(values: Sequence[Any]) -> np.ndarray:
+    """Strings as a ``BYTES`` tensor: an object array of their UTF-8 bytes (class names in answers).
+
+    Example:
+        >>> text_tensor(["cat", "dog"])
+        array([b'cat', b'dog'], dtype=object)
+    """
+    out = np.empty(len(values), dtype=object)
+    out[:] = [str(v).encode("utf-8") for v in values]
+    return out

@@ -1,0 +1,323 @@
+"""Encoded images (OIP v2 ``BYTES``: JPEG/PNG files) served by fused and stage-by-stage recipes.
+
+The truth is the same recipe run in this process on the image decoded by Pillow (``pipe(array)``); the server
+gets the file's bytes from tritonclient over REST (binary tensor extension) and gRPC (``raw_input_contents``
+and ``bytes_contents``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import re
+import struct
+import textwrap
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+# KServe is not imported here: its gRPC protos and tritonclient's share protobuf names (see test_serve.py).
+if importlib.util.find_spec("kserve") is None:
+    pytest.skip("needs the serve extra: run `nox -s serve`", allow_module_level=True)
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="needs tritonclient[grpc]: run `nox -s serve`")
+httpclient = pytest.importorskip("tritonclient.http", reason="needs tritonclient[http]: run `nox -s serve`")
+Image = pytest.importorskip("PIL.Image", reason="needs Pillow to encode the test images")
+
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+from .conftest import free_port, running_server  # noqa: E402
+
+# Built the same way in the server and here (seeded models, Pillow as the decoder on both sides).
+RECIPES = textwrap.dedent(
+    """
+    import amdinfer
+    from amdinfer.testing.models import tiny_cnn, yolov8
+
+    NAMES = ["cat", "dog", "café", "owl"]  # one non-ASCII name: labels travel as UTF-8 BYTES
+    CPU = {"providers": ["CPUExecutionProvider"], "decoder": "pillow", "keep_image": False}
+
+    def detector(fuse):
+        model = yolov8(seed=3, image_size=64, num_classes=4)
+        model.metadata_props.add(key="names", value=repr(dict(enumerate(NAMES))))
+        return amdinfer.yolo(model, conf=0.03, imgsz=64, fuse=fuse, **CPU)
+
+    def classifier():
+        labels = [f"class {i}" for i in range(10)]
+        return amdinfer.classify(tiny_cnn(seed=4), size=32, crop=32, topk=3, labels=labels, fuse=True, **CPU)
+    """
+)
+
+SERVER = RECIPES + textwrap.dedent(
+    """
+    import sys
+    from amdinfer.serve import PipelineWorker, Server, build_model
+    from tests.serving.pipelines import classify as raw_pipeline
+
+    http, grpc = int(sys.argv[1]), int(sys.argv[2])
+    models = [
+        build_model("det", PipelineWorker(detector(True)), max_batch_size=8, max_delay_ms=20),
+        build_model("det_plain", PipelineWorker(detector(False)), max_batch_size=8, max_delay_ms=20),
+        build_model("cls", PipelineWorker(classifier()), max_batch_size=8, max_delay_ms=5),
+        build_model("raw", raw_pipeline(), max_batch_size=8, max_delay_ms=5),
+    ]
+    Server(http_port=http, grpc_port=grpc).start(models)
+    """
+)
+
+
+def _recipes() -> dict[str, Any]:
+    space: dict[str, Any] = {}
+    exec(RECIPES, space)
+    return space
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    space = _recipes()
+    pipes = {"det": space["detector"](True), "det_plain": space["detector"](False), "cls": space["classifier"]()}
+    yield pipes
+    for p in pipes.values():
+        p.close()
+
+
+@pytest.fixture(scope="module")
+def image_server(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("images")
+    script = folder / "serve_images.py"
+    script.write_text(SERVER)
+    http, grpc = free_port(), free_port()
+    root = Path(__file__).resolve().parents[2]
+    argv = ["-c", f"import sys; sys.path.insert(0, {str(root)!r}); exec(open({str(script)!r}).read())"]
+    with running_server([*argv, str(http), str(grpc)], http, grpc, folder / "log.txt") as s:
+        yield s
+        assert s.stop() == 0
+
+
+def _picture(seed: int, shape: tuple[int, int]) -> np.ndarray:
+    """A smooth picture with a few bright rectangles (scores well apart, unlike noise)."""
+    rng = np.random.default_rng(seed)
+    h, w = shape
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 // w, y * 255 // h, (x + y) * 127 // (h + w)], -1).astype(np.uint8)
+    for _ in range(3):
+        y0, x0 = int(rng.integers(0, h - 8)), int(rng.integers(0, w - 8))
+        img[y0 : y0 + int(rng.integers(6, h // 2)), x0 : x0 + int(rng.integers(6, w // 2))] = rng.integers(0, 255, 3)
+    return img
+
+
+def _encode(img: np.ndarray, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+def _decode(data: bytes) -> np.ndarray:
+    """Pillow, as a peer of the server's LoadImage."""
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+FILES = [
+    _encode(_picture(0, (48, 80)), "JPEG"),
+    _encode(_picture(1, (70, 50)), "PNG"),
+    _encode(_picture(2, (64, 64)), "JPEG"),
+]
+
+
+def _bytes(items: list[bytes], column: bool = False) -> np.ndarray:
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    return arr[:, None] if column else arr
+
+
+def _http(items: list[bytes], name: str = "images", column: bool = False):
+    arr = _bytes(items, column)
+    inp = httpclient.InferInput(name, list(arr.shape), "BYTES")
+    inp.set_data_from_numpy(arr, binary_data=True)
+    return inp
+
+
+def _grpc(items: list[bytes], name: str = "images", column: bool = False):
+    arr = _bytes(items, column)
+    inp = grpcclient.InferInput(name, list(arr.shape), "BYTES")
+    inp.set_data_from_numpy(arr)  # raw_input_contents, length-prefixed
+    return inp
+
+
+def _check_detections(result: Any, pipe: Any, files: list[bytes]) -> None:
+    want = [pipe(_decode(f)) for f in files]
+    assert sum(len(d) for d in want) > len(files), "the test pictures should give boxes"
+    index = result.as_numpy("boxes_batch_index")
+    assert index.dtype == np.int64 and index.tolist() == [i for i, d in enumerate(want) for _ in range(len(d))]
+    boxes, scores = result.as_numpy("boxes"), result.as_numpy("scores")
+    assert boxes.dtype == np.float32 and boxes.shape == (len(index), 4) and scores.dtype == np.float32
+    np.testing.assert_allclose(boxes, np.concatenate([d.boxes for d in want]), atol=1e-3)
+    np.testing.assert_allclose(scores, np.concatenate([d.scores for d in want]), atol=1e-5)
+    classes = result.as_numpy("classes")
+    assert classes.dtype == np.int64
+    np.testing.assert_array_equal(classes, np.concatenate([d.classes for d in want]))
+    # binary outputs: bytes; JSON outputs: strings (what tritonclient gives for each)
+    labels = [b.decode("utf-8") if isinstance(b, bytes) else b for b in result.as_numpy("labels").ravel()]
+    assert labels == [name for d in want for name in d.labels]
+    assert labels == [["cat", "dog", "café", "owl"][c] for c in classes]  # the names, by class, independently
+
+
+class TestDetections:
+    @pytest.mark.parametrize("model", ["det", "det_plain"])
+    def test_http_binary_bytes_equal_the_local_recipe(self, image_server, recipes, model):
+        result = httpclient.InferenceServerClient(image_server.http).infer(model, [_http(FILES)])
+        _check_detections(result, recipes[model], FILES)
+
+    @pytest.mark.parametrize("model", ["det", "det_plain"])
+    def test_grpc_raw_contents_n_by_1_equal_the_local_recipe(self, image_server, recipes, model):
+        result = grpcclient.InferenceServerClient(image_server.grpc).infer(model, [_grpc(FILES, column=True)])
+        _check_detections(result, recipes[model], FILES)
+
+    def test_grpc_bytes_contents_equal_the_local_recipe(self, image_server, recipes):
+        inp = grpcclient.InferInput("images", [2], "BYTES")
+        inp._input.contents.bytes_contents.extend(FILES[:2])  # one element each, no length prefixes
+        result = grpcclient.InferenceServerClient(image_server.grpc).infer("det", [inp])
+        _check_detections(result, recipes["det"], FILES[:2])
+
+    def test_http_json_outputs_carry_labels_as_strings(self, image_server, recipes):
+        names = ["boxes", "scores", "classes", "labels", "boxes_batch_index"]
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=False) for n in names]
+        result = httpclient.InferenceServerClient(image_server.http).infer("det", [_http(FILES)], outputs=outputs)
+        assert [o["name"] for o in result.get_response()["outputs"]] == names
+        assert all("data" in o for o in result.get_response()["outputs"])  # JSON, not binary
+        _check_detections(result, recipes["det"], FILES)
+
+    def test_metadata_says_bytes(self, image_server):
+        meta = httpclient.InferenceServerClient(image_server.http).get_model_metadata("det")
+        assert meta["inputs"] == [{"name": "images", "datatype": "BYTES", "shape": [-1]}]
+
+
+class TestClassification:
+    def test_http_and_grpc_topk_equal_the_local_recipe(self, image_server, recipes):
+        want = [recipes["cls"](_decode(f)) for f in FILES]
+        for result in (
+            httpclient.InferenceServerClient(image_server.http).infer("cls", [_http(FILES)]),
+            grpcclient.InferenceServerClient(image_server.grpc).infer("cls", [_grpc(FILES)]),
+        ):
+            indices, scores = result.as_numpy("indices"), result.as_numpy("scores")
+            assert indices.dtype == np.int64 and indices.shape == (3, 3) and scores.dtype == np.float32
+            np.testing.assert_array_equal(indices, [w.indices for w in want])
+            np.testing.assert_allclose(scores, [w.scores for w in want], rtol=1e-5, atol=1e-6)
+            labels = result.as_numpy("labels")
+            assert labels.shape == (3, 3)
+            assert [[b.decode() for b in row] for row in labels] == [[f"class {i}" for i in row] for row in indices]
+
+
+def _http_error(server: Any, model: str, inputs: list[Any]) -> str:
+    with pytest.raises(InferenceServerException) as info:
+        httpclient.InferenceServerClient(server.http).infer(model, inputs)
+    assert info.value.status() == "400", info.value.message()
+    return str(info.value.message())
+
+
+def _grpc_error(server: Any, model: str, inputs: list[Any]) -> str:
+    with pytest.raises(InferenceServerException) as info:
+        grpcclient.InferenceServerClient(server.grpc).infer(model, inputs)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT", info.value.message()
+    return str(info.value.message())
+
+
+BAD = {
+    "not an image": (b"GIF? no, plain text", r"input 'images': item 1: .*not a decodable image"),
+    "truncated JPEG": (FILES[0][: len(FILES[0]) // 2], r"input 'images': item 1: .*not a decodable image"),
+    "truncated PNG": (FILES[1][:200], r"input 'images': item 1: .*not a decodable image"),
+    "empty": (b"", r"input 'images': item 1 is empty, expected an encoded image"),
+}
+
+
+class TestBadImages:
+    @pytest.mark.parametrize("what", sorted(BAD))
+    @pytest.mark.parametrize("model", ["det", "det_plain"])
+    def test_http_400_names_tensor_and_item(self, image_server, what, model):
+        bad, pattern = BAD[what]
+        assert re.search(pattern, _http_error(image_server, model, [_http([FILES[0], bad, FILES[2]])]))
+
+    @pytest.mark.parametrize("what", sorted(BAD))
+    def test_grpc_invalid_argument_names_tensor_and_item(self, image_server, what):
+        bad, pattern = BAD[what]
+        assert re.search(pattern, _grpc_error(image_server, "det", [_grpc([FILES[0], bad, FILES[2]], column=True)]))
+
+    def test_bytes_to_a_pipeline_without_load_image(self, image_server):
+        message = _http_error(image_server, "raw", [_http(FILES[:1], name="input")])
+        assert "input 'input': got dtype object" in message and "does not start with LoadImage" in message
+
+    def test_numbers_that_are_not_an_image(self, image_server):
+        x = np.zeros((1, 8, 8, 3), np.float32)
+        inp = grpcclient.InferInput("images", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        assert "uint8" in _grpc_error(image_server, "det", [inp])
+
+    def test_wrong_shape(self, image_server):
+        message = _http_error(image_server, "det", [_shaped([2, 2])])
+        assert "input 'images': got BYTES of shape [2, 2], expected [N] or [N, 1]" in message
+
+    def test_json_strings_are_text_not_images(self, image_server):
+        body = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": ["not a picture"]}]}
+        status, answer = _post(image_server.http, "det", json.dumps(body).encode())
+        assert status == 400 and "input 'images': item 0" in answer["error"], answer
+
+    @pytest.mark.parametrize(
+        "raw, message",
+        [
+            (struct.pack("<I", 1000) + b"abc", "input 'images': item 0 declares 1000 bytes, but only 3 follow"),
+            (struct.pack("<I", 3) + b"abc" + b"xy", "input 'images': item 1: got 2 bytes where a 4-byte length"),
+            (struct.pack("<I", 3) + b"abc", "input 'images': got 1 BYTES elements, expected 2"),
+        ],
+    )
+    def test_length_prefixes_that_do_not_add_up(self, image_server, raw, message):
+        head = json.dumps(
+            {
+                "inputs": [
+                    {"name": "images", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw)}}
+                ]
+            }
+        ).encode()
+        status, answer = _post(
+            image_server.http, "det", head + raw, {"Inference-Header-Content-Length": str(len(head))}
+        )
+        assert status == 400 and message in answer["error"], answer
+
+    def test_one_bad_image_fails_only_its_request(self, image_server, recipes):
+        """Requests batched together (20 ms window, sent at once): the bad one gets 400, the others answers."""
+        client = httpclient.InferenceServerClient(image_server.http, concurrency=8)
+        bad = [FILES[0], FILES[1][:100]]
+        handles = [client.async_infer("det", [_http(bad if i == 3 else FILES)]) for i in range(8)]
+        for i, handle in enumerate(handles):
+            if i == 3:
+                with pytest.raises(InferenceServerException) as info:
+                    handle.get_result()
+                assert info.value.status() == "400" and "input 'images': item 1" in info.value.message()
+            else:
+                _check_detections(handle.get_result(), recipes["det"], FILES)
+        client.close()
+
+
+def _shaped(shape: list[int]) -> Any:
+    items = [FILES[0]] * int(np.prod(shape))
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    arr = arr.reshape(shape)
+    inp = httpclient.InferInput("images", shape, "BYTES")
+    inp.set_data_from_numpy(arr, binary_data=True)
+    return inp
+
+
+def _post(address: str, model: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://{address}/v2/models/{model}/infer", data=body, headers=headers or {}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
