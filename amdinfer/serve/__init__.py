@@ -2,8 +2,9 @@
 
 Needs the ``serve`` extra (``pip install 'amdinfer-onnx[serve]'``). One engine per device, an asyncio
 dynamic batcher in front of them, binary tensors viewed with ``np.frombuffer``, Triton's system
-shared-memory extension for clients on the same host, Prometheus metrics, bound to ``127.0.0.1`` unless
-told otherwise. See docs/serving.md.
+shared-memory extension for clients on the same host, Prometheus metrics, a numerical canary that re-runs a
+sample of requests on a reference engine (:class:`Canary`), bound to ``127.0.0.1`` unless told otherwise.
+See docs/serving.md.
 
 Example:
     >>> import amdinfer
@@ -22,12 +23,14 @@ import sys
 from typing import Any
 
 from ._batcher import BatchWorker, DynamicBatcher, run_isolated
+from ._canary import Canary, load_reference
 from ._metrics import ServingMetrics
 from ._workers import EngineWorker, PipelineWorker, batch_axis, check_request, request_rows, result_tensors
 
 __all__ = [
     "AmdinferModel",
     "BatchWorker",
+    "Canary",
     "DynamicBatcher",
     "EngineWorker",
     "FastDataPlane",
@@ -38,6 +41,7 @@ __all__ = [
     "build_model",
     "check_request",
     "decode_rest",
+    "load_reference",
     "load_workers",
     "request_rows",
     "result_tensors",

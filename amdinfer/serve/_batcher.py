@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import time
 from collections.abc import Hashable, Sequence
@@ -15,10 +16,14 @@ import numpy as np
 
 from ..errors import OptionError
 
-__all__ = ["BatchWorker", "DynamicBatcher", "run_isolated"]
+__all__ = ["REQUEST_ID", "BatchWorker", "DynamicBatcher", "run_isolated"]
 
 Tensors = dict[str, np.ndarray]
 logger = logging.getLogger("amdinfer.serve")
+
+#: The id of the request being handled (the OIP ``id``), for :meth:`DynamicBatcher.submit` calls that do not
+#: pass ``request_id=``; set by the server around each request.
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("amdinfer_request_id", default=None)
 
 
 class BatchWorker(Protocol):
@@ -90,6 +95,7 @@ class _Pending:
     rows: int
     key: Hashable
     future: asyncio.Future[Tensors]
+    request_id: str | None = None
     queued: float = field(default_factory=time.perf_counter)
 
 
@@ -117,6 +123,9 @@ class DynamicBatcher:
         max_delay_ms: how long the oldest request may wait for others (0: take what is queued now).
         observer: optional callbacks ``batch(worker_name, rows, seconds)``, ``queued(seconds)`` and
             ``depth(requests_waiting)`` (metrics).
+        canary: an optional :class:`~amdinfer.serve.Canary`; each answered request's own inputs and outputs
+            are offered to it (it samples, copies and queues without blocking), and it starts and stops with
+            the batcher.
 
     Example:
         >>> import asyncio, numpy as np
@@ -141,6 +150,7 @@ class DynamicBatcher:
         max_batch_size: int = 32,
         max_delay_ms: float = 2.0,
         observer: Any = None,
+        canary: Any = None,
     ) -> None:
         if not workers:
             raise OptionError("workers: got none, expected at least one worker")
@@ -148,6 +158,8 @@ class DynamicBatcher:
         self.max_batch_size = _positive("max_batch_size", max_batch_size, int, 1)
         self.max_delay = _positive("max_delay_ms", max_delay_ms, float, 0) / 1000.0
         self._observer = observer
+        #: the numerical canary, if any
+        self.canary = canary
         self._pending: collections.deque[_Pending] = collections.deque()
         self._cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -172,6 +184,8 @@ class DynamicBatcher:
             return
         self._cond = asyncio.Condition()
         self._closing = False
+        if self.canary is not None:
+            self.canary.start()
         for i, worker in enumerate(self._workers):
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"amdinfer-{worker.name}")
             self._executors.append(pool)
@@ -189,6 +203,8 @@ class DynamicBatcher:
         for pool in self._executors:
             pool.shutdown(wait=True)
         self._executors.clear()
+        if self.canary is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.canary.stop)
 
     async def __aenter__(self) -> DynamicBatcher:
         await self.start()
@@ -197,8 +213,12 @@ class DynamicBatcher:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def submit(self, feeds: Tensors) -> Tensors:
+    async def submit(self, feeds: Tensors, *, request_id: str | None = None) -> Tensors:
         """Queue one request (already validated) and wait for its outputs.
+
+        Args:
+            feeds: the request's inputs.
+            request_id: its id, named in the canary's log lines (default: :data:`REQUEST_ID`'s value).
 
         Raises:
             RuntimeError: the batcher is not running or is stopping.
@@ -210,7 +230,8 @@ class DynamicBatcher:
         rows = worker.rows(feeds)
         if not isinstance(rows, int) or rows < 1:
             raise RuntimeError(f"worker {worker.name!r}: counted {rows!r} rows in a request, expected an int >= 1")
-        item = _Pending(feeds, rows, worker.key(feeds), asyncio.get_running_loop().create_future())
+        rid = request_id if request_id is not None else REQUEST_ID.get()
+        item = _Pending(feeds, rows, worker.key(feeds), asyncio.get_running_loop().create_future(), rid)
         async with self._cond:
             self._pending.append(item)
             self._cond.notify_all()
@@ -287,4 +308,7 @@ class DynamicBatcher:
                 if isinstance(out, Exception):
                     item.future.set_exception(out)
                 else:
+                    if self.canary is not None:
+                        # before the answer leaves: a client may reuse its shared-memory input once answered
+                        self.canary.offer(item.feeds, out, item.request_id)
                     item.future.set_result(out)

@@ -53,6 +53,16 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = -1.0
+    if not 0 <= rate <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a fraction in [0, 1], e.g. 0.01: one request in 100")
+    return rate
+
+
 def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
     """The ``amdinfer serve`` arguments of the process that serves ``device``."""
     argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port)]
@@ -68,6 +78,8 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
         argv.append("--no-warmup")
     if args.log_level:
         argv += ["--log-level", args.log_level]
+    if args.verify_sample:
+        argv += ["--verify-sample", repr(args.verify_sample), "--verify-reference", args.verify_reference]
     return [*argv, "--shared-memory", args.shared_memory]
 
 
@@ -141,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         reuse_port=args.reuse_port,
         max_request_bytes=args.max_request_bytes,
         shared_memory=_SHARED_MEMORY[args.shared_memory],
+        verify_sample=args.verify_sample,
+        verify_reference=args.verify_reference,
         **options,
     )
     return 0
@@ -156,6 +170,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ([0, 1], 64, '127.0.0.1', 268435456)
         >>> build_parser().parse_args(["serve", "m.onnx", "--max-request-bytes", "64M"]).max_request_bytes
         67108864
+        >>> args = build_parser().parse_args(["serve", "m.onnx", "--verify-sample", "0.01"])
+        >>> args.verify_sample, args.verify_reference
+        (0.01, 'ort')
     """
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
@@ -193,6 +210,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="take tensors in system shared memory registered by clients on this host (Triton's extension); "
         "auto (default): on when --host is a loopback address",
+    )
+    p.add_argument(
+        "--verify-sample",
+        type=_rate,
+        default=0.0,
+        metavar="RATE",
+        help="numerical canary: re-run this fraction of requests (0..1, e.g. 0.01) on a reference engine in the "
+        "background and export the divergence as metrics, logging requests over tolerance (default 0: off)",
+    )
+    p.add_argument(
+        "--verify-reference",
+        choices=["ort", "numpy"],
+        default="ort",
+        help="the canary's reference: ort (CPU fp32 ONNX Runtime, default) or numpy (the NumPy reference, "
+        "for small models)",
     )
     p.add_argument(
         "--log-level",

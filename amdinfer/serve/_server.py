@@ -10,15 +10,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from kserve import ModelServer
+from kserve.protocol.infer_type import InferRequest
 from kserve.protocol.rest.server import RESTServer
 
 from ..engines.base import Engine
 from ..errors import OptionError
-from ._batcher import DynamicBatcher
+from ._batcher import REQUEST_ID, DynamicBatcher
+from ._canary import Canary, check_rate, load_reference
 from ._grpc import GrpcServer
 from ._metrics import ServingMetrics
 from ._net import bound_socket, check_host, check_port, is_loopback
@@ -66,12 +69,56 @@ def load_workers(
     return workers
 
 
+class _IdentifiedModel(AmdinferModel):
+    """An :class:`AmdinferModel` that names each request for the canary: the OIP ``id``, else a new one (which
+    the response then carries too), set in :data:`REQUEST_ID` while the request is handled."""
+
+    async def predict(self, payload: Any, headers: Any = None, response_headers: Any = None) -> Any:
+        if isinstance(payload, InferRequest) and not payload.id:
+            payload.id = uuid.uuid4().hex
+        token = REQUEST_ID.set(getattr(payload, "id", None))
+        try:
+            return await super().predict(payload, headers, response_headers)
+        finally:
+            REQUEST_ID.reset(token)
+
+
+def _canary(
+    name: str, workers: Sequence[Any], verify_sample: float, verify_reference: str | Engine | Canary
+) -> Canary | None:
+    """The canary of a served model (``None`` when ``verify_sample`` is 0)."""
+    if isinstance(verify_reference, Canary):
+        return verify_reference
+    rate = check_rate(verify_sample)
+    if rate == 0:
+        return None
+    first = workers[0]
+    if not isinstance(first, EngineWorker):
+        raise OptionError(
+            f"verify_sample: got {rate} for model {name!r}, a pipeline; the canary checks engines only "
+            "(serve the engine, or verify the pipeline offline with amdinfer.verify)"
+        )
+    engine = first.engine
+    if isinstance(verify_reference, str):
+        if engine.info.precision != "fp32":
+            # engine.model is the rewritten (fp16, quantized) graph: a reference built from it shares its errors
+            raise OptionError(
+                f"verify_reference: got {verify_reference!r} for an engine at precision {engine.info.precision}; "
+                "give the reference engine built from the original model, e.g. "
+                "amdinfer.load(model, providers=['cpu'], precision='fp32'), or serve the model by path"
+            )
+        verify_reference = load_reference(engine.model, verify_reference)
+    return Canary(verify_reference, rate=rate, model=name, precision=engine.info.precision)
+
+
 def build_model(
     name: str,
     target: Any,
     *,
     max_batch_size: int = 32,
     max_delay_ms: float = 2.0,
+    verify_sample: float = 0.0,
+    verify_reference: str | Engine | Canary = "ort",
 ) -> AmdinferModel:
     """A KServe model over a batcher for an engine, a list of workers (one per device) or a Pipeline.
 
@@ -81,6 +128,11 @@ def build_model(
             device), or workers (:class:`EngineWorker`, :class:`PipelineWorker`).
         max_batch_size: rows per engine call at most (1: no batching).
         max_delay_ms: how long a request may wait for others.
+        verify_sample: the fraction of requests the numerical canary re-runs on a reference engine, in
+            ``[0, 1]`` (0: no canary; see :class:`Canary` and docs/serving.md). Engines only.
+        verify_reference: the canary's reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy
+            reference), built from the engine's model (fp32 engines only); an :class:`~amdinfer.Engine`
+            built from the original model; or a ready :class:`Canary` (then ``verify_sample`` is not used).
 
     Example:
         >>> import amdinfer
@@ -109,9 +161,13 @@ def build_model(
         raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
     if isinstance(first, EngineWorker) and not first.batchable:
         max_batch_size = 1  # no shared batch axis: each request is its own engine call
+    canary = _canary(name, workers, verify_sample, verify_reference)
     metrics = ServingMetrics(name)
-    batcher = DynamicBatcher(workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics)
-    return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
+    batcher = DynamicBatcher(
+        workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics, canary=canary
+    )
+    kind = AmdinferModel if canary is None else _IdentifiedModel
+    return kind(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
 
 
 def _multiprocess_metrics_route() -> None:
@@ -329,6 +385,8 @@ class Server(ModelServer):
                 target = getattr(w, "engine", None) or getattr(w, "pipeline", None)
                 if target is not None:
                     target.close()
+            if m.batcher.canary is not None:
+                m.batcher.canary.close()
         logger.info("stopped (pid %d)", os.getpid())
 
     def _make_rest_server(self) -> RESTServer:
@@ -402,6 +460,10 @@ def _describe(model: AmdinferModel, warmed: list[int] | None) -> str:
         text += f"; batches of up to {model.batcher.max_batch_size} rows within {delay:g} ms"
     if warmed:
         text += f", warmed up at {warmed}"
+    canary = model.batcher.canary
+    if canary is not None:
+        ref = canary.reference.info
+        text += f"; canary re-runs {canary.rate:.2%} of requests on {ref.backend} ({ref.device}, {ref.precision})"
     return text
 
 
@@ -421,6 +483,8 @@ def serve(
     reuse_port: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     shared_memory: bool | None = None,
+    verify_sample: float = 0.0,
+    verify_reference: str | Engine = "ort",
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -440,6 +504,9 @@ def serve(
         reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
         max_request_bytes: the largest request taken (REST body or gRPC message); larger REST bodies get 413.
         shared_memory: take tensors in system shared memory (``None``: when ``host`` is loopback).
+        verify_sample: the fraction of requests the numerical canary re-runs on ``verify_reference`` (0: off).
+        verify_reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy reference), loaded from
+            ``model`` as given; or an :class:`~amdinfer.Engine` (see :func:`build_model`).
         **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
 
     Example:
@@ -460,11 +527,21 @@ def serve(
         max_request_bytes=max_request_bytes,
         shared_memory=shared_memory,
     )
+    rate = check_rate(verify_sample)
     if isinstance(model, (Engine, Pipeline, list, tuple)):
         target = model
     else:
         target = load_workers(model, devices=devices, backend=backend, precision=precision, **load_options)
+        if rate > 0 and isinstance(verify_reference, str):
+            verify_reference = load_reference(model, verify_reference)  # the model as given, not as rewritten
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
-    built = build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms)
+    built = build_model(
+        name,
+        target,
+        max_batch_size=max_batch_size,
+        max_delay_ms=max_delay_ms,
+        verify_sample=rate,
+        verify_reference=verify_reference,
+    )
     server.start([built])
