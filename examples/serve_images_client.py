@@ -1,6 +1,6 @@
 """Send JPEG/PNG files to a served YOLO detector and read typed detections back, over REST and gRPC.
 
-Starts ``amdinfer.serve`` on loopback (free ports) in a subprocess with ``amdinfer.yolo(...)`` behind it, sends the
+Starts ``amdinfer serve MODEL --recipe yolo`` (``amdinfer.yolo(...)`` behind it) on loopback free ports, sends the
 image files as an OIP v2 ``BYTES`` tensor (one file per element; the server decodes them in its pipeline) with
 tritonclient, prints the answer per image, and stops the server. The default model is the random-weight test
 YOLOv8 (``amdinfer.testing.models.yolov8``): the boxes are meaningless, the mechanics are the point; pass a
@@ -28,31 +28,27 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 
-SERVER = textwrap.dedent(
-    """
-    import sys
-    import amdinfer
-    from amdinfer.serve import PipelineWorker, Server, build_model
-    from amdinfer.testing.models import yolov8
 
-    http, grpc, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def server_argv(model: str, folder: Path, http: int, grpc: int) -> list[str]:
+    """``amdinfer serve MODEL --recipe yolo ...``: the command a user runs, here on loopback free ports."""
+    options: list[str] = []
     if model == "test":  # random weights, four named classes
-        model = yolov8(seed=3, image_size=64, num_classes=4)
-        model.metadata_props.add(key="names", value="{0: 'cat', 1: 'dog', 2: 'fox', 3: 'owl'}")
-        options = {"conf": 0.05, "imgsz": 64}
-    else:
-        options = {}
-    detector = amdinfer.yolo(model, keep_image=False, providers=["CPUExecutionProvider"], **options)
-    Server(http_port=http, grpc_port=grpc).start([build_model("yolo", PipelineWorker(detector), max_delay_ms=5)])
-    """
-)
+        import onnx
+
+        from amdinfer.testing.models import yolov8
+
+        proto = yolov8(seed=3, image_size=64, num_classes=4)
+        proto.metadata_props.add(key="names", value="{0: 'cat', 1: 'dog', 2: 'fox', 3: 'owl'}")
+        onnx.save(proto, model := str(folder / "yolov8-test.onnx"))
+        options = ["--conf", "0.05", "--imgsz", "64"]
+    argv = [sys.executable, "-m", "amdinfer", "serve", model, "--name", "yolo", "--recipe", "yolo", *options]
+    return [*argv, "--providers", "cpu", "--http-port", str(http), "--grpc-port", str(grpc), "--max-delay-ms", "5"]
 
 
 def free_port() -> int:
@@ -125,7 +121,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
-            argv = [sys.executable, "-c", SERVER, str(http), str(grpc), args.model]
+            argv = server_argv(args.model, Path(tmp), http, grpc)
             server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
         try:
             wait_ready(server, http, log)

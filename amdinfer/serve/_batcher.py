@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import logging
 import time
 from collections.abc import Hashable, Sequence
@@ -16,14 +15,10 @@ import numpy as np
 
 from ..errors import OptionError
 
-__all__ = ["REQUEST_ID", "BatchWorker", "DynamicBatcher", "run_isolated"]
+__all__ = ["BatchWorker", "DynamicBatcher", "run_isolated"]
 
 Tensors = dict[str, np.ndarray]
 logger = logging.getLogger("amdinfer.serve")
-
-#: The id of the request being handled (the OIP ``id``), for :meth:`DynamicBatcher.submit` calls that do not
-#: pass ``request_id=``; set by the server around each request.
-REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("amdinfer_request_id", default=None)
 
 
 class BatchWorker(Protocol):
@@ -218,7 +213,7 @@ class DynamicBatcher:
 
         Args:
             feeds: the request's inputs.
-            request_id: its id, named in the canary's log lines (default: :data:`REQUEST_ID`'s value).
+            request_id: its id, named in the canary's log lines (``None``: the canary makes one up if it logs).
 
         Raises:
             RuntimeError: the batcher is not running or is stopping.
@@ -230,8 +225,7 @@ class DynamicBatcher:
         rows = worker.rows(feeds)
         if not isinstance(rows, int) or rows < 1:
             raise RuntimeError(f"worker {worker.name!r}: counted {rows!r} rows in a request, expected an int >= 1")
-        rid = request_id if request_id is not None else REQUEST_ID.get()
-        item = _Pending(feeds, rows, worker.key(feeds), asyncio.get_running_loop().create_future(), rid)
+        item = _Pending(feeds, rows, worker.key(feeds), asyncio.get_running_loop().create_future(), request_id)
         async with self._cond:
             self._pending.append(item)
             self._cond.notify_all()

@@ -11,6 +11,8 @@ __all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "run"]
 
 _LEVELS = ("debug", "info", "warning", "error")
 _SHARED_MEMORY = {"auto": None, "on": True, "off": False}
+#: each recipe's own flags (argparse dests); a flag of another recipe, or of none, is an error
+_RECIPE_FLAGS = {"yolo": ("conf", "iou", "imgsz", "max_det", "decoder"), "classify": ("topk", "decoder")}
 
 NAME = "serve"
 HELP = "serve a model over the Open Inference Protocol v2 (REST + gRPC) on KServe, one engine per GPU"
@@ -63,6 +65,35 @@ def _rate(text: str) -> float:
     return rate
 
 
+def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe flags given on the command line, checked against ``--recipe``.
+
+    Raises:
+        OptionError: a recipe flag without ``--recipe`` or of the other recipe (never ignored).
+
+    Example:
+        >>> from amdinfer.cli import build_parser
+        >>> _recipe_options(build_parser().parse_args(["serve", "m.onnx", "--recipe", "yolo", "--conf", "0.5"]))
+        {'conf': 0.5}
+        >>> _recipe_options(build_parser().parse_args(["serve", "m.onnx", "--topk", "3"]))
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: --topk: not an option of a bare model (no --recipe); add --recipe classify
+    """
+    from ..errors import OptionError
+
+    given = {k: getattr(args, k) for flags in _RECIPE_FLAGS.values() for k in flags if getattr(args, k) is not None}
+    allowed = _RECIPE_FLAGS.get(args.recipe or "", ())
+    wrong = sorted(k for k in given if k not in allowed)
+    if wrong:
+        flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+        target = f"--recipe {args.recipe}" if args.recipe else "a bare model (no --recipe)"
+        owners = sorted(r for r, keys in _RECIPE_FLAGS.items() if all(k in keys for k in wrong))
+        hint = f"; add --recipe {' or --recipe '.join(owners)}" if owners and not args.recipe else ""
+        raise OptionError(f"{flags}: not an option of {target}{hint}")
+    return given
+
+
 def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
     """The ``amdinfer serve`` arguments of the process that serves ``device``."""
     argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port)]
@@ -80,6 +111,10 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
         argv += ["--log-level", args.log_level]
     if args.verify_sample:
         argv += ["--verify-sample", repr(args.verify_sample), "--verify-reference", args.verify_reference]
+    if args.recipe:
+        argv += ["--recipe", args.recipe]
+        for key, value in _recipe_options(args).items():
+            argv += ["--" + key.replace("_", "-"), str(value)]
     return [*argv, "--shared-memory", args.shared_memory]
 
 
@@ -130,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from . import _kserve_module
 
     configure_logging(args.log_level)
+    recipe_options = _recipe_options(args)  # before anything starts: a misplaced flag fails at once
     _server = _kserve_module("_server")
     if len(args.devices) > 1 and not args.single_process:
         return int(_server.serve_processes([_child_argv(args, d) for d in args.devices]))
@@ -155,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
         shared_memory=_SHARED_MEMORY[args.shared_memory],
         verify_sample=args.verify_sample,
         verify_reference=args.verify_reference,
+        recipe=args.recipe,
+        recipe_options=recipe_options,
         **options,
     )
     return 0
@@ -225,6 +263,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="ort",
         help="the canary's reference: ort (CPU fp32 ONNX Runtime, default) or numpy (the NumPy reference, "
         "for small models)",
+    )
+    p.add_argument(
+        "--recipe",
+        choices=list(_RECIPE_FLAGS),
+        default=None,
+        help="serve amdinfer.yolo / amdinfer.classify of the model: clients send JPEG/PNG files as a BYTES "
+        "input 'images' (see docs/serving.md); default: the bare model",
+    )
+    p.add_argument("--conf", type=float, default=None, help="yolo: confidence threshold (default 0.25)")
+    p.add_argument("--iou", type=float, default=None, help="yolo: NMS IoU threshold (default 0.7)")
+    p.add_argument("--imgsz", type=int, default=None, help="yolo: letterbox size (default 640)")
+    p.add_argument("--max-det", type=int, default=None, help="yolo: boxes per image at most (default 300)")
+    p.add_argument("--topk", type=int, default=None, help="classify: classes per image (default 5)")
+    p.add_argument(
+        "--decoder",
+        choices=["auto", "opencv", "pillow", "nvjpeg"],
+        default=None,
+        help="the recipe's image decoder (default auto: OpenCV when installed, else Pillow)",
     )
     p.add_argument(
         "--log-level",

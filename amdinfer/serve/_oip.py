@@ -420,6 +420,7 @@ class AmdinferModel(Model):
         if payload.model_version:
             self.metrics.request("invalid")
             raise InvalidInput(version_error(self.name, str(payload.model_version)))
+        request_id = payload.id or uuid.uuid4().hex  # named in the canary's log lines and carried by the answer
         try:
             feeds: dict[str, np.ndarray] = {}
             for inp in payload.inputs:
@@ -428,7 +429,7 @@ class AmdinferModel(Model):
                 feeds[inp.name] = to_numpy(inp)
             self._check(feeds)
             wanted = [o.name for o in payload.request_outputs or []]
-            outs = await self.batcher.submit(feeds)
+            outs = await self.batcher.submit(feeds, request_id=request_id)
             unknown = [n for n in wanted if n not in outs]
             if unknown:
                 raise InputError(f"outputs: got {unknown}, expected names among {sorted(outs)}")
@@ -453,7 +454,7 @@ class AmdinferModel(Model):
             infer_outputs.append(out)
         self.metrics.request("ok", time.perf_counter() - start)
         return InferResponse(
-            response_id=payload.id or uuid.uuid4().hex,
+            response_id=request_id,
             model_name=self.name,
             infer_outputs=infer_outputs,
             use_binary_outputs=payload.use_binary_outputs,

@@ -10,17 +10,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from kserve import ModelServer
-from kserve.protocol.infer_type import InferRequest
 from kserve.protocol.rest.server import RESTServer
 
 from ..engines.base import Engine
 from ..errors import OptionError
-from ._batcher import REQUEST_ID, DynamicBatcher
+from ._batcher import DynamicBatcher
 from ._canary import Canary, check_rate, load_reference
 from ._grpc import GrpcServer
 from ._metrics import ServingMetrics
@@ -30,7 +28,7 @@ from ._rest import DEFAULT_MAX_REQUEST_BYTES, JsonResponse, install_routes, inst
 from ._shm import REGISTRY_ENV, SharedMemoryRegistry
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["Server", "build_model", "load_workers", "serve", "serve_processes"]
+__all__ = ["Server", "build_model", "load_recipe_workers", "load_workers", "serve", "serve_processes"]
 
 logger = logging.getLogger("amdinfer.serve")
 
@@ -69,18 +67,66 @@ def load_workers(
     return workers
 
 
-class _IdentifiedModel(AmdinferModel):
-    """An :class:`AmdinferModel` that names each request for the canary: the OIP ``id``, else a new one (which
-    the response then carries too), set in :data:`REQUEST_ID` while the request is handled."""
+#: The recipes ``serve(recipe=...)`` and ``amdinfer serve --recipe`` know.
+RECIPES = ("yolo", "classify")
 
-    async def predict(self, payload: Any, headers: Any = None, response_headers: Any = None) -> Any:
-        if isinstance(payload, InferRequest) and not payload.id:
-            payload.id = uuid.uuid4().hex
-        token = REQUEST_ID.set(getattr(payload, "id", None))
-        try:
-            return await super().predict(payload, headers, response_headers)
-        finally:
-            REQUEST_ID.reset(token)
+
+def load_recipe_workers(
+    model: Any,
+    recipe: str,
+    *,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    recipe_options: dict[str, Any] | None = None,
+    **load_options: Any,
+) -> list[PipelineWorker]:
+    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)`` or ``amdinfer.classify(model, ...)``.
+
+    Requests send encoded images (input ``images``, datatype ``BYTES``, one JPEG/PNG file per element; uint8
+    ``(N, H, W, 3)`` arrays work too); see docs/serving.md for the answer's layout.
+
+    Args:
+        model: the model (path, bytes or ModelProto), built once per device.
+        recipe: ``"yolo"`` or ``"classify"``.
+        devices: GPU indices, one pipeline each.
+        backend: ``amdinfer.load``'s backend.
+        precision: ``amdinfer.load``'s precision.
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...).
+        **load_options: other ``amdinfer.load`` options (``providers=``, ...).
+
+    Raises:
+        OptionError: an unknown recipe, or devices that are empty or repeated.
+
+    Example:
+        >>> from amdinfer.testing.models import yolov8
+        >>> workers = load_recipe_workers(yolov8(image_size=64), "yolo", recipe_options={"imgsz": 64},
+        ...                               providers=["CPUExecutionProvider"])
+        >>> [(w.name, w.input_name, w.takes_images) for w in workers]
+        [('device0', 'images', True)]
+        >>> for w in workers: w.pipeline.close()
+    """
+    from .. import recipes
+
+    if recipe not in RECIPES:
+        raise OptionError(f"recipe: got {recipe!r}, expected one of {RECIPES}")
+    build = getattr(recipes, recipe)
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    workers: list[PipelineWorker] = []
+    try:
+        for d in devices:
+            # keep_image=False: the server never sends the picture back
+            pipe = build(model, backend=backend, device=int(d), precision=precision, keep_image=False,
+                         **(recipe_options or {}), **load_options)  # fmt: skip
+            # one request name for every recipe (an unfused classifier's engine input has the model's own name)
+            workers.append(PipelineWorker(pipe, input_name="images", name=f"device{d}"))
+    except BaseException:
+        for w in workers:
+            w.pipeline.close()
+        raise
+    return workers
 
 
 def _canary(
@@ -124,8 +170,9 @@ def build_model(
 
     Args:
         name: the model's name in the URL.
-        target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline`, a list of either (one per
-            device), or workers (:class:`EngineWorker`, :class:`PipelineWorker`).
+        target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline` or
+            :class:`~amdinfer.fuse.FusedPipeline`, a list of them (one per device), or workers
+            (:class:`EngineWorker`, :class:`PipelineWorker`).
         max_batch_size: rows per engine call at most (1: no batching).
         max_delay_ms: how long a request may wait for others.
         verify_sample: the fraction of requests the numerical canary re-runs on a reference engine, in
@@ -141,6 +188,7 @@ def build_model(
         >>> [t["shape"] for t in m.get_input_types()]
         [[-1, 3, 32, 32]]
     """
+    from ..fuse import FusedPipeline
     from ..pipeline import Pipeline
 
     items = list(target) if isinstance(target, (list, tuple)) else [target]
@@ -148,13 +196,14 @@ def build_model(
     for item in items:
         if isinstance(item, Engine):
             workers.append(EngineWorker(item, name=f"device{len(workers)}"))
-        elif isinstance(item, Pipeline):
+        elif isinstance(item, (Pipeline, FusedPipeline)):
             workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
         elif isinstance(item, (EngineWorker, PipelineWorker)):
             workers.append(item)
         else:
             raise OptionError(
-                f"target: got {type(item).__name__}, expected an Engine, a Pipeline or a list of them (one per device)"
+                f"target: got {type(item).__name__}, expected an Engine, a Pipeline, a FusedPipeline or a list of "
+                "them (one per device)"
             )
     first = workers[0]
     if not all(type(w) is type(first) for w in workers):
@@ -166,8 +215,7 @@ def build_model(
     batcher = DynamicBatcher(
         workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics, canary=canary
     )
-    kind = AmdinferModel if canary is None else _IdentifiedModel
-    return kind(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
+    return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)
 
 
 def _multiprocess_metrics_route() -> None:
@@ -485,6 +533,8 @@ def serve(
     shared_memory: bool | None = None,
     verify_sample: float = 0.0,
     verify_reference: str | Engine = "ort",
+    recipe: str | None = None,
+    recipe_options: dict[str, Any] | None = None,
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -507,6 +557,10 @@ def serve(
         verify_sample: the fraction of requests the numerical canary re-runs on ``verify_reference`` (0: off).
         verify_reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy reference), loaded from
             ``model`` as given; or an :class:`~amdinfer.Engine` (see :func:`build_model`).
+        recipe: serve ``amdinfer.yolo`` or ``amdinfer.classify`` of the model (``"yolo"``, ``"classify"``):
+            requests send encoded images (``BYTES``); ``None``: the bare model.
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``size``,
+            ``crop``, ``topk``, ...).
         **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
 
     Example:
@@ -515,6 +569,7 @@ def serve(
     """
     from pathlib import Path
 
+    from ..fuse import FusedPipeline
     from ..pipeline import Pipeline
 
     # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
@@ -528,8 +583,16 @@ def serve(
         shared_memory=shared_memory,
     )
     rate = check_rate(verify_sample)
-    if isinstance(model, (Engine, Pipeline, list, tuple)):
+    if isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple)):
+        if recipe is not None or recipe_options:
+            raise OptionError(
+                f"recipe: got {recipe!r} (options {recipe_options or {}}) with a ready {type(model).__name__}; "
+                "a recipe is built from a model path, bytes or ModelProto (or serve amdinfer.yolo(...) itself)"
+            )
         target = model
+    elif recipe is not None:
+        target = load_recipe_workers(model, recipe, devices=devices, backend=backend, precision=precision,
+                                     recipe_options=recipe_options, **load_options)  # fmt: skip
     else:
         target = load_workers(model, devices=devices, backend=backend, precision=precision, **load_options)
         if rate > 0 and isinstance(verify_reference, str):

@@ -321,3 +321,80 @@ def _post(address: str, model: str, body: bytes, headers: dict[str, str] | None 
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+# `amdinfer serve MODEL --recipe ...`: the command line, as a user runs it.
+CLI_DETECTOR = ["--recipe", "yolo", "--conf", "0.03", "--imgsz", "64", "--decoder", "pillow", "--providers", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def detector_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import onnx
+
+    from amdinfer.testing.models import yolov8
+
+    model = yolov8(seed=3, image_size=64, num_classes=4)
+    model.metadata_props.add(key="names", value=repr(dict(enumerate(["cat", "dog", "café", "owl"]))))
+    path = tmp_path_factory.mktemp("cli") / "det.onnx"
+    onnx.save(model, path)
+    return path
+
+
+class TestCommandLine:
+    def test_serve_recipe_yolo_answers_jpeg_like_the_local_recipe(self, tmp_path, detector_path):
+        import amdinfer
+
+        http, grpc = free_port(), free_port()
+        argv = ["-m", "amdinfer", "serve", str(detector_path), *CLI_DETECTOR]
+        argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--max-delay-ms", "20"]
+        local = amdinfer.yolo(detector_path, conf=0.03, imgsz=64, decoder="pillow", keep_image=False,
+                              providers=["CPUExecutionProvider"])  # fmt: skip
+        jpegs = [FILES[0], FILES[2]]
+        try:
+            with running_server(argv, http, grpc, tmp_path / "log.txt") as server:
+                meta = httpclient.InferenceServerClient(server.http).get_model_metadata("det")
+                assert meta["inputs"] == [{"name": "images", "datatype": "BYTES", "shape": [-1]}]
+                by_rest = httpclient.InferenceServerClient(server.http).infer("det", [_http(jpegs)])
+                _check_detections(by_rest, local, jpegs)
+                by_grpc = grpcclient.InferenceServerClient(server.grpc).infer("det", [_grpc(jpegs)])
+                _check_detections(by_grpc, local, jpegs)
+                assert server.stop() == 0
+        finally:
+            local.close()
+        assert "pipeline 'det'" in (tmp_path / "log.txt").read_text()
+
+    @pytest.mark.parametrize(
+        ("flags", "message"),
+        [
+            (["--conf", "0.5"], r"--conf: not an option of a bare model \(no --recipe\); add --recipe yolo"),
+            (["--topk", "3", "--imgsz", "64"], r"--imgsz, --topk: not an option of a bare model \(no --recipe\)"),
+            (["--recipe", "classify", "--iou", "0.5"], r"--iou: not an option of --recipe classify"),
+        ],
+    )
+    def test_a_recipe_flag_out_of_place_is_a_one_line_error(self, detector_path, flags, message):
+        import subprocess
+        import sys
+
+        proc = subprocess.run(
+            [sys.executable, "-m", "amdinfer", "serve", str(detector_path), "--http-port", "0", *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert re.fullmatch(r"amdinfer serve: OptionError: " + message, lines[0]), lines[0]
+
+    def test_per_gpu_processes_get_the_recipe_and_its_options(self):
+        from amdinfer.cli import build_parser
+        from amdinfer.serve._cli import _child_argv, _recipe_options
+
+        parser = build_parser()
+        args = parser.parse_args(["serve", "m.onnx", "--devices", "0,1", *CLI_DETECTOR, "--max-det", "7"])
+        child = parser.parse_args(_child_argv(args, 1))
+        assert child.devices == [1] and child.recipe == "yolo"
+        assert _recipe_options(child) == {"conf": 0.03, "imgsz": 64, "max_det": 7, "decoder": "pillow"}
+        bare = parser.parse_args(_child_argv(parser.parse_args(["serve", "m.onnx", "--devices", "0,1"]), 0))
+        assert bare.recipe is None and _recipe_options(bare) == {}
