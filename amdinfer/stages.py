@@ -15,7 +15,16 @@ Metadata keys written by the built-in stages:
                           ``(x * sx + tx, y * sy + ty)`` of the model input.
 ``"letterbox"``           ``{"ratio": (rw, rh), "pad": (pad_w, pad_h)}`` as returned by the kernel.
 ``"conf_threshold"``      the confidence threshold ``YoloDecode`` applied (``Nms`` reuses it).
+``"source_image"``        the picture ``LoadImage`` decoded (RGB), with ``keep_image=True``; the
+                          crops of a :class:`FanOut` come from it.
+``"batch_aspect"``        (a piece of a cascade, ``order="aspect"``) the widest width/height ratio
+                          of the engine batch the piece joins (``TextResize`` pads to it).
+``"pad_width"``           the width ``PadWidth`` pads to (written by ``TextResize``).
 ========================  ====================================================================
+
+Cascades: a :class:`FanOut` stage turns one item into :class:`Pieces` (crops, with their geometry in each
+piece's metadata), :class:`~amdinfer.pipeline.SubPipeline` runs another pipeline on them, and a
+:class:`Gather` puts the answers back onto the item, in order.
 
 Example:
     >>> import numpy as np
@@ -39,9 +48,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import InputError, StageError, StageInputError
+from .errors import InputError, OptionError, StageError, StageInputError
 
-__all__ = ["Postprocessor", "Preprocessor", "Sample", "Stage", "compose_affine"]
+__all__ = [
+    "BoxCrop",
+    "FanOut",
+    "Gather",
+    "Pieces",
+    "Postprocessor",
+    "Preprocessor",
+    "Relabel",
+    "Sample",
+    "Stage",
+    "compose_affine",
+]
 
 
 @dataclass
@@ -255,3 +275,180 @@ def _stage_error(index: int, stage: str, exc: BaseException, *, count: int = 1) 
     err.stage = stage  # type: ignore[attr-defined]
     err.__cause__ = exc
     return err
+
+
+@dataclass
+class Pieces:
+    """What a :class:`FanOut` splits one item into: the item's answer so far and its pieces, in order.
+
+    Attributes:
+        parent: the item's data before the split (e.g. :class:`~amdinfer.results.Detections`); the
+            :class:`Gather` receives it back.
+        items: one :class:`Sample` per piece (a crop and what its metadata says about it).
+
+    Example:
+        >>> p = Pieces("page", [Sample(np.zeros((2, 3, 3), np.uint8), {"box": 0})])
+        >>> len(p), p.items[0].meta
+        (1, {'box': 0})
+    """
+
+    parent: Any
+    items: list[Sample]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class FanOut(Postprocessor):
+    """A stage that turns one item into many pieces (:class:`Pieces`): the first half of a cascade.
+
+    Subclasses implement :meth:`process` and return :class:`Pieces`; raw arrays in ``items`` are wrapped
+    into samples with empty metadata. Used by :class:`~amdinfer.pipeline.SubPipeline`, which runs another
+    pipeline on the pieces and hands the answers to a :class:`Gather`.
+
+    Example:
+        >>> class Halves(FanOut):
+        ...     def process(self, data, meta):
+        ...         return Pieces(data, [data[:, : data.shape[1] // 2], data[:, data.shape[1] // 2 :]])
+        >>> [s.data.shape for s in Halves()(np.zeros((2, 4))).data.items]
+        [(2, 2), (2, 2)]
+    """
+
+    output_type = Pieces
+    output_description = "a Pieces object (the parent and a list of pieces)"
+
+    def __call__(self, sample: Any) -> Sample:
+        out = super().__call__(sample)
+        pieces = out.data
+        if not isinstance(pieces.items, list):
+            raise StageError(
+                f"{type(self).__name__}.process: Pieces.items is {type(pieces.items).__name__}, expected a list"
+            )
+        pieces.items = [Sample.wrap(p) for p in pieces.items]
+        return out
+
+
+class Gather(abc.ABC):
+    """Puts the answers of a cascade's pieces back onto their item: the second half of a cascade.
+
+    :meth:`gather` receives the parent (``Pieces.parent``), the answers in piece order, the pieces and the
+    item's metadata (a private copy it may add to, for later stages); it returns the item's new data.
+
+    Example:
+        >>> class Count(Gather):
+        ...     def gather(self, parent, results, pieces, meta):
+        ...         return len(results)
+        >>> Count().gather(None, [1, 2], [], {})
+        2
+    """
+
+    @abc.abstractmethod
+    def gather(self, parent: Any, results: list[Any], pieces: list[Sample], meta: dict[str, Any]) -> Any:
+        """Combine ``results`` (one per piece, in order) with ``parent``; return the item's data."""
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+def _source(meta: dict[str, Any], who: str) -> np.ndarray:
+    image = meta.get("source_image")
+    if not isinstance(image, np.ndarray):
+        raise InputError(
+            f"{who}: the item's metadata has no 'source_image' to crop from; start the pipeline with LoadImage "
+            "and build it with keep_image=True (the recipes do)"
+        )
+    return image
+
+
+class BoxCrop(FanOut):
+    """Crop each box of a :class:`~amdinfer.results.Detections` out of the item's picture: one piece per box.
+
+    Boxes are rounded to whole pixels and clipped to the picture; each piece's metadata has ``"box"`` (its
+    index) and ``"source_box"`` (the clipped ``x1, y1, x2, y2``). The picture is the one ``LoadImage`` kept
+    (``keep_image=True``). An empty box becomes a 1x1 crop of its clipped corner.
+
+    Args:
+        min_size: boxes narrower or shorter than this (pixels) are padded out to it around their centre.
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> det = Detections([[1, 1, 4, 3]], [0.9], [0])
+        >>> s = BoxCrop()(Sample(det, {"source_image": np.zeros((8, 8, 3), np.uint8)}))
+        >>> s.data.items[0].data.shape, s.data.items[0].meta["source_box"]
+        ((2, 3, 3), (1, 1, 4, 3))
+    """
+
+    def __init__(self, *, min_size: int = 1) -> None:
+        if not isinstance(min_size, int) or isinstance(min_size, bool) or min_size < 1:
+            raise OptionError(f"min_size: got {min_size!r}, expected an int >= 1")
+        self.min_size = min_size
+
+    def process(self, data: Any, meta: dict[str, Any]) -> Pieces:
+        from .results import Detections
+
+        if not isinstance(data, Detections):
+            raise InputError(f"BoxCrop: got {type(data).__name__}, expected Detections (after Nms/ScaleBoxes)")
+        image = _source(meta, "BoxCrop")
+        h, w = image.shape[:2]
+        items = []
+        for i, box in enumerate(data.boxes):
+            x1, y1, x2, y2 = (round(float(v)) for v in box)
+            cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+            if x2 - x1 < self.min_size:
+                x1, x2 = int(cx - self.min_size / 2), int(cx - self.min_size / 2) + self.min_size
+            if y2 - y1 < self.min_size:
+                y1, y2 = int(cy - self.min_size / 2), int(cy - self.min_size / 2) + self.min_size
+            x1, x2 = max(0, min(x1, w - 1)), max(1, min(x2, w))
+            y1, y2 = max(0, min(y1, h - 1)), max(1, min(y2, h))
+            x2, y2 = max(x2, x1 + 1), max(y2, y1 + 1)
+            items.append(Sample(np.ascontiguousarray(image[y1:y2, x1:x2]), {"box": i, "source_box": (x1, y1, x2, y2)}))
+        return Pieces(data, items)
+
+
+class Relabel(Gather):
+    """Gather a classifier's answers onto detections: each box takes its crop's top class, label and score.
+
+    Args:
+        score: ``"product"`` (detection score times the class score), ``"classifier"`` or ``"detector"``.
+
+    Example:
+        >>> from amdinfer.results import Classification, Detections
+        >>> det = Detections([[0, 0, 2, 2]], [0.5], [0])
+        >>> out = Relabel().gather(det, [Classification([3], [0.8], labels=["cat"])], [], {})
+        >>> out.classes.tolist(), out.labels, round(float(out.scores[0]), 2)
+        ([3], ['cat'], 0.4)
+    """
+
+    def __init__(self, *, score: str = "product") -> None:
+        if score not in ("product", "classifier", "detector"):
+            raise OptionError(f"score: got {score!r}, expected 'product', 'classifier' or 'detector'")
+        self.score = score
+
+    def gather(self, parent: Any, results: list[Any], pieces: list[Sample], meta: dict[str, Any]) -> Any:
+        from .results import Classification, Detections
+
+        if not isinstance(parent, Detections):
+            raise InputError(f"Relabel: parent is {type(parent).__name__}, expected Detections")
+        classes, scores, labels = [], [], []
+        for i, r in enumerate(results):
+            if not isinstance(r, Classification) or not len(r):
+                raise InputError(
+                    f"Relabel: piece {i}: got {type(r).__name__}, expected a Classification (end the sub-pipeline "
+                    "with Softmax() and TopK(k))"
+                )
+            classes.append(r.index)
+            scores.append(r.score)
+            labels.append(r.label if r.label is not None else str(r.index))
+        det_scores = parent.scores.astype(np.float64)
+        cls_scores = np.asarray(scores, np.float64).reshape(-1)
+        new = {"product": det_scores * cls_scores, "classifier": cls_scores, "detector": det_scores}[self.score]
+        has_labels = all(r.label is not None for r in results)
+        return Detections(
+            parent.boxes,
+            new,
+            classes,
+            labels if has_labels else None,
+            parent.image_shape,
+            image=parent.image,
+        )

@@ -25,7 +25,7 @@ from ._batch import stack
 from ._common import _hw as _hw  # re-exported: recipes.py and pipeline.py use it
 from ._common import check_image, opencv_available
 from ._decode import LoadImage
-from ._geometry import CenterCrop, Letterbox, LetterboxGeometry, Resize, letterbox_geometry, letterbox_into
+from ._geometry import CenterCrop, Letterbox, LetterboxGeometry, PadWidth, Resize, letterbox_geometry, letterbox_into
 from ._pixels import BgrToRgb, Cast, HwcToChw, Normalize
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "LetterboxGeometry",
     "LoadImage",
     "Normalize",
+    "PadWidth",
     "Resize",
     "check_image",
     "letterbox_geometry",

@@ -435,3 +435,61 @@ class CenterCrop(Preprocessor):
         """
         _check_out(out, self.canvas(data), "CenterCrop")
         out[...] = self.process(data, meta)
+
+
+class PadWidth(Preprocessor):
+    """Pad the width axis on the right with ``value``, after normalising (PP-OCR pads text lines with 0.0).
+
+    The width comes from ``width`` or, when ``None``, from ``meta["pad_width"]`` (which
+    :class:`~amdinfer.text.TextResize` writes). An item already wider is an error, never cut.
+
+    Args:
+        width: the padded width, or ``None`` to read it from the metadata.
+        value: the fill value (in the array's dtype).
+        axis: the width axis: ``-1`` for ``(C, H, W)`` (after ``HwcToChw``), ``1`` for ``(H, W, C)``.
+
+    Raises:
+        OptionError: bad arguments.
+        InputError: (when called) no width in the metadata, or an item wider than the width.
+
+    Example:
+        >>> import numpy as np
+        >>> PadWidth(5)(np.ones((1, 2, 3), np.float32)).data[0, 0].tolist()
+        [1.0, 1.0, 1.0, 0.0, 0.0]
+    """
+
+    def __init__(self, width: int | None = None, value: float = 0.0, *, axis: int = -1) -> None:
+        if width is not None and (not isinstance(width, (int, np.integer)) or isinstance(width, bool) or width < 1):
+            raise OptionError(f"width: got {width!r}, expected an int >= 1 or None (read meta['pad_width'])")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise OptionError(f"value: got {value!r}, expected a number")
+        if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+            raise OptionError(f"axis: got {axis!r}, expected an int")
+        self.width = None if width is None else int(width)
+        self.value = float(value)
+        self.axis = int(axis)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        if not isinstance(data, np.ndarray) or data.ndim < 2:
+            raise InputError(f"PadWidth: got {getattr(data, 'shape', type(data).__name__)}, expected an array")
+        width = self.width
+        if width is None:
+            if "pad_width" not in meta:
+                raise InputError(
+                    "PadWidth: the item's metadata has no 'pad_width' (TextResize writes it); pass width= or put "
+                    "TextResize before it"
+                )
+            width = int(meta["pad_width"])
+        axis = self.axis % data.ndim
+        have = data.shape[axis]
+        if have > width:
+            raise InputError(f"PadWidth: item is {have} wide on axis {axis}, expected at most {width}")
+        if have == width:
+            return data
+        shape = list(data.shape)
+        shape[axis] = width
+        out = np.full(shape, self.value, dtype=data.dtype)
+        index = [slice(None)] * data.ndim
+        index[axis] = slice(0, have)
+        out[tuple(index)] = data
+        return out

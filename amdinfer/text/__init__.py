@@ -1,0 +1,50 @@
+"""OCR as a cascade: PP-OCR text detection -> direction classification -> recognition (:func:`ocr`), and the
+stages it is built from, usable on their own.
+
+=========================  ===========================================================================
+:class:`DetResize`         PP-OCR's detector resize (a side to ``limit``, sides multiples of 32).
+:class:`DbPostprocess`     DBNet's probability map -> :class:`~amdinfer.results.TextLines` (quads).
+:class:`ReadingOrder`      lines sorted top to bottom, rows left to right.
+:class:`QuadCrop`          fan-out: one upright crop per line (perspective warp).
+:class:`TextResize`        a line to height 48, width rounded up; ``PadWidth`` pads after normalising.
+:class:`ClsRotate`         gather: turn the crops the direction classifier finds upside down.
+:class:`CtcDecode`         greedy CTC with the dictionary from the model's metadata or a file.
+:class:`AttachText`        gather: the recognised text and scores onto the lines.
+=========================  ===========================================================================
+
+The cascade's batching, fan-out and gather are :class:`~amdinfer.pipeline.SubPipeline`'s. OpenCV is needed
+(contours, warps: ``pip install opencv-python-headless``); pyclipper is not (the polygon offset is
+:mod:`amdinfer.text._clipper`).
+
+Example:
+    >>> import numpy as np
+    >>> from amdinfer.text import db_boxes, reading_order
+    >>> prob = np.zeros((64, 64), np.float32); prob[40:50, 5:60] = 0.9; prob[10:20, 5:60] = 0.8
+    >>> quads, scores = db_boxes(prob, (64, 64))
+    >>> quads[reading_order(quads)][:, 0, 1].tolist()  # the upper line first
+    [2.0, 32.0]
+"""
+
+from __future__ import annotations
+
+from ._det import DbPostprocess, DetResize, ReadingOrder, db_boxes, reading_order
+from ._recipe import OcrPipeline, ocr
+from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, ctc_greedy, quad_crop
+
+__all__ = [
+    "AttachText",
+    "ClsRotate",
+    "CtcDecode",
+    "DbPostprocess",
+    "DetResize",
+    "OcrPipeline",
+    "QuadCrop",
+    "ReadingOrder",
+    "TextResize",
+    "charset_from_model",
+    "ctc_greedy",
+    "db_boxes",
+    "ocr",
+    "quad_crop",
+    "reading_order",
+]
