@@ -43,6 +43,9 @@ def bound_socket(host: str, port: int, *, reuse_port: bool, protocol: str = "RES
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it (Linux): a response written as two segments (headers, body) is not held
+        # back by Nagle until the client's delayed ACK (~40 ms per keep-alive request without it).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
