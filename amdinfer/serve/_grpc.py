@@ -17,8 +17,9 @@ from kserve.protocol.grpc.servicer import InferenceServicer
 from ..errors import InputError
 from ._net import bound_socket
 from ._oip import request_from_grpc, version_error
+from ._repository_grpc import repository_handlers
 from ._shm import SharedMemoryRegistry
-from ._shm_grpc import add_shared_memory_rpcs
+from ._shm_grpc import SERVICE, add_shared_memory_rpcs
 
 __all__ = ["GrpcServer"]
 
@@ -107,6 +108,22 @@ class _Servicer(InferenceServicer):
             raise InvalidInput(version_error(request.name, request.version))
 
 
+def _kserve_handlers(servicer: Any) -> dict[str, Any]:
+    """KServe's rpc handlers of ``inference.GRPCInferenceService`` by method name (what its generated code
+    would add to a server)."""
+    captured: dict[str, Any] = {}
+
+    class _Capture:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            captured.update(handlers)
+
+    grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, _Capture())
+    return captured
+
+
 class GrpcServer:
     """KServe's gRPC servicer on a grpc.aio server listening on ``host:port`` (KServe's binds ``[::]``).
 
@@ -140,7 +157,12 @@ class GrpcServer:
             ],
         )
         servicer = _Servicer(dataplane, repository_extension)
-        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        handlers = _kserve_handlers(servicer)
+        handlers.update(repository_handlers(dataplane))  # Triton's wire forms, in place of KServe's
+        from grpc import method_handlers_generic_handler
+
+        self._server.add_generic_rpc_handlers((method_handlers_generic_handler(SERVICE, handlers),))
+        self._server.add_registered_method_handlers(SERVICE, handlers)
         if shm is not None:  # Triton's shared-memory rpcs, next to KServe's of the same service
             add_shared_memory_rpcs(self._server, shm)
         if not reuse_port and port:  # a taken port in one line, before gRPC's own error log

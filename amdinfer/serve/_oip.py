@@ -7,6 +7,8 @@ with ``np.frombuffer`` instead. gRPC's ``raw_input_contents`` are viewed the sam
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 from kserve import Model
-from kserve.errors import InvalidInput
+from kserve.errors import InvalidInput, ModelNotReady
 from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.infer_type import (
     InferInput,
@@ -34,6 +36,7 @@ from ..types import TensorSpec
 from ._batcher import DynamicBatcher
 from ._images import bytes_tensor
 from ._metrics import ServingMetrics
+from ._repository import RequestGate, platform
 from ._shm import REGION, SharedMemoryRegistry, read_shared_inputs, uses_shm, write_shared_outputs
 
 __all__ = [
@@ -319,9 +322,13 @@ class FastDataPlane(DataPlane):
     """KServe's data plane with binary REST tensors decoded by :func:`decode_rest` (``np.frombuffer``) and
     tensors in system shared memory (Triton's extension) read and written through ``shm``.
 
+    With a ``repository``, each lookup first replays other processes' loads/unloads; a repository model that is
+    not loaded is not ready (503 with the reason); requests are counted on their model while they run.
+
     Args:
         model_registry: KServe's model repository.
         shm: the server's shared-memory regions (``None``: the extension is off).
+        repository: the server's model repository (``None``: the models given at start, fixed).
 
     Example:
         >>> from kserve.model_repository import ModelRepository
@@ -334,14 +341,37 @@ class FastDataPlane(DataPlane):
         (1, 640, 640, 3)
     """
 
-    def __init__(self, model_registry: Any, shm: SharedMemoryRegistry | None = None) -> None:
+    def __init__(self, model_registry: Any, shm: SharedMemoryRegistry | None = None, repository: Any = None) -> None:
         super().__init__(model_registry=model_registry)
         self.shm = shm
+        self.repository = repository
 
     def metadata(self) -> dict[str, Any]:
         meta = super().metadata()
-        if self.shm is not None and self.shm.enabled:
-            meta["extensions"] = [*meta["extensions"], "system_shared_memory"]
+        extensions = [e for e in meta["extensions"] if e != "model_repository"]
+        extensions += ["system_shared_memory"] if self.shm is not None and self.shm.enabled else []
+        meta["extensions"] = extensions + (["model_repository"] if self.repository is not None else [])
+        return meta
+
+    def unavailable_reason(self, model_name: str) -> str | None:
+        """Why a model of the repository is not loaded (``None``: not a repository model, or loaded)."""
+        return None if self.repository is None else self.repository.unavailable(model_name, self._model_registry)
+
+    async def get_model(self, name: str) -> Any:
+        if self.repository is not None and (why := await self.repository.check(name, self._model_registry)):
+            raise ModelNotReady(name, why)
+        return await super().get_model(name)
+
+    async def model_ready(self, model_name: str, disable_predictor_health_check: bool = False) -> bool:
+        if self.repository is not None and await self.repository.check(model_name, self._model_registry):
+            return False  # known, not loaded: Triton answers ready false, not an error
+        return await super().model_ready(model_name, disable_predictor_health_check)
+
+    async def model_metadata(self, model_name: str) -> dict[str, Any]:
+        model = await self.get_model(model_name)
+        meta = await super().model_metadata(model_name)
+        if isinstance(model, AmdinferModel):
+            meta["platform"] = platform(model.batcher.workers[0])
         return meta
 
     def decode_inference_request(self, body: Any, headers: Mapping[str, str], model_name: str) -> InferRequest:
@@ -351,6 +381,12 @@ class FastDataPlane(DataPlane):
         return super().decode_inference_request(body, headers, model_name)
 
     async def infer(self, model_name: str, request: Any, headers: Any = None) -> tuple[Any, dict[str, str]]:
+        model = await self.get_model(model_name)
+        running = model.gate.enter() if isinstance(model, AmdinferModel) else contextlib.nullcontext()
+        async with running:  # an unload of this model waits for this request
+            return await self._infer(model_name, request, headers)
+
+    async def _infer(self, model_name: str, request: Any, headers: Any) -> tuple[Any, dict[str, str]]:
         wanted: list = []
         shm = self.shm
         if isinstance(request, InferRequest) and uses_shm(request):
@@ -401,10 +437,32 @@ class AmdinferModel(Model):
         self._check = check
         self.metrics = metrics or ServingMetrics(name)
         self.ready = True
+        #: counts the requests running on this model; :meth:`aclose` closes it and waits for them
+        self.gate = RequestGate(name)
 
     def load(self) -> bool:
-        self.ready = True
-        return True
+        self.ready = not self.gate.closing
+        return self.ready
+
+    async def aclose(self) -> None:
+        """Take no new requests, let those in flight finish, stop the batcher, close the engines and canary.
+
+        Example:
+            >>> import asyncio, amdinfer, amdinfer.serve
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> model = amdinfer.serve.build_model("t", amdinfer.load(tiny_cnn(), providers=["cpu"]))
+            >>> asyncio.run(model.aclose()); model.ready, model.batcher.workers[0].engine.closed
+            (False, True)
+        """
+        self.ready = False
+        await self.gate.drain()
+        await self.batcher.stop()
+        for w in self.batcher.workers:
+            target = getattr(w, "engine", None) or getattr(w, "pipeline", None)
+            if target is not None:
+                await asyncio.get_running_loop().run_in_executor(None, target.close)
+        if self.batcher.canary is not None:
+            self.batcher.canary.close()
 
     def get_input_types(self) -> list[dict[str, Any]]:
         return tensor_metadata(self._inputs)

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "BodyLimit",
     "JsonResponse",
+    "install_repository_routes",
     "install_routes",
     "install_shm_routes",
 ]
@@ -186,7 +187,8 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     - ``POST /v2/models/{name}[/versions/{v}]/infer``: the body read as bytes under the limit and decoded by
       :func:`~amdinfer.serve.decode_rest` (JSON or binary tensors), large bodies off the event loop;
     - ``GET /v2/models/{name}/versions/{v}[/ready]``: the same answer for a version as gRPC gives;
-    - client errors (``InvalidInput``, 413, 422) answered with their message and logged in one line.
+    - client errors (``InvalidInput``, 413, 422) answered with their message and logged in one line;
+    - Triton's repository routes (:func:`install_repository_routes`).
 
     Example:
         >>> from fastapi import FastAPI
@@ -194,14 +196,15 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
         >>> from amdinfer.serve import FastDataPlane
         >>> app = FastAPI()
         >>> install_routes(app, FastDataPlane(model_registry=ModelRepository()), max_request_bytes=1 << 20)
-        >>> [r.path for r in app.router.routes][:2]
-        ['/v2/models/{model_name}/infer', '/v2/models/{model_name}/versions/{model_version}/infer']
+        >>> [r.path for r in app.router.routes][:4]  # doctest: +NORMALIZE_WHITESPACE
+        ['/v2/repository/index', '/v2/repository/models/{model_name}/load',
+         '/v2/repository/models/{model_name}/unload', '/v2/models/{model_name}/infer']
     """
     from fastapi.exceptions import RequestValidationError
 
     async def infer(request: Request, model_name: str, model_version: str | None = None) -> Response:
         if not await dataplane.model_ready(model_name, True):
-            raise ModelNotReady(model_name)
+            raise ModelNotReady(model_name, dataplane.unavailable_reason(model_name))
         body = await request.body()  # bounded by BodyLimit, installed below with these routes
         header = request.headers.get(INFERENCE_HEADER)
         if len(body) > _OFF_LOOP_BYTES:
@@ -237,6 +240,7 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     for i, (path, endpoint, methods) in enumerate(routes):
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
         app.router.routes.insert(i, app.router.routes.pop())  # ahead of KServe's routes for the same paths
+    install_repository_routes(app, dataplane)
     for kind in _CLIENT_ERRORS:
         app.add_exception_handler(kind, _client_error)
     app.add_exception_handler(HTTPException, _http_error)
@@ -318,3 +322,97 @@ def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
             ("/region/{region_name}/unregister", on_unregister, "POST"),
         ):
             app.add_api_route(base + path, endpoint, methods=[method], include_in_schema=False)
+
+
+async def _json_object(request: Request, where: str) -> dict[str, Any]:
+    """A request's JSON object body (``{}`` when empty)."""
+    body = await request.body()
+    if not body.strip():
+        return {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"{where}: the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{where}: got a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def _parameters(data: dict[str, Any], where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    params = data.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidInput(f"{where}: 'parameters' got {type(params).__name__}, expected an object")
+    unknown = sorted(k for k in params if k not in allowed)
+    if unknown:
+        raise InvalidInput(
+            f"{where}: got parameters {unknown}, expected only {list(allowed)} (model files are not taken: "
+            "put the model in the repository folder)"
+        )
+    return params
+
+
+def install_repository_routes(app: Any, dataplane: Any) -> None:
+    """Triton's model-repository routes on ``app`` over ``dataplane.repository``, ahead of KServe's (whose
+    load/unload take no body and close no engine).
+
+    - ``POST /v2/repository/index`` (body ``{"ready": bool}`` or empty): ``[{"name", "state", "reason"}]``;
+    - ``POST /v2/repository/models/{name}/load`` (``{"parameters": {"config": "<JSON options>"}}`` or
+      empty): load or reload;
+    - ``POST /v2/repository/models/{name}/unload``: unload after the requests in flight.
+
+    Without a repository the index lists the served models and load/unload answer 400. Errors (a name not
+    in the folder, a path out of it, a model that fails to load) answer 400 with the reason.
+
+    Example:
+        >>> from fastapi import FastAPI
+        >>> from kserve.model_repository import ModelRepository
+        >>> from amdinfer.serve import FastDataPlane
+        >>> app = FastAPI()
+        >>> install_repository_routes(app, FastDataPlane(model_registry=ModelRepository()))
+        >>> [r.path for r in app.router.routes][:1]
+        ['/v2/repository/index']
+    """
+
+    def repository(where: str) -> Any:
+        repo = dataplane.repository
+        if repo is None:
+            served = sorted(dataplane._model_registry.get_models())
+            raise InvalidInput(
+                f"{where}: this server has no model repository (it serves {served}); start it with "
+                "--model-repository DIR to load and unload models"
+            )
+        return repo
+
+    async def index(request: Request) -> Response:
+        data = await _json_object(request, "repository index")
+        ready = data.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidInput(f"repository index: 'ready' got {ready!r}, expected true or false")
+        if dataplane.repository is None:
+            rows = [{"name": n, "state": "READY", "reason": ""} for n in sorted(dataplane._model_registry.get_models())]
+        else:
+            rows = await dataplane.repository.index(ready)
+        return Response(orjson.dumps(rows), media_type="application/json")
+
+    async def load(request: Request, model_name: str) -> Response:
+        where = f"load {model_name!r}"
+        params = _parameters(await _json_object(request, where), where, ("config",))
+        await repository(where).load(model_name, params.get("config"))
+        return Response(status_code=200)
+
+    async def unload(request: Request, model_name: str) -> Response:
+        where = f"unload {model_name!r}"
+        params = _parameters(await _json_object(request, where), where, ("unload_dependents",))
+        if not isinstance(params.get("unload_dependents", False), bool):
+            raise InvalidInput(f"{where}: 'unload_dependents' got {params['unload_dependents']!r}, expected a bool")
+        await repository(where).unload(model_name)
+        return Response(status_code=200)
+
+    routes = [
+        ("/v2/repository/index", index),
+        ("/v2/repository/models/{model_name}/load", load),
+        ("/v2/repository/models/{model_name}/unload", unload),
+    ]
+    for i, (path, endpoint) in enumerate(routes):
+        app.add_api_route(path, endpoint, methods=["POST"], include_in_schema=False)
+        app.router.routes.insert(i, app.router.routes.pop())

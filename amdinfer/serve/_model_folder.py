@@ -1,0 +1,229 @@
+"""A model repository folder: its models, their load options (``models.toml`` / ``models.json``), safe paths.
+
+See :mod:`amdinfer.serve._repository` for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, OptionError
+
+__all__ = ["CONFIG_FILES", "ModelConfig", "check_name", "inside", "parse_load_config", "read_repository"]
+
+CONFIG_FILES = ("models.toml", "models.json")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model of a repository and how it is loaded (``amdinfer.load`` / a recipe, and its batcher).
+
+    Example:
+        >>> ModelConfig("tiny", Path("/models/tiny.onnx"), providers=("cpu",)).describe()
+        'tiny.onnx: backend auto, providers cpu, fp32, batches of 32 within 2 ms'
+    """
+
+    name: str
+    path: Path
+    backend: str = "auto"
+    providers: tuple[str, ...] = ()
+    precision: str = "fp32"
+    max_batch_size: int = 32
+    max_delay_ms: float = 2.0
+    batch_buckets: tuple[int, ...] = ()
+    recipe: str | None = None
+    recipe_options: dict[str, Any] = field(default_factory=dict)
+    load: bool = True
+
+    def describe(self) -> str:
+        providers = f", providers {','.join(self.providers)}" if self.providers else ""
+        recipe = f", recipe {self.recipe}" if self.recipe else ""
+        return (
+            f"{self.path.name}: backend {self.backend}{providers}, {self.precision}{recipe}, batches of "
+            f"{self.max_batch_size} within {self.max_delay_ms:g} ms"
+        )
+
+
+#: option -> (accepted types, what to say when it is not one)
+_OPTIONS: dict[str, tuple[tuple[type, ...], str]] = {
+    "path": ((str,), "a path inside the repository folder"),
+    "backend": ((str,), "a backend name such as 'ort'"),
+    "providers": ((list, str), "a list of provider names (or one comma-separated string)"),
+    "precision": ((str,), "'fp32', 'fp16', 'bf16' or 'int8'"),
+    "max_batch_size": ((int,), "an int >= 1"),
+    "max_delay_ms": ((int, float), "a number >= 0"),
+    "batch_buckets": ((list,), "a list of ints >= 1"),
+    "recipe": ((str,), "'yolo' or 'classify'"),
+    "recipe_options": ((dict,), "a table of the recipe's options"),
+    "load": ((bool,), "true or false"),
+}
+
+
+def _options(where: str, raw: Any, *, allow: Sequence[str] = tuple(_OPTIONS)) -> dict[str, Any]:
+    """Checked options of one table (``where`` names it in errors)."""
+    if not isinstance(raw, Mapping):
+        raise OptionError(f"{where}: got {type(raw).__name__}, expected a table of options")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in allow:
+            raise OptionError(f"{where}: got option {key!r}, expected options among {sorted(allow)}")
+        kinds, expected = _OPTIONS[key]
+        bad = isinstance(value, bool) and bool not in kinds
+        if bad or not isinstance(value, kinds):
+            raise OptionError(f"{where}: option {key!r} got {value!r}, expected {expected}")
+        v: Any = value  # its type checked above
+        if key == "providers":
+            v = tuple(v.split(",") if isinstance(v, str) else v)
+            if not all(isinstance(p, str) and p for p in v):
+                raise OptionError(f"{where}: option 'providers' got {raw[key]!r}, expected {expected}")
+        elif key == "batch_buckets":
+            if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in v):
+                raise OptionError(f"{where}: option 'batch_buckets' got {v!r}, expected {expected}")
+            v = tuple(v)
+        elif (key == "max_batch_size" and v < 1) or (key == "max_delay_ms" and v < 0):
+            raise OptionError(f"{where}: option {key!r} got {v!r}, expected {expected}")
+        elif key == "recipe" and v not in ("yolo", "classify"):
+            raise OptionError(f"{where}: option 'recipe' got {v!r}, expected {expected}")
+        out[key] = v
+    return out
+
+
+def _read_config_file(root: Path) -> dict[str, Any]:
+    """The parsed ``models.toml`` / ``models.json`` of ``root`` (``{}`` without one)."""
+    present = [root / n for n in CONFIG_FILES if (root / n).is_file()]
+    if len(present) > 1:
+        raise OptionError(f"{root}: has both {CONFIG_FILES[0]} and {CONFIG_FILES[1]}; keep one")
+    if not present:
+        return {}
+    path = present[0]
+    if path.suffix == ".toml":
+        if sys.version_info < (3, 11):
+            raise OptionError(f"{path}: TOML needs Python >= 3.11 (tomllib); write the same tables to models.json")
+        import tomllib
+
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise OptionError(f"{path}: not valid TOML: {exc}") from None
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) - {"defaults", "models"}:
+        extra = sorted(set(data) - {"defaults", "models"}) if isinstance(data, dict) else type(data).__name__
+        raise OptionError(f"{path}: got {extra}, expected only the tables 'defaults' and 'models'")
+    return {"file": path, **data}
+
+
+def check_name(name: Any) -> str:
+    """A model name as the repository takes it: 1 to 128 letters, digits, ``_ . -``, not starting with ``.``.
+
+    Example:
+        >>> check_name("../etc")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: model name: got '../etc', expected 1 to 128 of A-Z a-z 0-9 _ . - (not ...
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InputError(
+            f"model name: got {str(name)[:80]!r}, expected 1 to 128 of A-Z a-z 0-9 _ . - (not starting with '.' or '-')"
+        )
+    return name
+
+
+def inside(root: Path, path: Path, where: str) -> Path:
+    """``path`` resolved (symlinks followed), refused unless it is a file inside ``root``."""
+    try:
+        resolved = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError, OSError):
+        raise InputError(f"{where}: {path} does not exist") from None
+    if not resolved.is_relative_to(root):
+        raise InputError(f"{where}: {path} resolves to {resolved}, outside the repository {root}; refused")
+    if not resolved.is_file():
+        raise InputError(f"{where}: {resolved} is not a file")
+    return resolved
+
+
+def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = None) -> dict[str, ModelConfig | str]:
+    """The models of a repository folder: their configs, or why one cannot load (a path out of the folder).
+
+    Args:
+        folder: the repository.
+        defaults: options for every model (the server's flags), overridden by the file's.
+
+    Raises:
+        OptionError: a folder that does not exist, a config file that does not parse or has unknown options,
+            or a model in the file without a path and without a file of its name.
+
+    Example:
+        >>> import tempfile, onnx
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> root = Path(tempfile.mkdtemp())
+        >>> onnx.save(tiny_cnn(), root / "tiny.onnx")
+        >>> _ = (root / "models.json").write_text('{"models": {"tiny": {"precision": "fp16"}}}')
+        >>> read_repository(root)["tiny"].precision
+        'fp16'
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise OptionError(f"model repository: got {str(folder)!r}, expected a folder of .onnx models")
+    root = root.resolve()
+    found: dict[str, Path] = {p.stem: p for p in sorted(root.glob("*.onnx"))}
+    found.update({p.parent.name: p for p in sorted(root.glob("*/model.onnx"))})
+    config = _read_config_file(root)
+    where = str(config.get("file", root))
+    base = _options(f"{where}: [defaults]", config.get("defaults", {}), allow=[k for k in _OPTIONS if k != "path"])
+    server = _options("server defaults", dict(defaults or {}), allow=[k for k in _OPTIONS if k != "path"])
+    tables = config.get("models", {})
+    if not isinstance(tables, dict):
+        raise OptionError(f"{where}: 'models' got {type(tables).__name__}, expected a table of models")
+    models: dict[str, ModelConfig | str] = {}
+    for name in sorted({*found, *tables}):
+        table = _options(f"{where}: [models.{name}]", tables.get(name, {}))
+        if "path" not in table and name not in found:
+            raise OptionError(f"{where}: [models.{name}] has no path, and the folder has no {name}.onnx or {name}/")
+        try:
+            check_name(name)
+            path = inside(root, root / table.pop("path", found.get(name)), f"model {name!r}")
+        except InputError as exc:
+            models[name] = str(exc)
+            continue
+        models[name] = ModelConfig(name, path, **{**server, **base, **table})
+    return models
+
+
+def parse_load_config(name: str, config: Any) -> dict[str, Any]:
+    """The options of a load request's ``config`` parameter (a JSON object, as Triton's clients send it).
+
+    Example:
+        >>> parse_load_config("tiny", '{"name": "tiny", "max_batch_size": 4}')
+        {'max_batch_size': 4}
+        >>> parse_load_config("tiny", '{"path": "/etc/passwd"}')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: load 'tiny': config: got option 'path', expected options among ['backend', ...]
+    """
+    if config is None or config == "":
+        return {}
+    if isinstance(config, (str, bytes)):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"load {name!r}: parameter 'config' is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise InputError(f"load {name!r}: parameter 'config' got {type(config).__name__}, expected a JSON object")
+    config = dict(config)
+    if config.pop("name", name) != name:
+        raise InputError(f"load {name!r}: config names another model ({config.get('name')!r})")
+    try:
+        return _options(f"load {name!r}: config", config, allow=[k for k in _OPTIONS if k not in ("path", "load")])
+    except OptionError as exc:
+        raise InputError(str(exc)) from None
