@@ -109,6 +109,8 @@ class BackendEntry:
             (a ``"module:attr"`` string is resolved on first use).
         diagnose: ``() -> Diagnosis`` for ``amdinfer doctor`` (default: from ``probe``).
         conformance: the kinds the conformance suites build for this backend.
+        more_conformance: ``() -> tuple[ConformanceKind, ...]`` (or a ``"module:attr"`` string): kinds known
+            only on the machine, e.g. one per installed ONNX Runtime plugin EP; added to ``conformance`` once.
 
     Example:
         >>> BackendEntry("x", "pkg.mod:Engine").auto_priority is None
@@ -122,6 +124,7 @@ class BackendEntry:
     probe: Factory | None = None
     diagnose: Factory | None = None
     conformance: tuple[ConformanceKind, ...] = ()
+    more_conformance: Factory | None = None
 
     def resolve(self) -> Callable[..., Any]:
         """Import and return the factory."""
@@ -158,6 +161,7 @@ def register_backend(
     probe: Factory | None = None,
     diagnose: Factory | None = None,
     conformance: tuple[ConformanceKind, ...] = (),
+    more_conformance: Factory | None = None,
 ) -> BackendEntry:
     """Register an engine factory under ``name``.
 
@@ -167,7 +171,7 @@ def register_backend(
             ``"module:attr"`` string imported on first use.
         auto_priority: where the backend stands in ``backend="auto"`` (lower is tried first).
         description: one line shown by ``amdinfer doctor``.
-        probe, diagnose, conformance: the hooks of :class:`BackendEntry`.
+        probe, diagnose, conformance, more_conformance: the hooks of :class:`BackendEntry`.
 
     Returns:
         The new entry.
@@ -185,7 +189,9 @@ def register_backend(
         prev = _REGISTRY[name].factory
         shown = prev if isinstance(prev, str) else f"{prev.__module__}:{prev.__qualname__}"
         raise OptionError(f"backend {name!r} is already registered ({shown})")
-    entry = BackendEntry(name, factory, auto_priority, description, probe, diagnose, tuple(conformance))
+    entry = BackendEntry(
+        name, factory, auto_priority, description, probe, diagnose, tuple(conformance), more_conformance
+    )
     _REGISTRY[name] = entry
     return entry
 
@@ -212,24 +218,25 @@ def _load_plugins() -> None:
         except Exception as exc:
             _PLUGINS[f"{ep.name} = {ep.value}"] = f"{type(exc).__name__}: {exc}"
             log.warning("amdinfer backend plugin %s = %s could not be loaded: %s", ep.name, ep.value, exc)
-    _add_plugin_ep_kinds()
+    _add_more_conformance()
 
 
-def _add_plugin_ep_kinds() -> None:
-    """A conformance kind ``ort-<short name>`` per EP of each installed ONNX Runtime plugin EP package
-    (``onnxruntime-ep-*``; nothing is loaded here), so the suites run over plugin EPs without naming them."""
-    from .ort._plugins import find_plugins, plugin_kind
-
-    entry = _REGISTRY.get("ort")
-    if entry is None:
-        return
-    kinds = {k.name: k for k in entry.conformance}
-    for plugin in find_plugins():
-        for ep_name in plugin.ep_names if plugin.state == "found" else ():
-            kind = plugin_kind(ep_name)
-            if kind is not None:
-                kinds.setdefault(kind.name, kind)
-    entry.conformance = tuple(kinds.values())
+def _add_more_conformance() -> None:
+    """Each backend's machine-dependent conformance kinds (``more_conformance``), added once; a hook that fails
+    is logged and listed by :func:`plugin_errors`."""
+    for entry in list(_REGISTRY.values()):
+        if entry.more_conformance is None:
+            continue
+        try:
+            more = _resolve(entry.more_conformance)()
+        except Exception as exc:
+            _PLUGINS[f"{entry.name} more_conformance"] = f"{type(exc).__name__}: {exc}"
+            log.warning("backend %s: its extra conformance kinds could not be listed: %s", entry.name, exc)
+            continue
+        kinds = {k.name: k for k in entry.conformance}
+        for kind in more:
+            kinds.setdefault(kind.name, kind)
+        entry.conformance = tuple(kinds.values())
 
 
 def plugin_errors() -> dict[str, str]:
@@ -312,6 +319,7 @@ register_backend(
     auto_priority=20,
     description="ONNX Runtime: MIGraphX EP -> ROCm EP -> CUDA EP -> CPU",
     diagnose="amdinfer.engines.ort._diagnose:diagnose",
+    more_conformance="amdinfer.engines.ort._plugins:plugin_kinds",
     conformance=(
         ConformanceKind(
             "ort-cpu",

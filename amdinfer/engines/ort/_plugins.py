@@ -31,20 +31,27 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cache
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...errors import BackendUnavailableError, OptionError
 from ..registry import ConformanceKind
+from ._plugin_find import (
+    AMD_MARKERS,
+    LIBRARIES_ENV,
+    PLUGIN_PREFIX,
+    SELECT_ENV,
+    STATES,
+    EpPlugin,
+    _short,
+    find_plugins,
+    plugin_short_names,
+)
 from ._providers import (
     _DERIVED,
     AMD_PROVIDERS,
@@ -73,6 +80,7 @@ __all__ = [
     "node_counts",
     "plugin_failure",
     "plugin_kind",
+    "plugin_kinds",
     "plugin_of",
     "plugin_settings",
     "plugin_short_names",
@@ -81,138 +89,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("amdinfer.ort")
-
-#: Distributions with this prefix are plugin EP packages.
-PLUGIN_PREFIX = "onnxruntime-ep-"
-#: Extra plugin libraries (``os.pathsep``-separated paths), registered like installed packages.
-LIBRARIES_ENV = "AMDINFER_EP_LIBRARIES"
-#: Which installed plugin packages to register: comma-separated distribution names, or ``none``.
-SELECT_ENV = "AMDINFER_EP_PLUGINS"
-#: An EP or package whose name holds one of these (case-insensitive) is AMD's: ``backend="auto"`` tries it first.
-AMD_MARKERS = ("migraphx", "rocm", "amd")
-#: The states an :class:`EpPlugin` can be in.
-STATES = ("found", "registered", "placeholder", "failed", "not selected")
-
-
-@dataclass(frozen=True)
-class EpPlugin:
-    """One plugin EP library and what became of it.
-
-    Attributes:
-        source: the distribution (``"onnxruntime-ep-openvino"``), ``"ep_library="`` or ``$AMDINFER_EP_LIBRARIES``.
-        version: the distribution's version (``None`` for a bare library path).
-        library: the plugin library's path (``None`` when the package gives none).
-        ep_names: the EPs it brings: as the package declares them, then as ONNX Runtime lists them.
-        state: ``"found"`` (not registered yet), ``"registered"``, ``"placeholder"`` (a release without a
-            library), ``"failed"`` or ``"not selected"`` (left out by ``$AMDINFER_EP_PLUGINS``).
-        error: why it is not registered, in full.
-        devices: one line per EP device ONNX Runtime offers for it.
-
-    Example:
-        >>> EpPlugin("onnxruntime-ep-rocm", "0.0.0", None, (), "placeholder").amd
-        True
-    """
-
-    source: str
-    version: str | None
-    library: str | None
-    ep_names: tuple[str, ...]
-    state: str
-    error: str | None = None
-    devices: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def amd(self) -> bool:
-        """Whether this is one of AMD's plugins (by package or EP name, see :data:`AMD_MARKERS`)."""
-        text = " ".join((self.source, *self.ep_names)).lower()
-        return any(m in text for m in AMD_MARKERS)
-
-    def line(self) -> str:
-        """One line for ``amdinfer doctor``."""
-        what = f"{self.source} {self.version}" if self.version else self.source
-        if self.state == "registered":
-            return f"{what}: registered; " + ("; ".join(self.devices) or f"{self.ep_names or 'no EP'} on no device")
-        if self.state == "placeholder":
-            return f"{what}: placeholder package without a plugin library (the EP has not been released yet)"
-        if self.state == "not selected":
-            return f"{what}: installed, not registered (${SELECT_ENV} leaves it out)"
-        return f"{what}: {self.state}" + (f": {self.error}" if self.error else "")
-
-
-def _short(ep_name: str) -> str:
-    return ep_name.replace("ExecutionProvider", "").lower() or ep_name.lower()
-
-
-def _selected() -> set[str] | None:
-    wanted = os.environ.get(SELECT_ENV)
-    if wanted is None:
-        return None
-    return {w.strip().lower() for w in wanted.split(",") if w.strip() and w.strip().lower() != "none"}
-
-
-def _from_distribution(dist: importlib.metadata.Distribution, name: str) -> EpPlugin:
-    version = dist.version
-    top = (dist.read_text("top_level.txt") or "").split()
-    module_name = top[0] if top else name.replace("-", "_")
-    placeholder = version == "0.0.0"
-    try:
-        module = importlib.import_module(module_name)
-        get_path = getattr(module, "get_library_path", None)
-        if get_path is None:
-            if placeholder:
-                return EpPlugin(name, version, None, (), "placeholder")
-            raise AttributeError(f"module {module_name} has no get_library_path()")
-        names = getattr(module, "get_ep_names", None)
-        single = getattr(module, "get_ep_name", None)
-        ep_names = tuple(names() if names else [single()] if single else [])
-        library = str(get_path())
-    except ImportError as exc:
-        if placeholder:
-            return EpPlugin(name, version, None, (), "placeholder")
-        return EpPlugin(name, version, None, (), "failed", f"cannot import {module_name}: {exc}")
-    except Exception as exc:  # the package's own code: any error is its diagnosis
-        return EpPlugin(name, version, None, (), "failed", f"{module_name}: {type(exc).__name__}: {exc}")
-    if not Path(library).is_file():
-        return EpPlugin(name, version, library, ep_names, "failed", f"plugin library {library} does not exist")
-    return EpPlugin(name, version, library, ep_names, "found")
-
-
-def find_plugins() -> tuple[EpPlugin, ...]:
-    """Installed ``onnxruntime-ep-*`` packages and ``$AMDINFER_EP_LIBRARIES`` entries (nothing is loaded).
-
-    Example:
-        >>> all(p.source.startswith(PLUGIN_PREFIX) or p.source == "$" + LIBRARIES_ENV for p in find_plugins())
-        True
-    """
-    selected = _selected()
-    out: list[EpPlugin] = []
-    seen: set[str] = set()
-    for dist in importlib.metadata.distributions():
-        name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
-        if not name.startswith(PLUGIN_PREFIX) or name in seen:
-            continue
-        seen.add(name)
-        if selected is not None and name not in selected:
-            out.append(EpPlugin(name, dist.version, None, (), "not selected"))
-            continue
-        out.append(_from_distribution(dist, name))
-    for path in filter(None, os.environ.get(LIBRARIES_ENV, "").split(os.pathsep)):
-        found = Path(path).expanduser().is_file()
-        why = None if found else f"{path} does not exist (from ${LIBRARIES_ENV})"
-        out.append(EpPlugin(f"${LIBRARIES_ENV}", None, path, (), "found" if found else "failed", why))
-    return tuple(sorted(out, key=lambda p: (not p.amd, p.source)))
-
-
-@cache
-def plugin_short_names() -> dict[str, str]:
-    """Short name -> EP name for the EPs that installed plugin packages declare (read once per process).
-
-    Example:
-        >>> isinstance(plugin_short_names(), dict)
-        True
-    """
-    return {_short(n): n for p in find_plugins() for n in p.ep_names}
-
 
 _LOCK = threading.Lock()
 _PLUGINS: dict[str, EpPlugin] = {}  # library path (resolved) or source -> its record
@@ -431,6 +307,23 @@ def precision_note(name: str, raw: dict[str, str], notes: list[str]) -> None:
             f"{name}: plugin EP from {record.distribution}; amdinfer has no record of its precision defaults "
             "(it may compute float32 models in a lower precision): `amdinfer verify` against the reference tells"
         )
+
+
+def plugin_kinds() -> tuple[ConformanceKind, ...]:
+    """The conformance kinds of the EPs that installed plugin packages declare (nothing is loaded); the ``ort``
+    backend's ``more_conformance`` hook.
+
+    Example:
+        >>> all(k.name.startswith("ort-") for k in plugin_kinds())
+        True
+    """
+    kinds = []
+    for plugin in find_plugins():
+        for ep_name in plugin.ep_names if plugin.state == "found" else ():
+            kind = plugin_kind(ep_name)
+            if kind is not None:
+                kinds.append(kind)
+    return tuple(kinds)
 
 
 def plugin_kind(ep_name: str) -> ConformanceKind | None:

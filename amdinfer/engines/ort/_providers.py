@@ -400,7 +400,7 @@ def resolve_provider_name(name: str) -> str:
         raise OptionError(f"providers: got {name!r}, expected a provider name string")
     full = _SHORT_NAMES.get(name.lower())
     if full is None and not name.endswith("ExecutionProvider"):
-        from ._plugins import plugin_short_names  # reads package metadata only; no library is loaded
+        from ._plugin_find import plugin_short_names  # reads package metadata only; no library is loaded
 
         full = plugin_short_names().get(name.lower())
     return full or name
