@@ -7,7 +7,7 @@ import logging
 import logging.config
 from typing import Any
 
-__all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "default_workers_per_device", "run"]
 
 _LEVELS = ("debug", "info", "warning", "error")
 _SHARED_MEMORY = {"auto": None, "on": True, "off": False}
@@ -55,6 +55,18 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number of processes >= 1, or auto")
+    return n
+
+
 def _rate(text: str) -> float:
     try:
         rate = float(text)
@@ -95,8 +107,8 @@ def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
-    """The ``amdinfer serve`` arguments of the process that serves ``device``."""
-    argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port)]
+    """The ``amdinfer serve`` arguments of a process that serves ``device`` (one of its server processes)."""
+    argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port), "--workers-per-device", "1"]
     argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
     argv += ["--max-delay-ms", str(args.max_delay_ms), "--backend", args.backend, "--precision", args.precision]
     argv += ["--devices", str(device), "--reuse-port", "--max-request-bytes", str(args.max_request_bytes)]
@@ -116,6 +128,63 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
         for key, value in _recipe_options(args).items():
             argv += ["--" + key.replace("_", "-"), str(value)]
     return [*argv, "--shared-memory", args.shared_memory]
+
+
+#: the most server processes per device the default gives
+MAX_DEFAULT_WORKERS_PER_DEVICE = 4
+
+
+def default_workers_per_device(devices: int, cores: int | None = None) -> int:
+    """How many server processes per device ``amdinfer serve`` starts unless told:
+    ``max(1, min(4, cores // (2 * devices)))``.
+
+    Each process parses, validates and batches its own requests while holding its own GIL; two cores per
+    process leave one for that and one for its engine thread, gRPC's and ONNX Runtime's threads. Past four
+    per GPU the engine, not the host, is the limit (docs/serving.md).
+
+    Args:
+        devices: how many devices are served.
+        cores: the cores this process may use (default: its CPU affinity).
+
+    Example:
+        >>> default_workers_per_device(1, cores=2), default_workers_per_device(1, cores=16)
+        (1, 4)
+        >>> default_workers_per_device(2, cores=12), default_workers_per_device(8, cores=8)
+        (3, 1)
+    """
+    from .._executor import default_threads
+
+    cores = default_threads() if cores is None else cores
+    return max(1, min(MAX_DEFAULT_WORKERS_PER_DEVICE, cores // (2 * max(1, devices))))
+
+
+def _processes_per_device(args: argparse.Namespace) -> tuple[int, str]:
+    """``--workers-per-device``, or its default; and where the number comes from.
+
+    Raises:
+        OptionError: ``--workers-per-device`` above 1 with ``--single-process``.
+    """
+    from ..errors import OptionError
+
+    n = args.workers_per_device
+    if args.single_process:
+        if n not in (None, 1):
+            raise OptionError(
+                f"--workers-per-device {n} with --single-process: one process cannot run {n} server processes "
+                "per device; drop one of the two flags"
+            )
+        return 1, "--single-process"
+    if args.reuse_port:  # a child of serve_processes: it serves, it does not start more
+        return 1, "a child process"
+    devices = len(args.devices)
+    why = "--workers-per-device"
+    if n is None:
+        from .._executor import default_threads
+
+        cores = default_threads()
+        n = default_workers_per_device(devices, cores)
+        why = f"the default max(1, min(4, {cores} usable cores // (2 x {devices} devices)))"
+    return int(n), why
 
 
 def configure_logging(level: str | None) -> None:
@@ -162,13 +231,35 @@ def configure_logging(level: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the exit code (0: stopped cleanly)."""
+    from ..errors import OptionError
     from . import _kserve_module
 
     configure_logging(args.log_level)
     recipe_options = _recipe_options(args)  # before anything starts: a misplaced flag fails at once
     _server = _kserve_module("_server")
-    if len(args.devices) > 1 and not args.single_process:
-        return int(_server.serve_processes([_child_argv(args, d) for d in args.devices]))
+    n, why = _processes_per_device(args)
+    if n > 1 or (len(args.devices) > 1 and not args.single_process):
+        if args.http_port == 0 or args.grpc_port == 0:
+            raise OptionError(
+                f"--http-port {args.http_port} --grpc-port {args.grpc_port}: port 0 (any free port) with "
+                f"{len(args.devices) * n} server processes would give each its own port; give the ports"
+            )
+        from ._net import check_host
+
+        check_host(args.host)  # before any child starts: one line, not one per child
+        logging.getLogger("amdinfer.serve").info(
+            "starting %d server processes: %d per device (%s) on device%s %s",
+            n * len(args.devices),
+            n,
+            why,
+            "s" if len(args.devices) > 1 else "",
+            ",".join(map(str, args.devices)),
+        )
+        return int(
+            _server.serve_processes(
+                [_child_argv(args, d) for d in args.devices for _ in range(n)], workers_per_device=n
+            )
+        )
     options: dict[str, Any] = {}
     if args.providers:
         options["providers"] = args.providers.split(",")
@@ -211,6 +302,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         >>> args = build_parser().parse_args(["serve", "m.onnx", "--verify-sample", "0.01"])
         >>> args.verify_sample, args.verify_reference
         (0.01, 'ort')
+        >>> [build_parser().parse_args(["serve", "m.onnx", "--workers-per-device", n]).workers_per_device
+        ...  for n in ("2", "auto")]
+        [2, None]
     """
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
@@ -241,6 +335,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--single-process",
         action="store_true",
         help="with several --devices: one process with a worker thread per GPU (default: a process per GPU)",
+    )
+    p.add_argument(
+        "--workers-per-device",
+        type=_workers,
+        default=None,
+        metavar="N",
+        help="server processes per device, all on the same ports (SO_REUSEPORT), each with its own engine "
+        "(default auto: max(1, min(4, usable cores // (2 x devices))))",
     )
     p.add_argument(
         "--shared-memory",

@@ -20,6 +20,7 @@ from ..engines.base import Engine
 from ..errors import OptionError
 from ._batcher import DynamicBatcher
 from ._canary import Canary, check_rate, load_reference
+from ._cli import default_workers_per_device
 from ._grpc import GrpcServer
 from ._metrics import ServingMetrics
 from ._net import bound_socket, check_host, check_port, is_loopback
@@ -28,7 +29,17 @@ from ._rest import DEFAULT_MAX_REQUEST_BYTES, JsonResponse, install_routes, inst
 from ._shm import REGISTRY_ENV, SharedMemoryRegistry
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["Server", "build_model", "load_recipe_workers", "load_workers", "serve", "serve_processes"]
+__all__ = [
+    "PROCESS_ENV",
+    "Server",
+    "build_model",
+    "default_workers_per_device",
+    "load_recipe_workers",
+    "load_workers",
+    "process_slot",
+    "serve",
+    "serve_processes",
+]
 
 logger = logging.getLogger("amdinfer.serve")
 
@@ -233,32 +244,90 @@ def _multiprocess_metrics_route() -> None:
     app.router.routes.insert(0, app.router.routes.pop())  # first match wins: ahead of KServe's own /metrics
 
 
-def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
-    """Run one server process per GPU on shared ports (``SO_REUSEPORT``) and supervise them.
+#: set by :func:`serve_processes` in each child: ``"J/N"``, the child's index J (0-based) among the N server
+#: processes of its device
+PROCESS_ENV = "AMDINFER_SERVE_PROCESS"
+
+
+def process_slot() -> tuple[int, int] | None:
+    """``(index, count)`` of this server process among its device's, when :func:`serve_processes` started it
+    with several per device; else ``None``.
+
+    Example:
+        >>> import os
+        >>> os.environ[PROCESS_ENV] = "1/2"; process_slot()
+        (1, 2)
+        >>> del os.environ[PROCESS_ENV]; process_slot() is None
+        True
+    """
+    text = os.environ.get(PROCESS_ENV, "")
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()) or int(count) < 2:
+        return None
+    return int(index), int(count)
+
+
+def _forward(stream: Any, last: list[str]) -> None:
+    """Copy a child's stderr to ours line by line, keeping its last non-empty line (its error, if it fails)."""
+    out = getattr(sys.stderr, "buffer", None)
+    for line in iter(stream.readline, b""):
+        if line.strip():
+            last[0] = line.decode(errors="replace").strip()
+        if out is not None:
+            out.write(line)
+            out.flush()
+        else:
+            sys.stderr.write(line.decode(errors="replace"))
+    stream.close()
+
+
+def serve_processes(child_argv: Sequence[Sequence[str]], *, workers_per_device: int = 1) -> int:
+    """Run several server processes on shared ports (``SO_REUSEPORT``) and supervise them.
 
     Each child is ``python -m amdinfer serve ... --devices D --reuse-port``: its own event loop, its own
-    KServe stack and engine, so request decoding scales with the GPUs instead of sharing one process.
-    ``/metrics`` sums every process (prometheus_client multiprocess mode, in a temporary folder).
-    SIGINT/SIGTERM go to every child; a child that exits early stops the others.
+    KServe stack and engine, so request decoding scales with the processes instead of sharing one GIL; the
+    kernel spreads connections over the processes listening. ``child_argv`` lists the children device by
+    device, ``workers_per_device`` consecutive ones each; each child learns its index on its device through
+    ``AMDINFER_SERVE_PROCESS`` (``J/N``, see :func:`process_slot`) and, with several per device, labels its
+    worker ``deviceD-pJ`` in the metrics and names itself in its start line. ``/metrics`` sums every process
+    (prometheus_client multiprocess mode, in a temporary folder); shared-memory regions registered through
+    any process are seen by all (one registry folder). SIGINT/SIGTERM go to every child; a child that exits
+    with an error (at start: port taken, a model that does not load) stops the others, and its last stderr
+    line is logged as the reason.
 
     Args:
         child_argv: the ``amdinfer`` arguments of each child (after ``python -m amdinfer``).
+        workers_per_device: how many consecutive children serve the same device.
 
     Returns:
         0 when every child stopped cleanly, else the first non-zero exit code.
+
+    Raises:
+        OptionError: ``workers_per_device`` is not an int >= 1 dividing the number of children.
 
     Example:
         >>> serve_processes([])
         0
     """
+    if isinstance(workers_per_device, bool) or not isinstance(workers_per_device, int) or workers_per_device < 1:
+        raise OptionError(f"workers_per_device: got {workers_per_device!r}, expected an int >= 1")
+    if len(child_argv) % workers_per_device:
+        raise OptionError(
+            f"workers_per_device: got {workers_per_device} for {len(child_argv)} children, expected a divisor"
+        )
     if not child_argv:
         return 0
+    import threading
+
     with tempfile.TemporaryDirectory(prefix="amdinfer-serve-") as folder:
         # metrics summed over the processes; shared-memory regions registered through any of them
         os.mkdir(metrics := os.path.join(folder, "metrics"))
         env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=metrics, **{REGISTRY_ENV: os.path.join(folder, "shm")})
-        children = [subprocess.Popen([sys.executable, "-m", "amdinfer", *argv], env=env) for argv in child_argv]
+        children: list[subprocess.Popen[bytes]] = []
+        lasts: list[list[str]] = []
+        readers: list[threading.Thread] = []
         stopping = False
+        failure: int | None = None
 
         def stop(*_: object) -> None:
             nonlocal stopping
@@ -269,12 +338,51 @@ def serve_processes(child_argv: Sequence[Sequence[str]]) -> int:
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while any(c.poll() is None for c in children):
-                if not stopping and any(c.poll() not in (None, 0) for c in children):
+            for i, argv in enumerate(child_argv):
+                slot = {PROCESS_ENV: f"{i % workers_per_device}/{workers_per_device}"}
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "amdinfer", *argv], env={**env, **slot}, stderr=subprocess.PIPE
+                )
+                children.append(child)
+                lasts.append([""])
+                reader = threading.Thread(target=_forward, args=(child.stderr, lasts[-1]), daemon=True)
+                reader.start()
+                readers.append(reader)
+            while True:
+                running = any(c.poll() is None for c in children)
+                failed = [i for i, c in enumerate(children) if c.poll() not in (None, 0)]
+                if not stopping and failed:
+                    i = failed[0]
+                    failure = children[i].returncode
+                    readers[i].join(5)
+                    device = (
+                        child_argv[i][child_argv[i].index("--devices") + 1] if "--devices" in child_argv[i] else "?"
+                    )
+                    logger.error(
+                        "server process %d of %d (device %s, pid %d) exited with code %d: %s; stopping the others",
+                        i + 1,
+                        len(children),
+                        device,
+                        children[i].pid,
+                        children[i].returncode,
+                        lasts[i][0] or "no message",
+                    )
                     stop()  # one child failed (port taken, model error): stop the others
+                if not running:
+                    break
                 time.sleep(0.2)
-            return next((c.returncode for c in children if c.returncode), 0)
+            for reader in readers:
+                reader.join(5)
+            # the failure reported, not the SIGTERM its siblings got; a child killed by signal S: 128 + S
+            code = failure if failure is not None else next((c.returncode for c in children if c.returncode), 0)
+            return code if code >= 0 else 128 - code
         finally:
+            stop()  # a supervisor that fails itself (cannot start a child) leaves none behind
+            for child in children:
+                try:
+                    child.wait(60)
+                except subprocess.TimeoutExpired:
+                    child.kill()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -479,7 +587,9 @@ class Server(ModelServer):
         parts = [_describe(m, warmed.get(m.name)) for m in self._models]
         shm = "on" if self.shared_memory else "off (not loopback; --shared-memory on allows it)"
         where = f"REST http://{self.host}:{self.http_port}, gRPC {grpc_address or 'off'}, system shared memory {shm}"
-        return f"serving {'; '.join(parts)}; {where} (pid {os.getpid()})"
+        slot = process_slot()
+        mine = f", server process {slot[0] + 1} of {slot[1]} on its device" if slot else ""
+        return f"serving {'; '.join(parts)}; {where} (pid {os.getpid()}{mine})"
 
     def shutdown(self) -> None:
         """Stop gracefully (what SIGINT/SIGTERM do)."""
@@ -515,6 +625,53 @@ def _describe(model: AmdinferModel, warmed: list[int] | None) -> str:
     return text
 
 
+def _serve_in_processes(model: str, n: int, options: dict[str, Any], load_options: dict[str, Any]) -> int:
+    """``serve(model, workers_per_device=n, ...)`` as the command line of :func:`serve_processes`'s children."""
+    from . import _cli
+
+    allowed = _cli._RECIPE_FLAGS.get(options["recipe"] or "", ())
+    wrong = sorted(str(k) for k in options["recipe_options"] or {} if k not in allowed)
+    if wrong:
+        raise OptionError(f"recipe_options: got {wrong} for recipe {options['recipe']!r}, expected some of {allowed}")
+    other = sorted(set(load_options) - {"providers", "batch_buckets"})
+    if other:
+        raise OptionError(
+            f"{', '.join(other)}: not carried to the server processes of workers_per_device={n} (only providers "
+            "and batch_buckets are); use workers_per_device=1, or the command line's flags"
+        )
+    if not isinstance(options["verify_reference"], str):
+        raise OptionError(
+            f"verify_reference: got a {type(options['verify_reference']).__name__} with workers_per_device={n}; "
+            "each process builds its own reference: give 'ort' or 'numpy'"
+        )
+    argv = ["serve", model, "--workers-per-device", str(n)]
+    flags = {
+        "name": "--name", "host": "--host", "http_port": "--http-port", "max_batch_size": "--max-batch-size",
+        "max_delay_ms": "--max-delay-ms", "backend": "--backend", "precision": "--precision",
+        "max_request_bytes": "--max-request-bytes", "verify_sample": "--verify-sample",
+        "verify_reference": "--verify-reference", "recipe": "--recipe",
+    }  # fmt: skip
+    for key, flag in flags.items():
+        if options[key] is not None:
+            argv += [flag, str(options[key])]
+    argv += ["--grpc-port", "-1" if options["grpc_port"] is None else str(options["grpc_port"])]
+    argv += ["--devices", ",".join(str(int(d)) for d in options["devices"])]
+    argv += ["--shared-memory", {None: "auto", True: "on", False: "off"}[options["shared_memory"]]]
+    if not options["warmup"]:
+        argv.append("--no-warmup")
+    providers = load_options.get("providers")
+    if providers:
+        argv += ["--providers", ",".join([providers] if isinstance(providers, str) else list(providers))]
+    if load_options.get("batch_buckets"):
+        argv += ["--batch-buckets", ",".join(str(int(b)) for b in load_options["batch_buckets"])]
+    for key, value in (options["recipe_options"] or {}).items():
+        argv += ["--" + str(key).replace("_", "-"), str(value)]
+    from ..cli import build_parser
+
+    args = build_parser().parse_args(argv)  # one record of the flags: the command line's own parser
+    return _cli.run(args)
+
+
 def serve(
     model: Any,
     *,
@@ -535,6 +692,7 @@ def serve(
     verify_reference: str | Engine = "ort",
     recipe: str | None = None,
     recipe_options: dict[str, Any] | None = None,
+    workers_per_device: int = 1,
     **load_options: Any,
 ) -> None:
     """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
@@ -561,17 +719,31 @@ def serve(
             requests send encoded images (``BYTES``); ``None``: the bare model.
         recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``size``,
             ``crop``, ``topk``, ...).
+        workers_per_device: server processes per device (1: this process serves, a worker thread per
+            device). With more, ``model`` must be a path: ``amdinfer serve`` runs in
+            ``len(devices) * workers_per_device`` child processes sharing the ports (:func:`serve_processes`),
+            and ``load_options`` may only be ``providers`` and ``batch_buckets`` (what the command line carries).
         **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
+
+    Raises:
+        OptionError: a bad option (checked before anything loads); with ``workers_per_device > 1``, a model
+            that is not a path, or an option the child processes' command line cannot carry.
 
     Example:
         >>> serve  # doctest: +ELLIPSIS
         <function serve at ...>
+        >>> serve(b"onnx bytes", workers_per_device=2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: workers_per_device: got 2 with a bytes model; ... give the model's path
     """
     from pathlib import Path
 
     from ..fuse import FusedPipeline
     from ..pipeline import Pipeline
 
+    if isinstance(workers_per_device, bool) or not isinstance(workers_per_device, int) or workers_per_device < 1:
+        raise OptionError(f"workers_per_device: got {workers_per_device!r}, expected an int >= 1")
     # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
     server = Server(
         host=host,
@@ -583,6 +755,22 @@ def serve(
         shared_memory=shared_memory,
     )
     rate = check_rate(verify_sample)
+    if workers_per_device > 1:
+        if not isinstance(model, (str, Path)):
+            raise OptionError(
+                f"workers_per_device: got {workers_per_device} with a {type(model).__name__} model; each server "
+                "process loads its own engine, so give the model's path"
+            )
+        options = dict(
+            name=name, host=host, http_port=http_port, grpc_port=grpc_port, max_batch_size=max_batch_size,
+            max_delay_ms=max_delay_ms, devices=devices, backend=backend, precision=precision, warmup=warmup,
+            max_request_bytes=max_request_bytes, shared_memory=shared_memory, verify_sample=verify_sample,
+            verify_reference=verify_reference, recipe=recipe, recipe_options=recipe_options,
+        )  # fmt: skip
+        code = _serve_in_processes(str(model), workers_per_device, options, load_options)
+        if code:
+            raise RuntimeError(f"the server processes stopped with exit code {code} (their log lines say why)")
+        return
     if isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple)):
         if recipe is not None or recipe_options:
             raise OptionError(
@@ -597,6 +785,10 @@ def serve(
         target = load_workers(model, devices=devices, backend=backend, precision=precision, **load_options)
         if rate > 0 and isinstance(verify_reference, str):
             verify_reference = load_reference(model, verify_reference)  # the model as given, not as rewritten
+    slot = process_slot()
+    if slot is not None and isinstance(target, list):
+        for worker in target:  # several processes per device: each labels its own worker in the metrics
+            worker.name = f"{worker.name}-p{slot[0]}"
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
     built = build_model(

@@ -10,6 +10,7 @@ import numpy as np
 
 from .._source_images import takes_images
 from ..engines._checks import check_symbol
+from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import InputError, OptionError, StageError
 from ..types import TensorSpec
@@ -136,12 +137,16 @@ def batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> s
 
 
 class EngineWorker:
-    """Runs concatenated requests through one engine (one device) and splits the outputs per request.
+    """Runs several requests as one engine call (one device) and splits the outputs per request.
 
     Requests are stacked on axis 0 when axis 0 of every input and output is the same named dynamic
     dimension (see :func:`batch_axis`); otherwise each request is its own engine call (``batchable`` is
-    ``False`` and ``unbatchable_reason`` says why). A batch whose outputs do not have one row per input row
-    raises, and the batcher then runs its requests one by one: a request never gets another's rows.
+    ``False`` and ``unbatchable_reason`` says why). The batch is assembled without ``np.concatenate``: each
+    request's rows are copied into their slot of a reused batch buffer (page-locked when the engine runs on
+    a GPU, see :class:`~amdinfer.engines._staging.PinnedStaging`, so the copy to the device is one DMA),
+    already padded to the engine's batch bucket by repeating the last row as ``Engine.run`` would. A batch
+    whose outputs do not have one row per input row raises, and the batcher then runs its requests one by
+    one: a request never gets another's rows.
 
     Args:
         engine: the engine of this worker's device.
@@ -168,6 +173,9 @@ class EngineWorker:
         #: why requests cannot share an engine call (``None``: they can)
         self.unbatchable_reason = batch_axis(self.inputs, self.outputs)
         self.batchable = self.unbatchable_reason is None
+        gpu = str(engine.info.device or "cpu") != "cpu"
+        # batch buffers, leased per engine call and given back after it (one worker thread: one in flight)
+        self._staging = PinnedStaging(depth=2, pinned=None if gpu else False)
 
     def check(self, feeds: Tensors) -> None:
         """:func:`check_request` against this engine's inputs, and equal row counts when requests are batched."""
@@ -213,18 +221,59 @@ class EngineWorker:
             return [dict(self.engine.run(requests[0]))]
         if not self.batchable:
             raise RuntimeError(f"{len(requests)} requests in one call, but {self.unbatchable_reason}")
-        names = [s.name for s in self.inputs]
         counts = [request_rows(r) for r in requests]
-        feeds = {n: np.concatenate([r[n] for r in requests], axis=0) for n in names}
-        out = self.engine.run(feeds)
         total = sum(counts)
-        for k, v in out.items():
-            if np.ndim(v) == 0 or np.shape(v)[0] != total:
-                raise RuntimeError(
-                    f"output {k!r}: got shape {np.shape(v)} for a batch of {total} rows, expected {total} on axis 0"
-                )
+        buffers = self._assemble(requests, total)
+        try:
+            out = self.engine.run(buffers)
+            size = next(iter(buffers.values())).shape[0]  # total, or the bucket it was padded to
+            results: dict[str, np.ndarray] = {}
+            for k, v in out.items():
+                if np.ndim(v) == 0 or np.shape(v)[0] != size:
+                    raise RuntimeError(
+                        f"output {k!r}: got shape {np.shape(v)} for a batch of {total} rows, expected {total} on axis 0"
+                    )
+                v = np.asarray(v)[:total]
+                if any(np.may_share_memory(v, b) for b in buffers.values()):
+                    v = v.copy()  # an output that views the batch buffer (Identity): the buffer is reused
+                results[k] = v
+        finally:
+            for b in buffers.values():
+                self._staging.release(b)
         bounds = np.cumsum([0, *counts])
-        return [{k: np.asarray(v)[bounds[i] : bounds[i + 1]] for k, v in out.items()} for i in range(len(requests))]
+        return [{k: v[bounds[i] : bounds[i + 1]] for k, v in results.items()} for i in range(len(requests))]
+
+    def _assemble(self, requests: Sequence[Tensors], total: int) -> Tensors:
+        """One leased buffer per input with every request's rows in its slot, padded to the batch bucket.
+
+        A request whose tensor does not fit its slot exactly (another dtype or row shape: the batcher's key
+        keeps those apart, so this is a bug) raises, and the batcher runs the requests one by one.
+        """
+        buckets = self.engine.batch_buckets
+        # padded here as Engine.run would (repeat the last row), so the engine gets one full bucket, no copy
+        size = next((b for b in buckets if b >= total), total) if buckets else total
+        buffers: Tensors = {}
+        try:
+            for spec in self.inputs:
+                first = requests[0][spec.name]
+                buf = buffers[spec.name] = self._staging.lease((size, *first.shape[1:]), first.dtype)
+                start = 0
+                for r in requests:
+                    part = r[spec.name]
+                    if part.shape[1:] != buf.shape[1:]:  # copyto would broadcast it
+                        raise InputError(
+                            f"input {spec.name!r}: got rows of shape {part.shape[1:]}, but the batch it joined has "
+                            f"{buf.shape[1:]}"
+                        )
+                    np.copyto(buf[start : start + len(part)], part, casting="no")
+                    start += len(part)
+                if size > total:
+                    buf[total:] = buf[total - 1]
+        except BaseException:
+            for b in buffers.values():
+                self._staging.release(b)
+            raise
+        return buffers
 
 
 def result_tensors(result: Any) -> Tensors:
