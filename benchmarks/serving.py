@@ -12,14 +12,28 @@ Three commands:
   own results; (3) ResNet-50 fp16 (uint8 NHWC in) engine rate on host batches of 64, against the rate
   served over gRPC with batching, on one GPU and on two (``--devices 0`` vs ``0,1``).
 
+* ``gpu1``: one GPU, one run (``benchmarks/serving_h200.sh`` on the H200): the engine's own rate
+  (``engine.run`` on host batches at each ``--batch-buckets`` size and 64; the YOLO engine and its JPEG
+  pipeline; the decoder alone), then ``amdinfer serve`` on device 0 with 16 / 64 clients over gRPC, REST
+  binary, system shared memory (``grpc-shm``/``rest-shm``: each client registers its own input and output
+  regions over Triton's REST routes and writes its input into the region before every request) and JPEG
+  ``BYTES`` (``--recipe classify|yolo``): ResNet-50 fp16 (uint8 NHWC in), the same with
+  ``--verify-sample 0.01`` (the canary's cost), with ``--workers-per-device N`` vs 1 (when ``serve --help``
+  lists the flag), and the YOLO of ``--yolo PATH``. Each served row gives items/s over the engine's rate
+  (``ratio``; ``ratio_at_served_batch``: over the engine at the bucket of the served mean batch) and the
+  client processes' CPU use (``client_cpu``, 1.0 = a core each); a no-op model with the same requests gives
+  the ceiling of clients plus server. ``--cpu-smoke`` runs every row on the CPU with a tiny CNN.
+
 The load generator is asyncio over ``grpc.aio`` (KServe's v2 stubs) and ``aiohttp`` (Triton's binary
-tensor extension), in ``--client-procs`` processes; the server runs in a subprocess (``python -m amdinfer
-serve``). Every result row is printed as Markdown and, with ``--out DIR`` (or ``$OUT``), appended to
-``serving.jsonl`` there.
+tensor extension), in ``--client-procs`` processes (spawned once per run); the server runs in a subprocess
+(``python -m amdinfer serve``). Every result row is printed as Markdown and, with ``--out DIR`` (or
+``$OUT``), appended to ``serving.jsonl`` there.
 
     python benchmarks/serving.py cpu --seconds 3
     python benchmarks/serving.py decode
     python benchmarks/serving.py gpu --out /tmp/out          # two GPUs, onnxruntime-gpu, torch
+    python benchmarks/serving.py gpu1 --yolo yolov8n.onnx --client-procs 4 --out /tmp/out   # one GPU
+    python benchmarks/serving.py gpu1 --cpu-smoke --seconds 1 --gpu-clients 2 4 --request-items 2
 """
 
 from __future__ import annotations
@@ -160,105 +174,230 @@ class ServerProcess:
 
 # ---------------------------------------------------------------------------------------------- clients
 _DTYPES = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16", np.dtype(np.uint8): "UINT8"}
+_DTYPE_SIZE = {"FP32": 4, "FP16": 2, "UINT8": 1, "INT8": 1, "INT32": 4, "INT64": 8, "FP64": 8, "BOOL": 1}
+_GRPC_OPTS = [("grpc.max_send_message_length", 1 << 30), ("grpc.max_receive_message_length", 1 << 30)]
 
 
-async def _client_grpc(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list) -> int:
+class Payload:
+    """One request's input: a tensor (``np.ndarray``) or a list of encoded files (``BYTES``), as raw bytes.
+
+    ``outputs`` (name, bytes) are what a shared-memory request asks to have written into its output region.
+    """
+
+    def __init__(self, name: str, x: Any, outputs: tuple[tuple[str, int], ...] = ()) -> None:
+        self.name, self.outputs = name, outputs
+        if isinstance(x, np.ndarray):
+            self.datatype, self.shape, self.raw = _DTYPES[x.dtype], list(x.shape), x.tobytes()
+        else:  # encoded files: Triton's BYTES serialization, each element a 4-byte little-endian length + bytes
+            self.datatype, self.shape = "BYTES", [len(x)]
+            self.raw = b"".join(len(b).to_bytes(4, "little") + bytes(b) for b in x)
+        self.items = self.shape[0]
+
+
+async def _shm_regions(address: str, p: Payload, tag: str) -> tuple[Any, Any, list[str]]:
+    """A client's own input and output regions in /dev/shm, registered over REST (Triton's routes)."""
+    from multiprocessing import shared_memory
+
+    import aiohttp
+
+    inp = shared_memory.SharedMemory(create=True, size=len(p.raw))
+    out_size = max(1, sum(n for _, n in p.outputs))
+    out = shared_memory.SharedMemory(create=True, size=out_size)
+    names = [f"in-{tag}", f"out-{tag}"]
+    async with aiohttp.ClientSession() as session:
+        for name, seg, size in ((names[0], inp, len(p.raw)), (names[1], out, out_size)):
+            body = {"key": "/" + seg.name, "offset": 0, "byte_size": size}
+            async with session.post(f"http://{address}/v2/systemsharedmemory/region/{name}/register", json=body) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"register {name}: {r.status} {await r.text()}")
+    return inp, out, names
+
+
+async def _shm_release(address: str, regions: tuple[Any, Any, list[str]]) -> None:
+    import aiohttp
+
+    inp, out, names = regions
+    async with aiohttp.ClientSession() as session:
+        for name in names:
+            async with session.post(f"http://{address}/v2/systemsharedmemory/region/{name}/unregister") as r:
+                await r.read()
+    for seg in (inp, out):
+        seg.close()
+        seg.unlink()
+
+
+async def _client_grpc(
+    address: str, model: str, p: Payload, stop_at: float, lat: list, shm: tuple[Any, Any, list[str]] | None
+) -> int:
     import grpc
     from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pbg
 
-    opts = [("grpc.max_send_message_length", 1 << 30), ("grpc.max_receive_message_length", 1 << 30)]
-    async with grpc.aio.insecure_channel(address, options=opts) as channel:
+    Param = pb.InferParameter
+    async with grpc.aio.insecure_channel(address, options=_GRPC_OPTS) as channel:
         stub = pbg.GRPCInferenceServiceStub(channel)
-        tensor = pb.ModelInferRequest.InferInputTensor(name=name, datatype=_DTYPES[x.dtype], shape=list(x.shape))
-        request = pb.ModelInferRequest(model_name=model, inputs=[tensor], raw_input_contents=[x.tobytes()])
+        tensor = pb.ModelInferRequest.InferInputTensor(name=p.name, datatype=p.datatype, shape=p.shape)
+        if shm is None:
+            request = pb.ModelInferRequest(model_name=model, inputs=[tensor], raw_input_contents=[p.raw])
+        else:
+            _, _, (in_name, out_name) = shm
+            tensor.parameters["shared_memory_region"].CopyFrom(Param(string_param=in_name))
+            tensor.parameters["shared_memory_byte_size"].CopyFrom(Param(int64_param=len(p.raw)))
+            outs, offset = [], 0
+            for name, size in p.outputs:
+                o = pb.ModelInferRequest.InferRequestedOutputTensor(name=name)
+                o.parameters["shared_memory_region"].CopyFrom(Param(string_param=out_name))
+                o.parameters["shared_memory_byte_size"].CopyFrom(Param(int64_param=size))
+                o.parameters["shared_memory_offset"].CopyFrom(Param(int64_param=offset))
+                outs.append(o)
+                offset += size
+            request = pb.ModelInferRequest(model_name=model, inputs=[tensor], outputs=outs)
         errors = 0
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
+            if shm is not None:
+                shm[0].buf[: len(p.raw)] = p.raw  # a real client writes its next input into the region
             try:
                 await stub.ModelInfer(request)
                 t1 = time.perf_counter()
                 lat.append((t1, t1 - t0))
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
                 errors += 1
+                if errors == 1:
+                    print(f"client error: {exc.code()}: {exc.details()[:300]}", file=sys.stderr, flush=True)
         return errors
 
 
-async def _client_rest(address: str, model: str, x: np.ndarray, name: str, stop_at: float, lat: list) -> int:
+async def _client_rest(
+    address: str, model: str, p: Payload, stop_at: float, lat: list, shm: tuple[Any, Any, list[str]] | None
+) -> int:
     import aiohttp
 
-    head = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": name,
-                    "shape": list(x.shape),
-                    "datatype": _DTYPES[x.dtype],
-                    "parameters": {"binary_data_size": x.nbytes},
-                }
-            ],
-            "parameters": {"binary_data_output": True},
-        }
-    ).encode()
-    body = head + x.tobytes()
-    headers = {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+    if shm is None:
+        head = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": p.name,
+                        "shape": p.shape,
+                        "datatype": p.datatype,
+                        "parameters": {"binary_data_size": len(p.raw)},
+                    }
+                ],
+                "parameters": {"binary_data_output": True},
+            }
+        ).encode()
+        body = head + p.raw
+        headers = {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+    else:
+        _, _, (in_name, out_name) = shm
+        outs, offset = [], 0
+        for name, size in p.outputs:
+            region = {"shared_memory_region": out_name, "shared_memory_byte_size": size, "shared_memory_offset": offset}
+            outs.append({"name": name, "parameters": region})
+            offset += size
+        region = {"shared_memory_region": in_name, "shared_memory_byte_size": len(p.raw)}
+        tensor = {"name": p.name, "shape": p.shape, "datatype": p.datatype, "parameters": region}
+        body = json.dumps({"inputs": [tensor], "outputs": outs}).encode()
+        headers = {"Content-Type": "application/json"}
     url = f"http://{address}/v2/models/{model}/infer"
     errors = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
+            if shm is not None:
+                shm[0].buf[: len(p.raw)] = p.raw
             async with session.post(url, data=body, headers=headers) as r:
-                await r.read()
+                text = await r.read()
                 if r.status == 200:
                     t1 = time.perf_counter()
                     lat.append((t1, t1 - t0))
                 else:
                     errors += 1
+                    if errors == 1:
+                        print(f"client error: {r.status}: {text[:300]!r}", file=sys.stderr, flush=True)
     return errors
 
 
-def _client_proc(args: tuple[str, str, str, np.ndarray, str, int, float, float, float]) -> tuple[list[float], int]:
-    """Closed-loop clients; latencies of the requests that completed inside the measuring window."""
-    protocol, address, model, x, name, clients, start_at, warmup, seconds = args
+def _client_proc(args: tuple[Any, ...]) -> tuple[list[float], int, float]:
+    """Closed-loop clients; latencies of the requests that completed inside the measuring window, errors,
+    and this process's CPU seconds in that window (the client's own load: near 1.0 per process = saturated)."""
+    protocol, http, grpc_address, model, p, clients, start_at, warmup, seconds = args
+    import aiohttp  # noqa: F401  (imported here, not inside the measuring window)
+    import grpc  # noqa: F401
+    from kserve.protocol.grpc import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc  # noqa: F401
 
-    async def main() -> tuple[list[float], int]:
-        while time.time() < start_at:
-            await asyncio.sleep(0.005)
-        measure_from = time.perf_counter() + warmup  # the clients run from now; the queue fills meanwhile
-        stop_at = measure_from + seconds
-        done: list[tuple[float, float]] = []
-        fn = _client_grpc if protocol == "grpc" else _client_rest
-        errors = await asyncio.gather(*(fn(address, model, x, name, stop_at, done) for _ in range(clients)))
-        return [lat for t, lat in done if measure_from <= t <= stop_at], sum(errors)
+    use_shm = protocol.endswith("-shm")
+    fn = _client_grpc if protocol.startswith("grpc") else _client_rest
+    address = grpc_address if protocol.startswith("grpc") else http
+
+    async def main() -> tuple[list[float], int, float]:
+        regions = []
+        if use_shm:
+            regions = [await _shm_regions(http, p, f"{os.getpid()}-{i}-{time.time_ns()}") for i in range(clients)]
+        try:
+            while time.time() < start_at:
+                await asyncio.sleep(0.005)
+            measure_from = time.perf_counter() + warmup  # the clients run from now; the queue fills meanwhile
+            stop_at = measure_from + seconds
+            done: list[tuple[float, float]] = []
+            cpu: list[float] = []
+
+            async def meter() -> None:
+                await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+                c0 = time.process_time()
+                await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
+                cpu.append(time.process_time() - c0)
+
+            coros = [fn(address, model, p, stop_at, done, regions[i] if use_shm else None) for i in range(clients)]
+            *errors, _ = await asyncio.gather(*coros, meter())
+            return [lat for t, lat in done if measure_from <= t <= stop_at], sum(errors), cpu[0] if cpu else 0.0
+        finally:
+            for r in regions:
+                await _shm_release(http, r)
 
     return asyncio.run(main())
+
+
+_POOLS: dict[int, Any] = {}
+
+
+def client_pool(procs: int) -> Any:
+    """A pool of client processes kept for the whole run (spawned once: no fork of a CUDA/ORT process)."""
+    if procs not in _POOLS:
+        _POOLS[procs] = mp.get_context("spawn").Pool(procs)
+    return _POOLS[procs]
 
 
 def load(
     server: ServerProcess,
     protocol: str,
     model: str,
-    x: np.ndarray,
+    x: Any,
     name: str,
     clients: int,
     seconds: float,
     procs: int = 1,
     warmup: float = 1.0,
+    outputs: tuple[tuple[str, int], ...] = (),
 ) -> dict[str, Any]:
     """``clients`` closed-loop clients: after ``warmup`` s of load, requests completed in the next ``seconds``.
 
-    Returns requests/s, items/s, p50/p99 latency of those requests, and errors.
+    ``protocol``: ``grpc``, ``rest``, ``grpc-shm`` or ``rest-shm`` (inputs and ``outputs`` in system shared
+    memory: each client registers its own regions). ``x``: an array, or a list of encoded files (BYTES).
+    Returns requests/s, items/s, p50/p99 latency of those requests, errors, and the client processes' CPU
+    use in the window (1.0 = one core busy per process).
     """
-    address = f"127.0.0.1:{server.grpc if protocol == 'grpc' else server.http}"
+    p = Payload(name, x, outputs)
+    http, grpc_address = f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}"
     procs = max(1, min(procs, clients))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-    start_at = time.time() + 0.3 + 0.3 * (procs > 1) * procs
-    jobs = [(protocol, address, model, x, name, n, start_at, warmup, seconds) for n in per]
+    start_at = time.time() + 0.5 + (1.0 if protocol.endswith("-shm") else 0.0) + 0.02 * clients
+    jobs = [(protocol, http, grpc_address, model, p, n, start_at, warmup, seconds) for n in per]
     if procs == 1:
         results = [_client_proc(jobs[0])]
     else:
-        with mp.get_context("spawn").Pool(procs) as pool:
-            results = pool.map(_client_proc, jobs)
+        results = client_pool(procs).map(_client_proc, jobs)
     lat = sorted(v for r in results for v in r[0])
     errors = sum(r[1] for r in results)
     n = len(lat)
@@ -266,9 +405,10 @@ def load(
         "requests": n,
         "errors": errors,
         "req_s": round(n / seconds, 1),
-        "items_s": round(n * x.shape[0] / seconds, 1),
+        "items_s": round(n * p.items / seconds, 1),
         "p50_ms": round(1000 * lat[n // 2], 2) if n else None,
         "p99_ms": round(1000 * lat[min(n - 1, int(n * 0.99))], 2) if n else None,
+        "client_cpu": round(sum(r[2] for r in results) / seconds / procs, 2),
     }
 
 
@@ -548,10 +688,354 @@ def cmd_gpu(a: argparse.Namespace) -> None:
                 server.stop()
 
 
+# ------------------------------------------------------------------ gpu1
+def uint8_front(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
+    """``model`` (float ``(N, 3, size, size)`` in) taking ``uint8 (N, size, size, 3)``: Cast, NHWC->NCHW, 1/255."""
+    g = model.graph
+    old = g.input[0].name
+    pre = [
+        helper.make_node("Cast", ["images"], ["images_f"], to=TensorProto.FLOAT),
+        helper.make_node("Transpose", ["images_f"], ["images_chw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Mul", ["images_chw", "inv255"], [old]),
+    ]
+    g.initializer.append(onnx.numpy_helper.from_array(np.array(1 / 255, np.float32), "inv255"))
+    nodes = pre + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.input[0]
+    g.input.insert(0, helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", size, size, 3]))
+    onnx.checker.check_model(model)
+    return model
+
+
+def output_specs(server: ServerProcess, model: str, items: int) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of each output of ``model`` for a request of ``items`` rows, from the server's metadata."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http}/v2/models/{model}", timeout=10) as r:
+        meta = json.loads(r.read())
+    specs = []
+    for o in meta["outputs"]:
+        dims = [items if (d is None or int(d) < 0) else int(d) for d in o["shape"]]
+        specs.append((o["name"], int(np.prod(dims)) * _DTYPE_SIZE[o["datatype"]]))
+    return tuple(specs)
+
+
+def serve_help() -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from amdinfer.cli import main; sys.exit(main(['serve', '--help']))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.stdout + out.stderr
+
+
+def _jpegs(count: int, width: int | None, quality: int = 90) -> list[bytes]:
+    """JPEG files of the shipped document pages (tests/data/doclayout_page*.png), optionally resized."""
+    import io
+
+    from PIL import Image
+
+    pages = sorted((Path(__file__).resolve().parents[1] / "tests" / "data").glob("doclayout_page*.png"))
+    files = []
+    for i in range(count):
+        im = Image.open(pages[i % len(pages)]).convert("RGB")
+        if width is not None:
+            im = im.resize((width, round(im.height * width / im.width)))
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", quality=quality)
+        files.append(buf.getvalue())
+    return files
+
+
+def _decoder() -> tuple[str, Any]:
+    """The recipe's default decoder: OpenCV when installed, else Pillow (one JPEG file -> pixels)."""
+    try:
+        import cv2
+
+        return "cv2.imdecode", lambda b: cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
+    except ImportError:
+        import io
+
+        from PIL import Image
+
+        return "PIL decode", lambda b: np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
+
+
+def _rate(fn: Any, items: int, seconds: float, warm: int = 3) -> float:
+    for _ in range(warm):
+        fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        n += 1
+    return n * items / (time.perf_counter() - t0)
+
+
+def cmd_gpu1(a: argparse.Namespace) -> None:
+    """One GPU, one run: engine rates, then each served configuration against them (module docstring)."""
+    smoke = a.cpu_smoke
+    provider, precision = ("cpu", "fp32") if smoke else ("cuda", "fp16")
+    if not smoke:
+        import torch  # before onnxruntime: its CUDA libraries
+    import onnxruntime as ort
+
+    folder = Path(tempfile.mkdtemp(prefix="amdinfer-serving-"))
+    help_text = serve_help()
+    has = {
+        flag: flag in help_text for flag in ("--workers-per-device", "--recipe", "--verify-sample", "--shared-memory")
+    }
+    env: dict[str, Any] = {"case": "environment", "provider": provider, "precision": precision}
+    env.update(onnxruntime=ort.__version__, python=platform.python_version(), cores=os.cpu_count())
+    env.update(client_procs=a.client_procs, seconds=a.seconds, warmup=a.warmup, flags={k: v for k, v in has.items()})
+    if not smoke:
+        import torch
+
+        env.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__)
+    record(env)
+
+    # the classifier: ResNet-50 (a tiny CNN in the smoke run), float NCHW for the recipe, uint8 NHWC bare
+    size = 32 if smoke else 224
+    cls_proto = models.tiny_cnn() if smoke else models.resnet50()
+    cls_path, cls_u8_path = folder / "classifier.onnx", folder / "classifier_u8.onnx"
+    onnx.save(cls_proto, cls_path)
+    onnx.save(uint8_front(onnx.ModelProto.FromString(cls_proto.SerializeToString()), size), cls_u8_path)
+    noop_path = folder / "noop.onnx"
+    onnx.save(trivial_uint8(size), noop_path)
+    items = a.request_items
+    rng = np.random.default_rng(0)
+    x_cls = rng.integers(0, 255, (items, size, size, 3), dtype=np.uint8)
+    jpeg_cls = _jpegs(items, 500)  # ImageNet-sized photos: 500 px wide
+    buckets = [int(b) for b in a.batch_buckets.split(",")] if a.batch_buckets else [a.max_batch]
+    yolo = Path(a.yolo) if a.yolo else None
+    yolo_meta: dict[str, Any] = {}
+    if yolo is not None:
+        shape = [
+            d.dim_value or d.dim_param
+            for d in onnx.load(yolo, load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+        ]
+        yolo_meta = {"shape": shape, "input": onnx.load(yolo, load_external_data=False).graph.input[0].name}
+
+    # ---- 1. engine rates (nothing else on the GPU)
+    engine: dict[tuple[str, int], float] = {}
+    with amdinfer.load(cls_u8_path, providers=[provider], precision=precision, device=0) as e:
+        for b in sorted({*buckets, a.engine_batch}):
+            xb = rng.integers(0, 255, (b, size, size, 3), dtype=np.uint8)
+            engine["classifier", b] = _rate(lambda xb=xb: e.run(xb), b, a.engine_seconds)
+            record({"case": "engine", "model": "classifier", "batch": b, "img_s": round(engine["classifier", b], 1)})
+    decoder, decode = _decoder()
+    dec = _rate(lambda: [decode(j) for j in jpeg_cls], items, 1.0)
+    record({"case": "decode", "what": f"{decoder}, 1 thread", "image": "500 px JPEG", "img_s": round(dec, 1)})
+    jpeg_yolo: list[bytes] = []
+    if yolo is not None:
+        jpeg_yolo = _jpegs(8, None)
+        with amdinfer.load(yolo, providers=[provider], precision=precision, device=0) as e:
+            xy = rng.random([int(d) if isinstance(d, int) and d else 1 for d in yolo_meta["shape"]], np.float32)
+            engine["yolo", 1] = _rate(lambda: e.run(xy), xy.shape[0], a.engine_seconds)
+            record({"case": "engine", "model": "yolo", "batch": xy.shape[0], "img_s": round(engine["yolo", 1], 1)})
+        dec = _rate(lambda: [decode(j) for j in jpeg_yolo], len(jpeg_yolo), 1.0)
+        record({"case": "decode", "what": f"{decoder}, 1 thread", "image": "page JPEG", "img_s": round(dec, 1)})
+        try:
+            det = amdinfer.yolo(yolo, providers=[provider], precision=precision, device=0)
+            rate = _rate(lambda: det.run_batch(jpeg_yolo), len(jpeg_yolo), a.engine_seconds, warm=1)
+            engine["yolo-pipeline", 1] = rate
+            record({"case": "engine", "model": "yolo pipeline (JPEG in, run_batch)", "img_s": round(rate, 1)})
+            det.close() if hasattr(det, "close") else None
+        except Exception as exc:
+            record({"case": "engine", "model": "yolo pipeline", "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+
+    # ---- 2. served
+    def serve(path: Path, name: str, extra: tuple[str, ...] = (), mbs: int | None = None) -> ServerProcess:
+        flags = list(extra)
+        if has["--workers-per-device"] and "--workers-per-device" not in flags:
+            flags += ["--workers-per-device", "1"]
+        if a.batch_buckets and mbs is None:
+            flags += ["--batch-buckets", a.batch_buckets]
+        return ServerProcess(
+            path,
+            name,
+            providers=provider,
+            precision=precision,
+            devices="0",
+            max_batch_size=mbs or a.max_batch,
+            max_delay_ms=a.delay_ms,
+            preload_torch=not smoke,
+            extra=tuple(flags),
+        )
+
+    def measure(
+        server: ServerProcess,
+        label: str,
+        name: str,
+        x: Any,
+        input_name: str,
+        protocols: list[str],
+        clients: list[int],
+        ref: tuple[str, int] | None,
+    ) -> None:
+        for protocol in protocols:
+            outs = output_specs(server, name, len(x)) if protocol.endswith("-shm") else ()
+            for c in clients:
+                row: dict[str, Any] = {"case": "served", "config": label, "protocol": protocol, "clients": c}
+                row["items_per_request"] = len(x)
+                try:
+                    row.update(
+                        load(server, protocol, name, x, input_name, c, a.seconds, a.client_procs, a.warmup, outs)
+                    )
+                    row["mean_batch"] = round(server.mean_batch(name), 1)
+                    if ref is not None and ref in engine:
+                        row["engine_img_s"] = round(engine[ref], 1)
+                        row["ratio"] = round(row["items_s"] / engine[ref], 2)
+                        served_b = next((b for b in sorted(buckets) if b >= row["mean_batch"]), None)
+                        if ref[0] == "classifier" and served_b and ("classifier", served_b) in engine:
+                            row["ratio_at_served_batch"] = round(row["items_s"] / engine["classifier", served_b], 2)
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                record(row)
+
+    def run_config(
+        label: str, path: Path, name: str, extra: tuple[str, ...], body: Any, mbs: int | None = None
+    ) -> None:
+        try:
+            server = serve(path, name, extra, mbs)
+        except Exception as exc:
+            record({"case": "served", "config": label, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"})
+            return
+        try:
+            body(server)
+        finally:
+            server.stop()
+
+    all_protocols = ["grpc", "rest", "grpc-shm", "rest-shm"]
+    top = [max(a.gpu_clients)]
+    ref_cls = ("classifier", a.engine_batch)
+    # the ceiling of clients + server with a model that costs nothing, same request size
+    run_config(
+        "no-op model (ceiling)",
+        noop_path,
+        "noop",
+        (),
+        lambda s: measure(s, "no-op model (ceiling)", "noop", x_cls, "images", ["grpc", "rest", "grpc-shm"], top, None),
+    )
+    run_config(
+        "classifier, 1 worker",
+        cls_u8_path,
+        "classifier",
+        (),
+        lambda s: measure(
+            s, "classifier, 1 worker", "classifier", x_cls, "images", all_protocols, a.gpu_clients, ref_cls
+        ),
+    )
+    if has["--verify-sample"]:
+        run_config(
+            "classifier, canary 0.01",
+            cls_u8_path,
+            "classifier",
+            ("--verify-sample", str(a.canary)),
+            lambda s: measure(
+                s, "classifier, canary 0.01", "classifier", x_cls, "images", ["grpc", "grpc-shm"], top, ref_cls
+            ),
+        )
+    else:
+        record({"case": "served", "config": "classifier, canary", "error": "not available (no --verify-sample)"})
+    if has["--workers-per-device"]:
+        label = f"classifier, {a.workers} workers"
+        run_config(
+            label,
+            cls_u8_path,
+            "classifier",
+            ("--workers-per-device", str(a.workers)),
+            lambda s: measure(
+                s, label, "classifier", x_cls, "images", ["grpc", "rest", "grpc-shm"], a.gpu_clients, ref_cls
+            ),
+        )
+    else:
+        record(
+            {"case": "served", "config": "classifier, N workers", "error": "not available (no --workers-per-device)"}
+        )
+    if has["--recipe"]:
+        run_config(
+            "classifier recipe, JPEG BYTES",
+            cls_path,
+            "classifier",
+            ("--recipe", "classify"),
+            lambda s: measure(
+                s,
+                "classifier recipe, JPEG BYTES",
+                "classifier",
+                jpeg_cls,
+                "images",
+                ["grpc", "rest"],
+                a.gpu_clients,
+                ref_cls,
+            ),
+        )
+    else:
+        record({"case": "served", "config": "classifier recipe, JPEG BYTES", "error": "not available (no --recipe)"})
+    if yolo is not None:
+        xy_req = rng.random([int(d) if isinstance(d, int) and d else 1 for d in yolo_meta["shape"]], np.float32)
+        run_config(
+            "yolo, 1 worker",
+            yolo,
+            "yolo",
+            (),
+            lambda s: measure(
+                s,
+                "yolo, 1 worker",
+                "yolo",
+                xy_req,
+                yolo_meta["input"],
+                ["grpc", "rest", "grpc-shm"],
+                a.gpu_clients,
+                ("yolo", 1),
+            ),
+            mbs=1,
+        )
+        if has["--recipe"]:
+            imgsz = [d for d in yolo_meta["shape"] if isinstance(d, int) and d > 3]
+            recipe_flags = ("--recipe", "yolo") + (("--imgsz", str(imgsz[-1])) if imgsz else ())
+            run_config(
+                "yolo recipe, JPEG BYTES",
+                yolo,
+                "yolo",
+                recipe_flags,
+                lambda s: measure(
+                    s,
+                    "yolo recipe, JPEG BYTES",
+                    "yolo",
+                    jpeg_yolo[:1],
+                    "images",
+                    ["grpc", "rest"],
+                    a.gpu_clients,
+                    ("yolo", 1),
+                ),
+                mbs=a.max_batch,
+            )
+        else:
+            record({"case": "served", "config": "yolo recipe, JPEG BYTES", "error": "not available (no --recipe)"})
+    for pool in _POOLS.values():
+        pool.terminate()
+    print_table()
+
+
+def print_table() -> None:
+    """Every row as one Markdown table (served rows with their ratios; engine and decode rows as rates)."""
+    keys = ["case", "config", "model", "what", "protocol", "clients", "items_per_request", "batch", "img_s", "items_s"]
+    keys += ["req_s", "p50_ms", "p99_ms", "mean_batch", "engine_img_s", "ratio", "ratio_at_served_batch"]
+    keys += ["client_cpu", "errors", "error"]
+    rows = [r for r in ROWS if r.get("case") != "environment"]
+    used = [k for k in keys if any(k in r for r in rows)]
+    print()
+    print("| " + " | ".join(used) + " |")
+    print("|" + "---|" * len(used))
+    for r in rows:
+        print("| " + " | ".join(str(r.get(k, "")) for k in used) + " |")
+    print(flush=True)
+
+
 def main() -> None:
     global OUT
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["cpu", "decode", "gpu"])
+    p.add_argument("command", choices=["cpu", "decode", "gpu", "gpu1"])
     p.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
     p.add_argument("--warmup", type=float, default=1.0, help="load before the measuring window (s)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -565,12 +1049,18 @@ def main() -> None:
     p.add_argument("--device-sets", nargs="+", default=["0", "0,1"], help="gpu: --devices of each served run")
     p.add_argument("--engine-batch", type=int, default=64, help="gpu: batch of the engine-rate loop")
     p.add_argument("--batch-buckets", default="8,16,32,64", help="gpu: the server's --batch-buckets ('' for none)")
+    p.add_argument("--yolo", help="gpu1: the trained YOLOv8n .onnx (tests/_trained.model_path())")
+    p.add_argument("--cpu-smoke", action="store_true", help="gpu1: every row on the CPU with a tiny CNN")
+    p.add_argument("--workers", type=int, default=4, help="gpu1: N of --workers-per-device N (when the flag exists)")
+    p.add_argument("--canary", type=float, default=0.01, help="gpu1: --verify-sample of the canary rows")
+    p.add_argument("--max-batch", type=int, default=64, help="gpu1: the server's --max-batch-size")
+    p.add_argument("--engine-seconds", type=float, default=2.0, help="gpu1: seconds per engine-rate row")
     p.add_argument("--out", default=os.environ.get("OUT"))
     a = p.parse_args()
     if a.out:
         OUT = Path(a.out)
         OUT.mkdir(parents=True, exist_ok=True)
-    {"cpu": cmd_cpu, "decode": cmd_decode, "gpu": cmd_gpu}[a.command](a)
+    {"cpu": cmd_cpu, "decode": cmd_decode, "gpu": cmd_gpu, "gpu1": cmd_gpu1}[a.command](a)
 
 
 if __name__ == "__main__":
