@@ -34,6 +34,7 @@ __all__ = [
     "DynamicBatcher",
     "EngineWorker",
     "FastDataPlane",
+    "ModelRepository",
     "PipelineWorker",
     "Server",
     "ServingMetrics",
@@ -49,6 +50,7 @@ __all__ = [
     "run_isolated",
     "serve",
     "serve_processes",
+    "serve_repository",
     "tensor_metadata",
     "to_numpy",
 ]
@@ -60,12 +62,14 @@ _KSERVE = {
     "decode_rest": "_oip",
     "tensor_metadata": "_oip",
     "to_numpy": "_oip",
+    "ModelRepository": "_repository",
     "Server": "_server",
-    "build_model": "_server",
-    "load_recipe_workers": "_server",
-    "load_workers": "_server",
-    "serve": "_server",
-    "serve_processes": "_server",
+    "build_model": "_models",
+    "load_recipe_workers": "_models",
+    "load_workers": "_models",
+    "serve": "_serve_api",
+    "serve_processes": "_supervisor",
+    "serve_repository": "_serve_api",
 }
 
 

@@ -108,7 +108,8 @@ def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
     """The ``amdinfer serve`` arguments of a process that serves ``device`` (one of its server processes)."""
-    argv = ["serve", args.model, "--host", args.host, "--http-port", str(args.http_port), "--workers-per-device", "1"]
+    served = [args.model] if args.model else ["--model-repository", args.model_repository]
+    argv = ["serve", *served, "--host", args.host, "--http-port", str(args.http_port), "--workers-per-device", "1"]
     argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
     argv += ["--max-delay-ms", str(args.max_delay_ms), "--backend", args.backend, "--precision", args.precision]
     argv += ["--devices", str(device), "--reuse-port", "--max-request-bytes", str(args.max_request_bytes)]
@@ -229,57 +230,99 @@ def configure_logging(level: str | None) -> None:
     )
 
 
+def _check_served(args: argparse.Namespace, recipe_options: dict[str, Any]) -> None:
+    """A model path or ``--model-repository DIR``, and no one-model flag with a repository.
+
+    Raises:
+        OptionError: both or neither given; ``--recipe``, its options, ``--name`` or ``--verify-sample`` with
+            ``--model-repository``.
+
+    Example:
+        >>> from amdinfer.cli import build_parser
+        >>> _check_served(build_parser().parse_args(["serve", "--model-repository", "models", "--name", "x"]), {})
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: --name with --model-repository: --recipe, its options, --name and \
+--verify-sample apply to one model; put recipes and options in DIR/models.toml
+    """
+    from ..errors import OptionError
+
+    if (args.model is None) == (args.model_repository is None):
+        raise OptionError(
+            f"model: got {args.model!r} and --model-repository {args.model_repository!r}, expected one of them "
+            "(a model path, or --model-repository DIR)"
+        )
+    if args.model_repository is None:
+        return
+    flags = {"--recipe": args.recipe, "--name": args.name, "--verify-sample": args.verify_sample}
+    flags.update({"--" + k.replace("_", "-"): v for k, v in recipe_options.items()})
+    given = [flag for flag, value in flags.items() if value]
+    if given:
+        raise OptionError(
+            f"{', '.join(given)} with --model-repository: --recipe, its options, --name and --verify-sample apply "
+            "to one model; put recipes and options in DIR/models.toml"
+        )
+
+
+def _run_processes(args: argparse.Namespace, n: int, why: str) -> int:
+    """Supervise ``n`` server processes per device (:func:`~amdinfer.serve.serve_processes`)."""
+    from ..errors import OptionError
+    from . import _kserve_module
+    from ._net import check_host
+
+    if args.http_port == 0 or args.grpc_port == 0:
+        raise OptionError(
+            f"--http-port {args.http_port} --grpc-port {args.grpc_port}: port 0 (any free port) with "
+            f"{len(args.devices) * n} server processes would give each its own port; give the ports"
+        )
+    check_host(args.host)  # before any child starts: one line, not one per child
+    logging.getLogger("amdinfer.serve").info(
+        "starting %d server processes: %d per device (%s) on device%s %s",
+        n * len(args.devices),
+        n,
+        why,
+        "s" if len(args.devices) > 1 else "",
+        ",".join(map(str, args.devices)),
+    )
+    children = [_child_argv(args, d) for d in args.devices for _ in range(n)]
+    return int(_kserve_module("_supervisor").serve_processes(children, workers_per_device=n))
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the exit code (0: stopped cleanly)."""
-    from ..errors import OptionError
     from . import _kserve_module
 
     configure_logging(args.log_level)
     recipe_options = _recipe_options(args)  # before anything starts: a misplaced flag fails at once
-    _server = _kserve_module("_server")
+    _check_served(args, recipe_options)
     n, why = _processes_per_device(args)
     if n > 1 or (len(args.devices) > 1 and not args.single_process):
-        if args.http_port == 0 or args.grpc_port == 0:
-            raise OptionError(
-                f"--http-port {args.http_port} --grpc-port {args.grpc_port}: port 0 (any free port) with "
-                f"{len(args.devices) * n} server processes would give each its own port; give the ports"
-            )
-        from ._net import check_host
-
-        check_host(args.host)  # before any child starts: one line, not one per child
-        logging.getLogger("amdinfer.serve").info(
-            "starting %d server processes: %d per device (%s) on device%s %s",
-            n * len(args.devices),
-            n,
-            why,
-            "s" if len(args.devices) > 1 else "",
-            ",".join(map(str, args.devices)),
-        )
-        return int(
-            _server.serve_processes(
-                [_child_argv(args, d) for d in args.devices for _ in range(n)], workers_per_device=n
-            )
-        )
-    options: dict[str, Any] = {}
-    if args.providers:
-        options["providers"] = args.providers.split(",")
-    if args.batch_buckets:
-        options["batch_buckets"] = args.batch_buckets
-    _server.serve(
-        args.model,
-        name=args.name,
+        return _run_processes(args, n, why)
+    api = _kserve_module("_serve_api")
+    options: dict[str, Any] = dict(
         host=args.host,
         http_port=args.http_port,
         grpc_port=None if args.grpc_port < 0 else args.grpc_port,
-        max_batch_size=args.max_batch_size,
-        max_delay_ms=args.max_delay_ms,
         devices=args.devices,
-        backend=args.backend,
-        precision=args.precision,
         warmup=not args.no_warmup,
         reuse_port=args.reuse_port,
         max_request_bytes=args.max_request_bytes,
         shared_memory=_SHARED_MEMORY[args.shared_memory],
+        backend=args.backend,
+        precision=args.precision,
+        max_batch_size=args.max_batch_size,
+        max_delay_ms=args.max_delay_ms,
+    )
+    if args.providers:
+        options["providers"] = args.providers.split(",")
+    if args.batch_buckets:
+        options["batch_buckets"] = args.batch_buckets
+    if args.model_repository:
+        api.serve_repository(args.model_repository, **options)
+        return 0
+    api.serve(
+        args.model,
+        name=args.name,
         verify_sample=args.verify_sample,
         verify_reference=args.verify_reference,
         recipe=args.recipe,
@@ -306,7 +349,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ...  for n in ("2", "auto")]
         [2, None]
     """
-    p.add_argument("model", help="path to an .onnx file")
+    _add_served_arguments(p)
+    _add_engine_arguments(p)
+    _add_canary_arguments(p)
+    _add_recipe_arguments(p)
+
+
+def _add_served_arguments(p: argparse.ArgumentParser) -> None:
+    """What is served and where: the model or repository, the addresses, request limits, logging."""
+    p.add_argument("model", nargs="?", default=None, help="path to an .onnx file (or --model-repository DIR)")
+    p.add_argument(
+        "--model-repository",
+        default=None,
+        metavar="DIR",
+        help="serve every model of a folder (*.onnx, NAME/model.onnx, options in DIR/models.toml); "
+        "Triton's repository API loads and unloads them (see docs/serving.md)",
+    )
     p.add_argument("--name", default=None, help="model name in the URLs (default: the file's stem)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0: all)")
     p.add_argument("--http-port", type=_port, default=8080, help="REST port (default 8080)")
@@ -318,6 +376,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="largest request body/message taken, e.g. 64M (default 256M: 64 images of 1024x1024x3); "
         "larger REST bodies get 413 before they are read",
     )
+    p.add_argument(
+        "--shared-memory",
+        choices=list(_SHARED_MEMORY),
+        default="auto",
+        help="take tensors in system shared memory registered by clients on this host (Triton's extension); "
+        "auto (default): on when --host is a loopback address",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=_LEVELS,
+        default=None,
+        help="amdinfer's log level (default info: one start line, one line per refused request); debug adds "
+        "KServe's and uvicorn's lines and per-request access lines",
+    )
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes
+
+
+def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """How each model runs: backend, devices, batching, server processes per device."""
     p.add_argument("--max-batch-size", type=int, default=32, help="items per engine call at most (1: no batching)")
     p.add_argument("--max-delay-ms", type=float, default=2.0, help="how long a request waits for others (ms)")
     p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
@@ -344,13 +421,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="server processes per device, all on the same ports (SO_REUSEPORT), each with its own engine "
         "(default auto: max(1, min(4, usable cores // (2 x devices))))",
     )
-    p.add_argument(
-        "--shared-memory",
-        choices=list(_SHARED_MEMORY),
-        default="auto",
-        help="take tensors in system shared memory registered by clients on this host (Triton's extension); "
-        "auto (default): on when --host is a loopback address",
-    )
+
+
+def _add_canary_arguments(p: argparse.ArgumentParser) -> None:
+    """The numerical canary (``--verify-sample``)."""
     p.add_argument(
         "--verify-sample",
         type=_rate,
@@ -366,6 +440,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the canary's reference: ort (CPU fp32 ONNX Runtime, default) or numpy (the NumPy reference, "
         "for small models)",
     )
+
+
+def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+    """``--recipe`` and each recipe's own flags (see ``_RECIPE_FLAGS``)."""
     p.add_argument(
         "--recipe",
         choices=list(_RECIPE_FLAGS),
@@ -384,11 +462,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the recipe's image decoder (default auto: OpenCV when installed, else Pillow)",
     )
-    p.add_argument(
-        "--log-level",
-        choices=_LEVELS,
-        default=None,
-        help="amdinfer's log level (default info: one start line, one line per refused request); debug adds "
-        "KServe's and uvicorn's lines and per-request access lines",
-    )
-    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes

@@ -15,9 +15,19 @@ from typing import Any
 
 from ..errors import InputError, OptionError
 
-__all__ = ["CONFIG_FILES", "ModelConfig", "check_name", "inside", "parse_load_config", "read_repository"]
+__all__ = [
+    "CONFIG_FILES",
+    "REPOSITORY_STATE_ENV",
+    "ModelConfig",
+    "check_name",
+    "inside",
+    "parse_load_config",
+    "read_repository",
+]
 
 CONFIG_FILES = ("models.toml", "models.json")
+#: The folder of load/unload records shared by the server processes of one ``amdinfer serve``.
+REPOSITORY_STATE_ENV = "AMDINFER_REPOSITORY_STATE"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 

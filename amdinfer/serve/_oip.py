@@ -34,9 +34,9 @@ from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 from ..errors import AmdinferError, InputError, OptionError, StageError
 from ..types import TensorSpec
 from ._batcher import DynamicBatcher
+from ._gate import RequestGate, platform
 from ._images import bytes_tensor
 from ._metrics import ServingMetrics
-from ._repository import RequestGate, platform
 from ._shm import REGION, SharedMemoryRegistry, read_shared_inputs, uses_shm, write_shared_outputs
 
 __all__ = [

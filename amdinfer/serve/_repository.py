@@ -28,102 +28,26 @@ that depends on it (one ``stat`` of the folder per request otherwise).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, OptionError
-from ._model_folder import ModelConfig, check_name, parse_load_config, read_repository
+from ._model_folder import REPOSITORY_STATE_ENV, ModelConfig, check_name, parse_load_config, read_repository
 
-__all__ = [
-    "REPOSITORY_STATE_ENV",
-    "ModelRepository",
-    "RequestGate",
-    "platform",
-    "run_with_repository",
-    "serve_repository",
-]
+__all__ = ["REPOSITORY_STATE_ENV", "ModelRepository"]
 
 logger = logging.getLogger("amdinfer.serve")
 
-#: The folder of load/unload records shared by the server processes of one ``amdinfer serve``.
-REPOSITORY_STATE_ENV = "AMDINFER_REPOSITORY_STATE"
 #: a state folder changed less than this ago is read again at the next request (mtime granularity)
 _FRESH_NS = 1_000_000_000
-
-
-class RequestGate:
-    """Counts a model's requests while they run; :meth:`drain` closes the gate and waits until none runs.
-
-    Example:
-        >>> async def main():
-        ...     gate = RequestGate("tiny")
-        ...     async with gate.enter():
-        ...         running = gate.running
-        ...     await gate.drain()
-        ...     return running, gate.running, gate.closing
-        >>> asyncio.run(main())
-        (1, 0, True)
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.running = 0
-        #: set by :meth:`drain`: new requests are refused
-        self.closing = False
-        self._idle: asyncio.Event | None = None
-
-    @contextlib.asynccontextmanager
-    async def enter(self) -> AsyncIterator[None]:
-        """Count one request (``ModelNotReady`` once the gate is closing)."""
-        if self.closing:
-            from kserve.errors import ModelNotReady
-
-            raise ModelNotReady(self.name, "it is being unloaded")
-        if self._idle is None:
-            self._idle = asyncio.Event()
-        self.running += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self.running -= 1
-            if self.running == 0:
-                self._idle.set()
-
-    async def drain(self) -> None:
-        """Refuse new requests and wait for those running."""
-        self.closing = True
-        if self.running and self._idle is not None:
-            await self._idle.wait()
-
-
-def platform(worker: Any) -> str:
-    """What runs a served model, for its metadata: ``amdinfer BACKEND (PROVIDERS) PRECISION``.
-
-    Example:
-        >>> import amdinfer
-        >>> from amdinfer.serve import EngineWorker
-        >>> from amdinfer.testing.models import tiny_cnn
-        >>> platform(EngineWorker(amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])))
-        'amdinfer ort (CPUExecutionProvider) fp32'
-    """
-    engine, kind = getattr(worker, "engine", None), "amdinfer"
-    if engine is None:
-        engine, kind = getattr(getattr(worker, "pipeline", None), "engine", None), "amdinfer pipeline"
-    info = getattr(engine, "info", None)
-    if info is None:
-        return kind
-    providers = f" ({', '.join(info.providers)})" if info.providers else ""
-    return f"{kind} {info.backend}{providers} {info.precision}"
 
 
 class ModelRepository:
@@ -415,7 +339,7 @@ class ModelRepository:
         return model
 
     def _build(self, config: ModelConfig) -> Any:
-        from ._server import build_model, load_recipe_workers, load_workers
+        from ._models import build_model, load_recipe_workers, load_workers
 
         options: dict[str, Any] = {}
         if config.providers:
@@ -439,53 +363,3 @@ class ModelRepository:
             for w in workers:
                 (getattr(w, "engine", None) or w.pipeline).close()
             raise
-
-
-async def run_with_repository(server: Any, repository: ModelRepository, *, ready: Any = None) -> None:
-    """Serve ``repository``'s models on ``server`` (an :class:`~amdinfer.serve.Server`) until it stops."""
-    server.dataplane.repository = repository
-    await repository.start(server.registered_models)
-    try:
-        await server.serve([], ready=ready)
-    finally:
-        await repository.close()
-
-
-def serve_repository(
-    folder: str | Path,
-    *,
-    host: str = "127.0.0.1",
-    http_port: int = 8080,
-    grpc_port: int | None = 8081,
-    devices: Sequence[int] = (0,),
-    warmup: bool = True,
-    reuse_port: bool = False,
-    max_request_bytes: int | None = None,
-    shared_memory: bool | None = None,
-    state: str | Path | None = None,
-    **defaults: Any,
-) -> None:
-    """Serve every model of a repository folder until stopped.
-
-    Args:
-        folder: the repository (see :class:`ModelRepository`).
-        host, http_port, grpc_port, warmup, reuse_port, max_request_bytes, shared_memory: as for
-            :func:`~amdinfer.serve.serve`.
-        devices: this process's devices; each model gets one worker per device.
-        state: the folder of load/unload records shared by the processes of one server.
-        **defaults: options for every model (``backend``, ``providers``, ``precision``, ``max_batch_size``,
-            ``max_delay_ms``, ``batch_buckets``), overridden by the folder's ``models.toml``.
-
-    Example:
-        >>> serve_repository("/no/such/folder", http_port=0, grpc_port=None)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        amdinfer.errors.OptionError: model repository: got '/no/such/folder', expected a folder of .onnx models
-    """
-    from ._server import Server
-
-    options: dict[str, Any] = {"max_request_bytes": max_request_bytes} if max_request_bytes else {}
-    server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
-                    shared_memory=shared_memory, **options)  # fmt: skip
-    repository = ModelRepository(folder, devices=devices, defaults=defaults, state=state, warmup=warmup)
-    asyncio.run(run_with_repository(server, repository))

@@ -83,7 +83,7 @@ def _start(folder: Path, log: Path, state: Path | None = None) -> Iterator[Runni
     """A server of ``folder`` (in a subprocess); ``state``: the load/unload records shared with others."""
     http, grpc = free_port(), free_port()
     code = (
-        "import sys; from amdinfer.serve._repository import serve_repository; "
+        "import sys; from amdinfer.serve import serve_repository; "
         f"serve_repository(sys.argv[1], http_port={http}, grpc_port={grpc}, warmup=False, providers=['cpu'])"
     )
     with pytest.MonkeyPatch.context() as env:
@@ -348,3 +348,76 @@ class TestFolder:
             parse_load_config("m", '{"name": "other"}')
         with pytest.raises(InputError, match="expected a JSON object"):
             parse_load_config("m", "[1]")
+
+
+@contextmanager
+def _cli_server(folder: Path, log: Path, *flags: str) -> Iterator[tuple[RunningServer, list[int]]]:
+    """``amdinfer serve --model-repository folder`` as a real process (its own supervisor and children)."""
+    http, grpc = free_port(), free_port()
+    argv = ["-m", "amdinfer", "serve", "--model-repository", str(folder), "--providers", "cpu", "--no-warmup"]
+    argv += ["--http-port", str(http), "--grpc-port", str(grpc), *flags]
+    with running_server(argv, http, grpc, log) as s:
+        yield s, [http, grpc]
+
+
+class TestCommandLine:
+    def test_serves_two_models_of_the_folder_over_both_protocols(self, folder: Path, tmp_path: Path, engines) -> None:
+        log = tmp_path / "log.txt"
+        with _cli_server(folder, log, "--workers-per-device", "1") as (s, _):
+            for protocol in CLIENTS:
+                c = client(s, protocol)
+                for seed, name in enumerate(["tiny", "second"]):
+                    x = _x(3, seed=20 + seed)
+                    np.testing.assert_allclose(
+                        _infer(c, protocol, name, x), engines[name].run(x)["logits"], rtol=1e-5, atol=1e-5
+                    )
+                assert c.is_model_ready("lazy") is False
+            assert s.stop() == 0, log.read_text()
+        assert f"model repository {folder.resolve()}" in log.read_text()
+
+    def test_a_load_through_one_process_is_served_by_every_process(self, folder: Path, tmp_path: Path, engines) -> None:
+        """Two server processes on the same ports: each fresh connection lands on either; all see the load."""
+        from .test_serve import _wait_for_every_process
+
+        log = tmp_path / "log.txt"
+        with _cli_server(folder, log, "--workers-per-device", "2") as (s, ports):
+            _wait_for_every_process(s, ports, processes=2)
+            httpclient.InferenceServerClient(s.http).load_model("lazy")
+            x = _x(2, seed=30)
+            exact = engines["lazy"].run(x)["logits"]
+            for i in range(12):  # a new client is a new connection: the kernel picks the process
+                protocol = ("http", "grpc")[i % 2]
+                c = client(s, protocol)
+                assert c.is_model_ready("lazy") is True
+                np.testing.assert_allclose(_infer(c, protocol, "lazy", x), exact, rtol=1e-5, atol=1e-5)
+            grpcclient.InferenceServerClient(s.grpc).unload_model("lazy")
+            for i in range(12):
+                assert client(s, ("grpc", "http")[i % 2]).is_model_ready("lazy") is False
+            assert s.stop() == 0, log.read_text()
+        text = log.read_text()  # both processes served: each names itself in its start line
+        assert "server process 1 of 2 on its device" in text and "server process 2 of 2 on its device" in text
+
+    @pytest.mark.parametrize(
+        ("argv", "match"),
+        [
+            (["m.onnx", "--model-repository", "models"], r"model: got 'm.onnx' and --model-repository 'models'"),
+            ([], r"model: got None and --model-repository None, expected one of them"),
+            (["--model-repository", "models", "--recipe", "yolo", "--conf", "0.5"], r"--recipe, --conf with --mo"),
+            (["--model-repository", "models", "--verify-sample", "0.1"], r"--verify-sample with --model-repository"),
+        ],
+    )
+    def test_one_model_flags_are_refused_with_a_repository(self, argv: list[str], match: str) -> None:
+        from amdinfer.cli import build_parser
+        from amdinfer.serve._cli import run
+
+        with pytest.raises(OptionError, match=match):
+            run(build_parser().parse_args(["serve", *argv]))
+
+    def test_the_server_processes_get_the_repository(self) -> None:
+        from amdinfer.cli import build_parser
+        from amdinfer.serve._cli import _child_argv
+
+        parser = build_parser()
+        args = parser.parse_args(["serve", "--model-repository", "models", "--devices", "0,1", "--precision", "fp16"])
+        child = parser.parse_args(_child_argv(args, 1))
+        assert (child.model, child.model_repository, child.devices, child.precision) == (None, "models", [1], "fp16")

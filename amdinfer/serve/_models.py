@@ -1,0 +1,201 @@
+"""What a served model is built from: engine or pipeline workers (one per device), the canary, the batcher."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..engines.base import Engine
+from ..errors import OptionError
+from ._batcher import DynamicBatcher
+from ._canary import Canary, check_rate, load_reference
+from ._metrics import ServingMetrics
+from ._oip import AmdinferModel
+from ._workers import EngineWorker, PipelineWorker
+
+__all__ = ["RECIPES", "build_model", "load_recipe_workers", "load_workers"]
+
+
+def load_workers(
+    model: Any,
+    *,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    **load_options: Any,
+) -> list[EngineWorker]:
+    """One :class:`EngineWorker` per device: ``amdinfer.load(model, device=d, ...)`` for each ``d``.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> workers = load_workers(tiny_cnn(), devices=[0, 1], providers=["CPUExecutionProvider"])
+        >>> [w.name for w in workers]
+        ['device0', 'device1']
+        >>> for w in workers: w.engine.close()
+    """
+    from .._load import load
+
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    workers = []
+    try:
+        for d in devices:
+            engine = load(model, backend=backend, device=int(d), precision=precision, **load_options)
+            workers.append(EngineWorker(engine, name=f"device{d}"))
+    except BaseException:
+        for w in workers:
+            w.engine.close()
+        raise
+    return workers
+
+
+#: The recipes ``serve(recipe=...)`` and ``amdinfer serve --recipe`` know.
+RECIPES = ("yolo", "classify")
+
+
+def load_recipe_workers(
+    model: Any,
+    recipe: str,
+    *,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    recipe_options: dict[str, Any] | None = None,
+    **load_options: Any,
+) -> list[PipelineWorker]:
+    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)`` or ``amdinfer.classify(model, ...)``.
+
+    Requests send encoded images (input ``images``, datatype ``BYTES``, one JPEG/PNG file per element; uint8
+    ``(N, H, W, 3)`` arrays work too); see docs/serving.md for the answer's layout.
+
+    Args:
+        model: the model (path, bytes or ModelProto), built once per device.
+        recipe: ``"yolo"`` or ``"classify"``.
+        devices: GPU indices, one pipeline each.
+        backend: ``amdinfer.load``'s backend.
+        precision: ``amdinfer.load``'s precision.
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...).
+        **load_options: other ``amdinfer.load`` options (``providers=``, ...).
+
+    Raises:
+        OptionError: an unknown recipe, or devices that are empty or repeated.
+
+    Example:
+        >>> from amdinfer.testing.models import yolov8
+        >>> workers = load_recipe_workers(yolov8(image_size=64), "yolo", recipe_options={"imgsz": 64},
+        ...                               providers=["CPUExecutionProvider"])
+        >>> [(w.name, w.input_name, w.takes_images) for w in workers]
+        [('device0', 'images', True)]
+        >>> for w in workers: w.pipeline.close()
+    """
+    from .. import recipes
+
+    if recipe not in RECIPES:
+        raise OptionError(f"recipe: got {recipe!r}, expected one of {RECIPES}")
+    build = getattr(recipes, recipe)
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    workers: list[PipelineWorker] = []
+    try:
+        for d in devices:
+            # keep_image=False: the server never sends the picture back
+            pipe = build(model, backend=backend, device=int(d), precision=precision, keep_image=False,
+                         **(recipe_options or {}), **load_options)  # fmt: skip
+            # one request name for every recipe (an unfused classifier's engine input has the model's own name)
+            workers.append(PipelineWorker(pipe, input_name="images", name=f"device{d}"))
+    except BaseException:
+        for w in workers:
+            w.pipeline.close()
+        raise
+    return workers
+
+
+def _canary(
+    name: str, workers: Sequence[Any], verify_sample: float, verify_reference: str | Engine | Canary
+) -> Canary | None:
+    """The canary of a served model (``None`` when ``verify_sample`` is 0)."""
+    if isinstance(verify_reference, Canary):
+        return verify_reference
+    rate = check_rate(verify_sample)
+    if rate == 0:
+        return None
+    first = workers[0]
+    if not isinstance(first, EngineWorker):
+        raise OptionError(
+            f"verify_sample: got {rate} for model {name!r}, a pipeline; the canary checks engines only "
+            "(serve the engine, or verify the pipeline offline with amdinfer.verify)"
+        )
+    engine = first.engine
+    if isinstance(verify_reference, str):
+        if engine.info.precision != "fp32":
+            # engine.model is the rewritten (fp16, quantized) graph: a reference built from it shares its errors
+            raise OptionError(
+                f"verify_reference: got {verify_reference!r} for an engine at precision {engine.info.precision}; "
+                "give the reference engine built from the original model, e.g. "
+                "amdinfer.load(model, providers=['cpu'], precision='fp32'), or serve the model by path"
+            )
+        verify_reference = load_reference(engine.model, verify_reference)
+    return Canary(verify_reference, rate=rate, model=name, precision=engine.info.precision)
+
+
+def build_model(
+    name: str,
+    target: Any,
+    *,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+    verify_sample: float = 0.0,
+    verify_reference: str | Engine | Canary = "ort",
+) -> AmdinferModel:
+    """A KServe model over a batcher for an engine, a list of workers (one per device) or a Pipeline.
+
+    Args:
+        name: the model's name in the URL.
+        target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline` or
+            :class:`~amdinfer.fuse.FusedPipeline`, a list of them (one per device), or workers
+            (:class:`EngineWorker`, :class:`PipelineWorker`).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others.
+        verify_sample: the fraction of requests the numerical canary re-runs on a reference engine, in
+            ``[0, 1]`` (0: no canary; see :class:`Canary` and docs/serving.md). Engines only.
+        verify_reference: the canary's reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy
+            reference), built from the engine's model (fp32 engines only); an :class:`~amdinfer.Engine`
+            built from the original model; or a ready :class:`Canary` (then ``verify_sample`` is not used).
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> m = build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))
+        >>> [t["shape"] for t in m.get_input_types()]
+        [[-1, 3, 32, 32]]
+    """
+    from ..fuse import FusedPipeline
+    from ..pipeline import Pipeline
+
+    items = list(target) if isinstance(target, (list, tuple)) else [target]
+    workers: list[Any] = []
+    for item in items:
+        if isinstance(item, Engine):
+            workers.append(EngineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, (Pipeline, FusedPipeline)):
+            workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
+        elif isinstance(item, (EngineWorker, PipelineWorker)):
+            workers.append(item)
+        else:
+            raise OptionError(
+                f"target: got {type(item).__name__}, expected an Engine, a Pipeline, a FusedPipeline or a list of "
+                "them (one per device)"
+            )
+    first = workers[0]
+    if not all(type(w) is type(first) for w in workers):
+        raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
+    if isinstance(first, EngineWorker) and not first.batchable:
+        max_batch_size = 1  # no shared batch axis: each request is its own engine call
+    canary = _canary(name, workers, verify_sample, verify_reference)
+    metrics = ServingMetrics(name)
+    batcher = DynamicBatcher(
+        workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics, canary=canary
+    )
+    return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)

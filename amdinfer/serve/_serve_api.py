@@ -1,0 +1,222 @@
+"""``serve(...)`` and ``serve_repository(...)``: a model, or a folder of them, served until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..engines.base import Engine
+from ..errors import OptionError
+from ._canary import check_rate, load_reference
+from ._models import build_model, load_recipe_workers, load_workers
+from ._repository import ModelRepository
+from ._rest import DEFAULT_MAX_REQUEST_BYTES
+from ._server import Server
+from ._supervisor import check_workers_per_device, process_slot
+
+__all__ = ["serve", "serve_repository"]
+
+
+def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_options: dict[str, Any]) -> None:
+    """``serve(model, workers_per_device=n, ...)`` as the command line of :func:`serve_processes`'s children."""
+    from . import _cli
+
+    if not isinstance(model, (str, Path)):
+        raise OptionError(
+            f"workers_per_device: got {n} with a {type(model).__name__} model; each server process loads its "
+            "own engine, so give the model's path"
+        )
+
+    allowed = _cli._RECIPE_FLAGS.get(options["recipe"] or "", ())
+    wrong = sorted(str(k) for k in options["recipe_options"] or {} if k not in allowed)
+    if wrong:
+        raise OptionError(f"recipe_options: got {wrong} for recipe {options['recipe']!r}, expected some of {allowed}")
+    other = sorted(set(load_options) - {"providers", "batch_buckets"})
+    if other:
+        raise OptionError(
+            f"{', '.join(other)}: not carried to the server processes of workers_per_device={n} (only providers "
+            "and batch_buckets are); use workers_per_device=1, or the command line's flags"
+        )
+    if not isinstance(options["verify_reference"], str):
+        raise OptionError(
+            f"verify_reference: got a {type(options['verify_reference']).__name__} with workers_per_device={n}; "
+            "each process builds its own reference: give 'ort' or 'numpy'"
+        )
+    argv = ["serve", str(model), "--workers-per-device", str(n)]
+    flags = {
+        "name": "--name", "host": "--host", "http_port": "--http-port", "max_batch_size": "--max-batch-size",
+        "max_delay_ms": "--max-delay-ms", "backend": "--backend", "precision": "--precision",
+        "max_request_bytes": "--max-request-bytes", "verify_sample": "--verify-sample",
+        "verify_reference": "--verify-reference", "recipe": "--recipe",
+    }  # fmt: skip
+    for key, flag in flags.items():
+        if options[key] is not None:
+            argv += [flag, str(options[key])]
+    argv += ["--grpc-port", "-1" if options["grpc_port"] is None else str(options["grpc_port"])]
+    argv += ["--devices", ",".join(str(int(d)) for d in options["devices"])]
+    argv += ["--shared-memory", {None: "auto", True: "on", False: "off"}[options["shared_memory"]]]
+    if not options["warmup"]:
+        argv.append("--no-warmup")
+    providers = load_options.get("providers")
+    if providers:
+        argv += ["--providers", ",".join([providers] if isinstance(providers, str) else list(providers))]
+    if load_options.get("batch_buckets"):
+        argv += ["--batch-buckets", ",".join(str(int(b)) for b in load_options["batch_buckets"])]
+    for key, value in (options["recipe_options"] or {}).items():
+        argv += ["--" + str(key).replace("_", "-"), str(value)]
+    from ..cli import build_parser
+
+    args = build_parser().parse_args(argv)  # one record of the flags: the command line's own parser
+    code = _cli.run(args)
+    if code:
+        raise RuntimeError(f"the server processes stopped with exit code {code} (their log lines say why)")
+
+
+def _target(
+    model: Any, recipe: str | None, recipe_options: dict[str, Any] | None, rate: float, reference: Any, **load: Any
+) -> tuple[Any, Any]:
+    """What ``serve`` batches over (workers, or the ready engine/pipeline given) and the canary's reference."""
+    from ..fuse import FusedPipeline
+    from ..pipeline import Pipeline
+
+    if isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple)):
+        if recipe is not None or recipe_options:
+            raise OptionError(
+                f"recipe: got {recipe!r} (options {recipe_options or {}}) with a ready {type(model).__name__}; "
+                "a recipe is built from a model path, bytes or ModelProto (or serve amdinfer.yolo(...) itself)"
+            )
+        return model, reference
+    if recipe is not None:
+        return load_recipe_workers(model, recipe, recipe_options=recipe_options, **load), reference
+    target = load_workers(model, **load)
+    if rate > 0 and isinstance(reference, str):
+        reference = load_reference(model, reference)  # the model as given, not as rewritten
+    slot = process_slot()
+    if slot is not None:
+        for worker in target:  # several processes per device: each labels its own worker in the metrics
+            worker.name = f"{worker.name}-p{slot[0]}"
+    return target, reference
+
+
+def serve(
+    model: Any,
+    *,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    http_port: int = 8080,
+    grpc_port: int | None = 8081,
+    max_batch_size: int = 32,
+    max_delay_ms: float = 2.0,
+    devices: Sequence[int] = (0,),
+    backend: str = "auto",
+    precision: str = "fp32",
+    warmup: bool = True,
+    reuse_port: bool = False,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    shared_memory: bool | None = None,
+    verify_sample: float = 0.0,
+    verify_reference: str | Engine = "ort",
+    recipe: str | None = None,
+    recipe_options: dict[str, Any] | None = None,
+    workers_per_device: int = 1,
+    **load_options: Any,
+) -> None:
+    """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
+
+    Args:
+        model: what to serve; a model is loaded once per entry of ``devices``.
+        name: the model's name in URLs (default: the file's stem, else ``"model"``).
+        host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
+        http_port, grpc_port: REST and gRPC ports (``grpc_port=None``: REST only).
+        max_batch_size: rows per engine call at most (1: no batching).
+        max_delay_ms: how long a request may wait for others to batch with.
+        devices: GPU indices, one worker (engine) each.
+        backend, precision: ``amdinfer.load``'s.
+        warmup: run each engine at its batch sizes before reporting ready.
+        reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
+        max_request_bytes: the largest request taken (REST body or gRPC message); larger REST bodies get 413.
+        shared_memory: take tensors in system shared memory (``None``: when ``host`` is loopback).
+        verify_sample: the fraction of requests the numerical canary re-runs on ``verify_reference`` (0: off).
+        verify_reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy reference), loaded from
+            ``model`` as given; or an :class:`~amdinfer.Engine` (see :func:`build_model`).
+        recipe: serve ``amdinfer.yolo`` or ``amdinfer.classify`` of the model (``"yolo"``, ``"classify"``):
+            requests send encoded images (``BYTES``); ``None``: the bare model.
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...).
+        workers_per_device: server processes per device (1: this process serves, a worker thread per
+            device). With more, ``model`` must be a path: ``amdinfer serve`` runs in
+            ``len(devices) * workers_per_device`` child processes sharing the ports (:func:`serve_processes`),
+            and ``load_options`` may only be ``providers`` and ``batch_buckets`` (what the command line carries).
+        **load_options: other ``amdinfer.load`` options (``providers=``, ``batch_buckets=``, ...).
+
+    Raises:
+        OptionError: a bad option (checked before anything loads); with ``workers_per_device > 1``, a model
+            that is not a path, or an option the child processes' command line cannot carry.
+
+    Example:
+        >>> serve(b"onnx bytes", workers_per_device=2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: workers_per_device: got 2 with a bytes model; ... give the model's path
+    """
+    check_workers_per_device(workers_per_device)
+    # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
+    server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
+                    max_request_bytes=max_request_bytes, shared_memory=shared_memory)  # fmt: skip
+    rate = check_rate(verify_sample)
+    if workers_per_device > 1:
+        options = dict(name=name, host=host, http_port=http_port, grpc_port=grpc_port, max_batch_size=max_batch_size,
+                       max_delay_ms=max_delay_ms, devices=devices, backend=backend, precision=precision,
+                       warmup=warmup, max_request_bytes=max_request_bytes, shared_memory=shared_memory,
+                       verify_sample=verify_sample, verify_reference=verify_reference, recipe=recipe,
+                       recipe_options=recipe_options)  # fmt: skip
+        return _serve_in_processes(model, workers_per_device, options, load_options)
+    target, reference = _target(model, recipe, recipe_options, rate, verify_reference, devices=devices,
+                                backend=backend, precision=precision, **load_options)  # fmt: skip
+    if name is None:
+        name = Path(model).stem if isinstance(model, (str, Path)) else "model"
+    server.start([build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms,
+                              verify_sample=rate, verify_reference=reference)])  # fmt: skip
+
+
+def serve_repository(
+    folder: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 8080,
+    grpc_port: int | None = 8081,
+    devices: Sequence[int] = (0,),
+    warmup: bool = True,
+    reuse_port: bool = False,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    shared_memory: bool | None = None,
+    state: str | Path | None = None,
+    **defaults: Any,
+) -> None:
+    """Serve every model of a repository folder until stopped (``amdinfer serve --model-repository DIR``).
+
+    Args:
+        folder: the repository (see :class:`~amdinfer.serve.ModelRepository` and docs/serving.md).
+        host, http_port, grpc_port, warmup, reuse_port, max_request_bytes, shared_memory: as for :func:`serve`.
+        devices: this process's devices; each model gets one worker per device.
+        state: the folder of load/unload records shared by the processes of one server (default: the
+            ``AMDINFER_REPOSITORY_STATE`` variable that :func:`serve_processes` sets; none: one process).
+        **defaults: options for every model (``backend``, ``providers``, ``precision``, ``max_batch_size``,
+            ``max_delay_ms``, ``batch_buckets``), overridden by the folder's ``models.toml``.
+
+    Raises:
+        OptionError: a bad server option, a folder that is not a repository, or a broken ``models.toml``
+            (before anything loads).
+
+    Example:
+        >>> serve_repository("/no/such/folder", http_port=0, grpc_port=None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: model repository: got '/no/such/folder', expected a folder of .onnx models
+    """
+    repository = ModelRepository(folder, devices=devices, defaults=defaults, state=state, warmup=warmup)
+    server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
+                    max_request_bytes=max_request_bytes, shared_memory=shared_memory,
+                    repository=repository)  # fmt: skip
+    asyncio.run(server.serve([]))
