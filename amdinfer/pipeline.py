@@ -196,14 +196,17 @@ class Pipeline:
         return self.run_batch([image])[0]
 
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
-        """Run many inputs with one engine call and return their results in order.
+        """Run many inputs, one engine call per preprocessed shape, and return their results in order.
 
-        A model with a dynamic batch axis (or an engine with ``batch_buckets``) gets the whole batch at once;
-        a model with a fixed batch size ``B`` is run in chunks of ``B`` (the last one padded).
+        The preprocessed items are grouped by shape and dtype (pages of different sizes, crops of different
+        widths); each group is one engine call (groups in order of their first item), so items of different
+        shapes never need a common canvas. A model with a dynamic batch axis (or an engine with
+        ``batch_buckets``) gets a whole group at once; a model with a fixed batch size ``B`` is run in chunks
+        of ``B`` (the last one padded). Every item gets the answer that ``pipe(item)`` gives it.
 
         Raises:
-            StageError: a stage failed (naming the item's index in ``images`` and the stage), the items could
-                not be stacked (different shapes), or the engine failed.
+            StageError: a stage failed (naming the item's index in ``images`` and the stage) or the engine
+                failed (naming the items of that engine call, e.g. a shape the model does not take).
 
         Example:
             >>> import amdinfer
@@ -213,11 +216,21 @@ class Pipeline:
             ...                          backend="ort", providers=["CPUExecutionProvider"])
             >>> len(pipe.run_batch([np.zeros((32, 32, 3), np.uint8)] * 4))
             4
+            >>> model = tiny_cnn()  # any height and width: two shapes, two engine calls
+            >>> for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], "hw"): d.dim_param = name
+            >>> any_size = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=model,
+            ...                              backend="ort", providers=["CPUExecutionProvider"])
+            >>> pages = [np.zeros((32, 32, 3), np.uint8), np.zeros((40, 24, 3), np.uint8)]
+            >>> [r.shape for r in any_size.run_batch(pages)]
+            [(10,), (10,)]
+            >>> pipe.close(); any_size.close()
         """
         samples = [self._preprocess_one(i, item) for i, item in enumerate(images)]
-        if not samples:
-            return []
-        outputs = self._infer_samples(0, samples)
+        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
+        for group in _shape_groups(samples):
+            outs = self._infer_group(group, [samples[i] for i in group])
+            for i, out in zip(group, outs):
+                outputs[i] = out
         return [self._postprocess_one(i, s) for i, s in enumerate(outputs)]
 
     def map(self, items: Iterable[Any], *, batch_size: int = 1, workers: int = 2) -> PipelineMap:
@@ -304,6 +317,22 @@ class Pipeline:
         except Exception as exc:
             raise _stage_error(first, f"engine {type(self._engine).__name__}", exc, count=len(samples)) from exc
         return [Sample(out, meta) for out, meta in zip(outputs, metas)]
+
+    def _infer_group(self, indices: list[int], samples: list[Sample]) -> list[Sample]:
+        """:meth:`_infer_samples` for items of one shape that need not be neighbours in the input; an error
+        names them all."""
+        if indices == list(range(indices[0], indices[0] + len(indices))):
+            return self._infer_samples(indices[0], samples)
+        try:
+            return self._infer_samples(indices[0], samples)
+        except StageError as exc:
+            stage = getattr(exc, "stage", "")
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            kind = StageInputError if isinstance(cause, InputError) else StageError
+            err = kind(f"items {', '.join(map(str, indices))} (one batch): {stage}: {type(cause).__name__}: {cause}")
+            err.index = indices[0]  # type: ignore[attr-defined]
+            err.stage = stage  # type: ignore[attr-defined]
+            raise err from cause
 
     def _infer(self, batch: np.ndarray) -> list[Any]:
         parts = []
@@ -620,6 +649,14 @@ class SubPipeline(Postprocessor):
             where = f"piece {index}: {stage}: " if stage else f"piece {index}: "
             kind = StageInputError if isinstance(cause, InputError) else StageError
             raise kind(f"{where}{type(cause).__name__}: {cause}") from cause
+
+
+def _shape_groups(samples: list[Sample]) -> list[list[int]]:
+    """The indices of ``samples`` grouped by their data's shape and dtype, groups in order of first item."""
+    groups: dict[Any, list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault((s.data.shape, s.data.dtype.str), []).append(i)
+    return list(groups.values())
 
 
 def _describe(value: Any) -> str:

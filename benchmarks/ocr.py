@@ -1,10 +1,14 @@
-"""OCR pages/s on the CPU: ``amdinfer.ocr`` against RapidOCR 3.10.0 with the same PP-OCR models and threads.
+"""OCR pages/s: ``amdinfer.ocr`` against RapidOCR 3.10.0 with the same PP-OCR models, threads and ORT EP.
 
 Both run the shipped pages ``tests/data/ocr_page*.png`` (``--repeat`` times), with ONNX Runtime's CPU EP and
 ``--threads`` intra-op threads each; RapidOCR runs in a subprocess of its own interpreter (``--rapidocr-python``,
 which needs rapidocr 3.10.0 with its dependencies) so the two never share a process. amdinfer is timed
 page by page (``__call__``) and streamed (``map``: the next page's detector overlaps this page's recogniser).
-Before timing, both are checked to give the same lines. Prints one JSON object.
+Before timing, both are checked to give the same lines. Prints one JSON object (``--json`` also writes it,
+``--markdown`` appends a table row). ``--providers cuda``: both on ONNX Runtime's CUDA EP (RapidOCR through its
+``EngineConfig.onnxruntime.use_cuda``, which it honours when ``onnxruntime.get_device()`` is ``"GPU"``; the
+sessions' providers are reported). ``--int8``: also the int8 cascade calibrated on the pages (CPU).
+``benchmarks/ocr_h200.sh`` runs the CPU (2 pinned cores) and CUDA comparisons on a GPU machine.
 
     python benchmarks/ocr.py --rapidocr-python /path/to/venv-with-rapidocr/bin/python
 """
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "ocr"))
@@ -24,16 +29,52 @@ sys.path.insert(0, str(ROOT / "tests" / "ocr"))
 RAPID = r"""
 import json, sys, time
 from rapidocr import RapidOCR
-paths, threads, repeat = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+paths, threads, repeat, cuda = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "cuda"
 eng = RapidOCR(params={"Global.log_level": "error", "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-                       "EngineConfig.onnxruntime.inter_op_num_threads": 1})
-texts = [list(eng(p).txts or ()) for p in paths]
+                       "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+                       "EngineConfig.onnxruntime.use_cuda": cuda})
+texts = [list(eng(p).txts or ()) for p in paths]  # also the warm-up (CUDA: cuDNN's algorithm search per shape)
 t = time.perf_counter()
 for _ in range(repeat):
     for p in paths:
         eng(p)
-print(json.dumps({"seconds": time.perf_counter() - t, "texts": texts}))
+seconds = time.perf_counter() - t
+providers = sorted({str(s.get_providers()[0]) for s in _sessions(eng)}) if "_sessions" in dir() else []
+print(json.dumps({"seconds": seconds, "texts": texts, "providers": providers}))
 """
+# the ORT sessions RapidOCR made (to report the EP they really run on)
+RAPID = RAPID.replace(
+    "seconds = time",
+    """def _sessions(obj, seen=None, depth=0):
+    import onnxruntime
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, onnxruntime.InferenceSession):
+        return [obj]
+    out = []
+    for v in getattr(obj, "__dict__", {}).values():
+        out += _sessions(v, seen, depth + 1)
+    return out
+seconds = time""",
+    1,
+)
+
+
+def _time_cascade(pipe: Any, paths: list[str], repeat: int) -> dict[str, Any]:
+    texts = [pipe(p).texts for p in paths]  # also the warm-up
+    t = time.perf_counter()
+    for _ in range(repeat):
+        for p in paths:
+            pipe(p)
+    call_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with pipe.map(paths * repeat, batch_size=1, workers=2) as results:
+        for _ in results:
+            pass
+    map_s = time.perf_counter() - t
+    return {"texts": texts, "call_s": call_s, "map_s": map_s}
 
 
 def main() -> None:
@@ -41,6 +82,10 @@ def main() -> None:
     ap.add_argument("--rapidocr-python", default=None, help="interpreter with rapidocr 3.10.0 and its deps")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--providers", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--int8", action="store_true", help="also the int8 cascade, calibrated on the pages")
+    ap.add_argument("--json", default=None, help="also write the JSON object here")
+    ap.add_argument("--markdown", default=None, help="append a Markdown table row here (header if new)")
     args = ap.parse_args()
 
     from _models import DATA, PAGES, models  # tests/ocr/_models.py: the wheel's model files
@@ -51,34 +96,57 @@ def main() -> None:
     if m is None:
         sys.exit("needs the models of rapidocr==3.10.0: pip install --no-deps rapidocr==3.10.0")
     paths = [str(DATA / p) for p in PAGES]
-    pipe = amdinfer.ocr(m["det"], m["rec"], m["cls"], providers=["CPUExecutionProvider"], threads=args.threads)
-    ours = [pipe(p).texts for p in paths]
-    t = time.perf_counter()
-    for _ in range(args.repeat):
-        for p in paths:
-            pipe(p)
-    call_s = time.perf_counter() - t
-    t = time.perf_counter()
-    with pipe.map(paths * args.repeat, batch_size=1, workers=2) as results:
-        for _ in results:
-            pass
-    map_s = time.perf_counter() - t
-    pipe.close()
+    ep = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}[args.providers]
+    load = {"providers": [ep], "threads": args.threads}
+    pipe = amdinfer.ocr(m["det"], m["rec"], m["cls"], **load)
+    ours = _time_cascade(pipe, paths, args.repeat)
+    engines = [pipe.engine, *(s.engine for s in pipe.steps)]
     n = len(paths) * args.repeat
-    out = {"pages": n, "threads": args.threads, "amdinfer_call_pages_s": n / call_s, "amdinfer_map_pages_s": n / map_s}
+    out: dict[str, Any] = {
+        "pages": n,
+        "threads": args.threads,
+        "ep": ep,
+        "amdinfer_providers": sorted({e.info.providers[0] for e in engines}),
+        "amdinfer_call_pages_s": n / ours["call_s"],
+        "amdinfer_map_pages_s": n / ours["map_s"],
+    }
+    pipe.close()
+    if args.int8:
+        with amdinfer.ocr(m["det"], m["rec"], m["cls"], precision="int8", calibration=paths, **load) as q:
+            int8 = _time_cascade(q, paths, args.repeat)
+        out["int8_call_pages_s"] = n / int8["call_s"]
+        out["int8_map_pages_s"] = n / int8["map_s"]
+        out["int8_same_lines_as_fp32"] = int8["texts"] == ours["texts"]
     if args.rapidocr_python:
         proc = subprocess.run(
-            [args.rapidocr_python, "-c", RAPID, json.dumps(paths), str(args.threads), str(args.repeat)],
+            [args.rapidocr_python, "-c", RAPID, json.dumps(paths), str(args.threads), str(args.repeat), args.providers],
             capture_output=True,
             text=True,
             check=True,
         )
         rapid = json.loads(proc.stdout.strip().splitlines()[-1])
+        out["rapidocr_providers"] = rapid["providers"]
         out["rapidocr_pages_s"] = n / rapid["seconds"]
-        out["same_lines"] = rapid["texts"] == ours
-        out["time_ratio_call"] = call_s / rapid["seconds"]
-        out["time_ratio_map"] = map_s / rapid["seconds"]
-    print(json.dumps(out, indent=1))
+        out["same_lines"] = rapid["texts"] == ours["texts"]
+        out["time_ratio_call"] = ours["call_s"] / rapid["seconds"]
+        out["time_ratio_map"] = ours["map_s"] / rapid["seconds"]
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    if args.markdown:
+        _markdown_row(Path(args.markdown), out)
+
+
+def _markdown_row(path: Path, out: dict[str, Any]) -> None:
+    """One row of the comparison table (the header when the file is new)."""
+    cols = ["ep", "threads", "pages", "amdinfer_call_pages_s", "amdinfer_map_pages_s", "rapidocr_pages_s"]
+    cols += ["time_ratio_call", "time_ratio_map", "same_lines", "int8_map_pages_s", "int8_same_lines_as_fp32"]
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else ("-" if v is None else str(v))  # noqa: E731
+    lines = [] if path.is_file() else ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines.append("| " + " | ".join(fmt(out.get(c)) for c in cols) + " |")
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,16 @@ from .._progress import _Bar
 from ..engines._checks import dtype_expr
 from ..errors import InputError, OptionError, StageError
 
-__all__ = ["Progress", "data_hash", "describe_nonfinite", "input_dims", "input_specs", "materialize", "to_feeds"]
+__all__ = [
+    "Progress",
+    "data_hash",
+    "describe_nonfinite",
+    "input_dims",
+    "input_specs",
+    "materialize",
+    "shape_groups",
+    "to_feeds",
+]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -373,3 +382,21 @@ def data_hash(feeds: Iterable[Mapping[str, np.ndarray]]) -> str:
             h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
             h.update(arr.tobytes())
     return h.hexdigest()
+
+
+def shape_groups(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[list[int]]:
+    """The indices of ``feeds`` grouped by the shapes of their arrays, groups in order of their first sample.
+
+    ONNX Runtime's histogram calibrators (entropy, percentile) stack the outputs of the samples they collect in
+    one call, so each call gets one group; their histograms merge across calls (text-line crops of several
+    widths, pages of several sizes calibrate one model with dynamic axes).
+
+    Example:
+        >>> a, b = np.zeros((1, 3, 48, 96), np.float32), np.zeros((1, 3, 48, 160), np.float32)
+        >>> shape_groups([{"x": a}, {"x": b}, {"x": a}])
+        [[0, 2], [1]]
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, feed in enumerate(feeds):
+        groups.setdefault(tuple(sorted((k, v.shape) for k, v in feed.items())), []).append(i)
+    return list(groups.values())

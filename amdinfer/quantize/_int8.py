@@ -28,11 +28,9 @@ from ..errors import (
 )
 from ..model import ModelSource
 from ._base import QuantizationSpec, QuantizerBase
-from ._data import data_hash, input_specs, materialize, to_feeds
+from ._data import Progress, data_hash, input_specs, materialize, shape_groups, to_feeds
 from ._fp16 import _check_nodes, _str_list
 from ._int8_checks import (
-    calibration_reader,
-    check_histogram_shapes,
     check_scales,
     check_weights,
     quantize_static_error,
@@ -409,7 +407,6 @@ class Int8Quantizer(QuantizerBase):
         self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
     ) -> onnx.ModelProto:
         quantization = _import_quantization()
-        check_histogram_shapes(self.method, feeds)
         check_weights(src, quantized_nodes(src.proto, op_types=self.op_types, excluded=excluded, only=self._only))
         ranges = self._calibration_cache_path(src.sha256, feeds_hash)
         extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
@@ -421,9 +418,10 @@ class Int8Quantizer(QuantizerBase):
         cache_kw = {"calibration_cache_path": str(ranges)} if reuse else {}
         reader = None
         if not (reuse and ranges.is_file()):
-            reader = calibration_reader(
-                quantization.CalibrationDataReader, feeds, progress=show_progress(self.progress)
-            )
+            reader = grouped_reader(quantization.CalibrationDataReader, feeds, progress=show_progress(self.progress))
+            # one calibrator pass per shape group (ONNX Runtime's "stride": the reader's range is a group);
+            # min/max ranges and histograms merge across passes
+            extra["CalibStridedMinMax"] = 1
         with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
             inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             save_for_quantizer(src, inp)
@@ -485,6 +483,64 @@ class Int8Quantizer(QuantizerBase):
         clone.exclude_nodes = list(dict.fromkeys(list(self.exclude_nodes) + list(keep)))
         clone._only = None if only is None else list(only)
         return clone  # shares _shared: the data is read once and calibration ranges are reused
+
+
+def grouped_reader(base: type, feeds: list[dict[str, np.ndarray]], *, progress: bool) -> Any:
+    """A ``base`` (ONNX Runtime's ``CalibrationDataReader``) over ``feeds`` in groups of one shape.
+
+    ``len(reader)`` is the number of groups and ``set_range(k, k + 1)`` selects group ``k``, which is how
+    ``quantize_static`` walks a reader with ``extra_options={"CalibStridedMinMax": 1}``: one
+    ``collect_data`` call per group. ONNX Runtime's histogram calibrators stack what one call collects, so
+    samples of several shapes (text lines of several widths, pages of several sizes, for a model with dynamic
+    axes) calibrate in one run; min/max ranges and histograms merge across the calls.
+
+    ``handed`` is one more than the index (in ``feeds``) of the sample ONNX Runtime got last, 0 before the
+    first; ``done`` is true once it has been told that the current group has no more samples (so a failure
+    then is not that sample's).
+
+    Example:
+        >>> a, b = {"x": np.zeros((1, 2), np.float32)}, {"x": np.zeros((1, 5), np.float32)}
+        >>> reader = grouped_reader(object, [a, b, a], progress=False)
+        >>> len(reader)
+        2
+        >>> reader.set_range(1, 2); reader.get_next()["x"].shape, reader.handed, reader.get_next(), reader.done
+        ((1, 5), 2, None, True)
+        >>> reader.set_range(0, 1); [reader.get_next() is a for _ in range(2)], reader.handed
+        ([True, True], 3)
+    """
+    groups = shape_groups(feeds)
+
+    class _Reader(base):  # type: ignore[valid-type, misc]
+        def __init__(self) -> None:
+            self._order: Iterator[int] = iter(range(len(feeds)))  # without set_range: every sample in order
+            self._bar: Progress | None = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress)
+            self._bar.__enter__()
+            self._given = 0
+            self.done = False
+            self.handed = 0
+
+        def set_range(self, start_index: int, end_index: int) -> None:
+            self._order = iter([i for g in groups[start_index:end_index] for i in g])
+            self.done = False
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            i = next(self._order, None)
+            if i is None:
+                self.done = True
+                if self._given == len(feeds) and self._bar is not None:
+                    self._bar.__exit__(None, None, None)
+                    self._bar = None
+                return None
+            self.handed = i + 1
+            self._given += 1
+            if self._bar is not None:
+                self._bar.update()
+            return feeds[i]
+
+        def __len__(self) -> int:
+            return len(groups)
+
+    return _Reader()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ stages it is built from, usable on their own.
 :class:`ClsRotate`         gather: turn the crops the direction classifier finds upside down.
 :class:`CtcDecode`         greedy CTC with the dictionary from the model's metadata or a file.
 :class:`AttachText`        gather: the recognised text and scores onto the lines.
+:func:`ocr_calibration`    int8 calibration samples for all three models, from pages run through fp32.
 =========================  ===========================================================================
 
 The cascade's batching, fan-out and gather are :class:`~amdinfer.pipeline.SubPipeline`'s. OpenCV is needed
@@ -28,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from ._det import DbPostprocess, DetResize, ReadingOrder, db_boxes, reading_order
-from ._recipe import OcrPipeline, ocr
+from ._recipe import OcrCalibration, OcrPipeline, ocr, ocr_calibration
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, ctc_greedy, quad_crop
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "CtcDecode",
     "DbPostprocess",
     "DetResize",
+    "OcrCalibration",
     "OcrPipeline",
     "QuadCrop",
     "ReadingOrder",
@@ -45,6 +47,7 @@ __all__ = [
     "ctc_greedy",
     "db_boxes",
     "ocr",
+    "ocr_calibration",
     "quad_crop",
     "reading_order",
 ]

@@ -8,24 +8,30 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError
+import numpy as np
+
+from ..errors import InputError, OptionError
 from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
 from ._det import DbPostprocess, DetResize, ReadingOrder
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model
 
-__all__ = ["OcrPipeline", "ocr"]
+__all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
 
 
 class OcrPipeline(Pipeline):
     """What :func:`ocr` returns: the detector's :class:`~amdinfer.Pipeline` whose postprocessing runs the
     classifier and recogniser steps (:class:`~amdinfer.pipeline.SubPipeline`); ``close()`` closes all three
     engines. ``__call__``, ``run_batch`` and ``map`` answer :class:`~amdinfer.results.TextLines` in reading order;
-    ``run_batch`` (and ``__call__`` on a list, glob or folder) takes pages of different sizes.
+    ``run_batch`` (and ``__call__`` on a list, glob or folder) takes pages of different sizes: pages of one
+    detector input shape share an engine call (:meth:`amdinfer.Pipeline.run_batch`), so DBNet sees each page as
+    RapidOCR does, with no common canvas.
 
     Example:
         >>> import amdinfer
@@ -39,25 +45,6 @@ class OcrPipeline(Pipeline):
     def steps(self) -> tuple[Pipeline, ...]:
         """The inner pipelines: ``(cls, rec)`` or ``(rec,)``."""
         return self._inner
-
-    def run_batch(self, images: Iterable[Any]) -> list[Any]:
-        """Run many pages and return their lines in order; pages of one detector input shape share an engine
-        call, pages of different sizes run in separate calls (no common canvas: DBNet sees each page as
-        RapidOCR does).
-
-        Raises:
-            StageError: a stage failed (naming the page's index and the stage) or an engine failed.
-        """
-        samples = [self._preprocess_one(i, item) for i, item in enumerate(images)]
-        groups: dict[Any, list[int]] = {}
-        for i, s in enumerate(samples):
-            groups.setdefault((s.data.shape, s.data.dtype.str), []).append(i)
-        results: list[Any] = [None] * len(samples)
-        for idx in groups.values():
-            outs = self._infer_samples(idx[0], [samples[i] for i in idx])
-            for i, out in zip(idx, outs):
-                results[i] = self._postprocess_one(i, out)
-        return results
 
     def close(self) -> None:
         """Close the detector's engine and the inner pipelines'."""
@@ -83,6 +70,10 @@ def ocr(
     rec_height: int = 48,
     rec_width: int = 320,
     cls_width: int = 192,
+    calibration: Iterable[Any] | None = None,
+    det_quantizer: Any = None,
+    cls_quantizer: Any = None,
+    rec_quantizer: Any = None,
     backend: str = "auto",
     keep_image: bool = True,
     **load_options: Any,
@@ -108,15 +99,24 @@ def ocr(
         text_score: lines recognised with a lower score are dropped.
         batch_size: text lines per classifier/recogniser engine call (RapidOCR: 6).
         rec_height, rec_width, cls_width: the text-line input sizes (PP-OCR: 48, 320, 192).
+        calibration: with ``precision="int8"``: pages (paths, arrays, ...) to calibrate all three models on.
+            The fp32 cascade runs on them first and every input its engines see becomes a calibration sample
+            (:func:`ocr_calibration`: pages of several sizes, text lines of several widths); each model gets
+            an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults.
+        det_quantizer, cls_quantizer, rec_quantizer: a quantizer for one model (``quantizer=`` of its
+            :func:`amdinfer.load`), e.g. from :meth:`OcrCalibration.quantizers`; not with ``calibration``.
         backend, **load_options: :func:`amdinfer.load` options, applied to all three models (``threads=``,
-            ``providers=``, ``precision=``, ``quantizer=`` ...).
+            ``providers=``, ``precision=`` ...). ``precision="int8"`` needs ``calibration=`` or the three
+            quantizers (``quantizer=`` would calibrate three models on one model's data, so it is refused).
         keep_image: keep the page on each result (``plot()``); the crops are cut from it either way.
 
     Returns:
         An :class:`OcrPipeline`; ``pipe("page.png")`` -> :class:`~amdinfer.results.TextLines`.
 
     Raises:
-        OptionError: bad options. ModelError: no charset in the rec model and none given.
+        OptionError: bad options (``quantizer=``, ``precision="int8"`` without calibration, ``calibration``
+            without ``precision="int8"`` or together with a quantizer). ModelError: no charset in the rec model
+            and none given. StageError: (``calibration``) the fp32 cascade failed on a calibration page.
 
     Example:
         >>> import numpy as np
@@ -128,43 +128,124 @@ def ocr(
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise OptionError(f"batch_size: got {batch_size!r}, expected an int >= 1")
+    quantizers = {"det": det_quantizer, "cls": cls_quantizer, "rec": rec_quantizer}
+    _check_int8(load_options, calibration, quantizers, cls is not None)
+    options = {
+        "charset": charset,
+        "det_limit": det_limit,
+        "det_limit_type": det_limit_type,
+        "thresh": thresh,
+        "box_thresh": box_thresh,
+        "unclip_ratio": unclip_ratio,
+        "cls_threshold": cls_threshold,
+        "text_score": text_score,
+        "batch_size": batch_size,
+        "rec_height": rec_height,
+        "rec_width": rec_width,
+        "cls_width": cls_width,
+    }
+    if calibration is not None:
+        fp32 = {k: v for k, v in load_options.items() if k != "precision"}
+        cal = ocr_calibration(det, rec, cls, pages=calibration, backend=backend, **options, **fp32)
+        quantizers = {k: v for k, v in cal.quantizers().items() if v is not None}
+        quantizers = {k.removesuffix("_quantizer"): v for k, v in quantizers.items()}
+    return _build(det, rec, cls, options, quantizers, backend, keep_image, load_options, OcrPipeline, Pipeline)
+
+
+def _check_int8(load_options: dict[str, Any], calibration: Any, quantizers: dict[str, Any], has_cls: bool) -> None:
+    shared = load_options.get("quantizer")
+    if shared is not None and getattr(shared.describe(), "calibration", False):
+        raise OptionError(
+            "quantizer: a calibrated quantizer cannot serve the det, cls and rec models (its data fits one of "
+            "them); "
+            "pass det_quantizer=, cls_quantizer=, rec_quantizer= (e.g. **ocr_calibration(...).quantizers()) or "
+            "precision='int8', calibration=pages"
+        )
+    given = [f"{k}_quantizer" for k, v in quantizers.items() if v is not None]
+    if not has_cls and quantizers["cls"] is not None:
+        raise OptionError("cls_quantizer: given without a cls model")
+    int8 = load_options.get("precision") == "int8"
+    if calibration is not None:
+        if given:
+            raise OptionError(f"calibration: given together with {', '.join(given)}; pass one or the other")
+        if not int8:
+            raise OptionError(
+                f"calibration: given with precision={load_options.get('precision', 'fp32')!r}, expected "
+                "precision='int8' (the pages calibrate the int8 models)"
+            )
+        if isinstance(calibration, (str, bytes)) or not isinstance(calibration, Iterable):
+            raise OptionError(f"calibration: got {type(calibration).__name__}, expected an iterable of pages")
+    elif int8:
+        needed = ["det_quantizer", "rec_quantizer"] + (["cls_quantizer"] if has_cls else [])
+        missing = [k for k in needed if k not in given]
+        if missing:
+            raise OptionError(
+                f"precision='int8': no calibration for {', '.join(missing)}; pass calibration=pages (the fp32 "
+                "cascade collects each model's inputs from them) or a quantizer per model"
+            )
+
+
+def _build(
+    det: Any,
+    rec: Any,
+    cls: Any,
+    options: dict[str, Any],
+    quantizers: dict[str, Any],
+    backend: str,
+    keep_image: bool,
+    load_options: dict[str, Any],
+    outer: type[OcrPipeline],
+    inner_kind: type[Pipeline],
+) -> OcrPipeline:
+    """The cascade: ``outer`` (the detector's pipeline) with ``inner_kind`` pipelines for cls and rec."""
+    charset = options["charset"]
+    batch_size = options["batch_size"]
+    rec_height, rec_width, cls_width = options["rec_height"], options["rec_width"], options["cls_width"]
     chars = charset
     if chars is None:
         chars = charset_from_model(rec)
     decode = CtcDecode(chars)
-    det_post = DbPostprocess(thresh=thresh, box_thresh=box_thresh, unclip_ratio=unclip_ratio)
+    det_post = DbPostprocess(
+        thresh=options["thresh"], box_thresh=options["box_thresh"], unclip_ratio=options["unclip_ratio"]
+    )
     order = ReadingOrder()
     line_pre = [BgrToRgb(), Normalize(mean=0.5, std=0.5, scale=1 / 255), HwcToChw(), PadWidth()]
     common = {"backend": backend, **load_options}
+
+    def load_for(role: str) -> dict[str, Any]:
+        q = quantizers.get(role)
+        return {**common, "quantizer": q} if q is not None else common
+
     inner: list[Pipeline] = []
     try:
         steps: list[Any] = [det_post, order]
         if cls is not None:
-            cls_pipe = Pipeline(preprocess=[TextResize(rec_height, cls_width), *line_pre], engine=cls, **common)
-            inner.append(cls_pipe)
-            steps.append(
-                SubPipeline(cls_pipe, fan_out=QuadCrop(), gather=ClsRotate(cls_threshold), batch_size=batch_size)
+            cls_pipe = inner_kind(
+                preprocess=[TextResize(rec_height, cls_width), *line_pre], engine=cls, **load_for("cls")
             )
-        rec_pipe = Pipeline(
+            inner.append(cls_pipe)
+            rotate = ClsRotate(options["cls_threshold"])
+            steps.append(SubPipeline(cls_pipe, fan_out=QuadCrop(), gather=rotate, batch_size=batch_size))
+        rec_pipe = inner_kind(
             preprocess=[TextResize(rec_height, rec_width, grow=True), *line_pre],
             engine=rec,
             postprocess=[decode],
-            **common,
+            **load_for("rec"),
         )
         inner.append(rec_pipe)
         steps.append(
             SubPipeline(
                 rec_pipe,
                 fan_out=QuadCrop(),
-                gather=AttachText(text_score, keep_image=keep_image),
+                gather=AttachText(options["text_score"], keep_image=keep_image),
                 batch_size=batch_size,
                 order="aspect",
             )
         )
-        pipe = OcrPipeline(
+        pipe = outer(
             preprocess=[
                 LoadImage(),
-                DetResize(det_limit, det_limit_type),
+                DetResize(options["det_limit"], options["det_limit_type"]),
                 BgrToRgb(),
                 Normalize(mean=0.5, std=0.5, scale=1 / 255),
                 HwcToChw(),
@@ -172,7 +253,7 @@ def ocr(
             engine=det,
             postprocess=steps,
             keep_image=True,
-            **common,
+            **load_for("det"),
         )
     except BaseException:
         for p in inner:
@@ -180,3 +261,118 @@ def ocr(
         raise
     pipe._inner = tuple(inner)
     return pipe
+
+
+@dataclass(frozen=True)
+class OcrCalibration:
+    """What each engine of the fp32 cascade was fed on the calibration pages: int8 calibration samples.
+
+    Every entry is one engine call's input (a batch): ``det`` the pages (``(1, 3, H, W)``, one size per
+    page), ``cls`` the classifier's line batches, ``rec`` the recogniser's (``(n, 3, 48, W)``, ``W`` the
+    batch's widest line). :class:`~amdinfer.quantize.Int8Quantizer` takes samples of several shapes.
+
+    Example:
+        >>> cal = OcrCalibration(det=[np.zeros((1, 3, 32, 64), np.float32)], cls=[], rec=[])
+        >>> cal.quantizers(method="percentile")["det_quantizer"].method
+        'percentile'
+        >>> cal.quantizers()["cls_quantizer"] is None  # no classifier samples
+        True
+    """
+
+    det: list[np.ndarray] = field(default_factory=list)
+    cls: list[np.ndarray] = field(default_factory=list)
+    rec: list[np.ndarray] = field(default_factory=list)
+
+    def quantizers(self, **int8_options: Any) -> dict[str, Any]:
+        """``{"det_quantizer": ..., "cls_quantizer": ..., "rec_quantizer": ...}`` for :func:`ocr`: one
+        :class:`~amdinfer.quantize.Int8Quantizer` per model with its samples and ``int8_options``
+        (``method=``, ``per_channel=`` ...); ``None`` for a model without samples (no classifier).
+
+        Example:
+            >>> OcrCalibration().quantizers()
+            {'det_quantizer': None, 'cls_quantizer': None, 'rec_quantizer': None}
+        """
+        from ..quantize import Int8Quantizer
+
+        int8_options.setdefault("progress", False)
+        out: dict[str, Any] = {}
+        for role in ("det", "cls", "rec"):
+            samples = getattr(self, role)
+            out[f"{role}_quantizer"] = Int8Quantizer(calibration=samples, **int8_options) if samples else None
+        return out
+
+
+class _Recording(Pipeline):
+    """A :class:`~amdinfer.Pipeline` that keeps a copy of every batch it feeds its engine."""
+
+    fed: list[np.ndarray]
+
+    def _infer(self, batch: np.ndarray) -> list[Any]:
+        self.fed.append(np.array(batch))
+        return super()._infer(batch)
+
+
+class _RecordingOcr(OcrPipeline, _Recording):
+    pass
+
+
+def ocr_calibration(
+    det: Any, rec: Any, cls: Any = None, *, pages: Iterable[Any], backend: str = "auto", **options: Any
+) -> OcrCalibration:
+    """Run the fp32 cascade of :func:`ocr` on ``pages`` and keep what each engine was fed (int8 calibration).
+
+    Args:
+        det, rec, cls: the models, as for :func:`ocr`.
+        pages: the calibration pages (paths, arrays, anything ``LoadImage`` reads), ideally like the pages the
+            int8 cascade will read; each one runs through the fp32 cascade once.
+        backend, **options: :func:`ocr`'s options (thresholds, sizes, ``providers=``, ``threads=`` ...);
+            ``precision`` and quantizers are refused (the samples come from the fp32 models).
+
+    Returns:
+        An :class:`OcrCalibration`; ``ocr(det, rec, cls, **cal.quantizers(), precision="int8")`` is what
+        ``ocr(..., precision="int8", calibration=pages)`` builds.
+
+    Raises:
+        OptionError: ``precision``/quantizer options, or no page. InputError: the pages gave no text line
+            (the recogniser would have no calibration sample). StageError: the cascade failed on a page.
+
+    Example:
+        >>> ocr_calibration(None, None, pages=[], precision="int8")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: precision: ocr_calibration runs the fp32 models; got 'int8'
+    """
+    if options.get("precision", "fp32") != "fp32":
+        raise OptionError(f"precision: ocr_calibration runs the fp32 models; got {options['precision']!r}")
+    quantizing = ("quantizer", "calibration", "det_quantizer", "cls_quantizer", "rec_quantizer")
+    refused = [k for k in quantizing if k in options]
+    if refused:
+        raise OptionError(f"{', '.join(refused)}: ocr_calibration runs the fp32 models; pass no quantizer")
+    if isinstance(pages, (str, bytes)) or not isinstance(pages, Iterable):
+        raise OptionError(f"pages: got {type(pages).__name__}, expected an iterable of pages")
+    page_list = list(pages)
+    if not page_list:
+        raise OptionError("pages: got no page, expected at least one calibration page")
+    names: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
+    names += ("cls_threshold",)
+    names += ("text_score", "batch_size", "rec_height", "rec_width", "cls_width")
+    defaults = inspect.signature(ocr).parameters
+    cascade = {k: options.pop(k, defaults[k].default) for k in names}
+    options.pop("keep_image", None)
+    pipe = _build(det, rec, cls, cascade, {}, backend, False, options, _RecordingOcr, _Recording)
+    recorders: list[Any] = [pipe, *pipe.steps]
+    for r in recorders:
+        r.fed = []
+    try:
+        for page in page_list:
+            pipe(page)
+    finally:
+        pipe.close()
+    fed = [r.fed for r in recorders]
+    cal = OcrCalibration(det=fed[0], cls=fed[1] if cls is not None else [], rec=fed[-1])
+    if not cal.rec:
+        raise InputError(
+            f"pages: the fp32 cascade found no text line on the {len(page_list)} calibration page(s), so the "
+            "recogniser has no calibration sample; pass pages with text"
+        )
+    return cal
