@@ -54,6 +54,7 @@ __all__ = [
     "apply_tuning",
     "control_flow_nodes",
     "drop_default_graphs",
+    "varying_inputs",
     "plan_tuning",
     "without_graphs",
 ]
@@ -139,6 +140,28 @@ def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
+def varying_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The graph inputs whose shape may change beyond the batch axis, as ``"name[axis]"`` per dynamic dim.
+
+    Graph capture keeps one captured graph per input shape: a model fed many shapes (pages of any size, text lines
+    of any width) would capture without end, and ONNX Runtime's replays of graphs captured for other shapes have
+    been seen to fault on the CUDA EP (an OCR cascade on an H200). amdinfer's default leaves capture off for them.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn, transformer_encoder
+        >>> varying_inputs(tiny_cnn()), varying_inputs(transformer_encoder())
+        ((), ('input[1]',))
+    """
+    initializers = {t.name for t in model.graph.initializer}
+    out = []
+    for value in model.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        out += [f"{value.name}[{k}]" for k, d in enumerate(dims) if k > 0 and not d.HasField("dim_value")]
+    return tuple(out)
+
+
 def control_flow_nodes(model: onnx.ModelProto) -> tuple[str, ...]:
     """The control-flow nodes of ``model``'s main graph, as ``"Loop 'name'"``: nodes holding a subgraph
     (``Loop``, ``If``, ``Scan``; one nested in a subgraph makes its outer node count) and calls of the model's
@@ -196,6 +219,7 @@ def plan_tuning(
     tuning: bool = True,
     io_bound: bool = False,
     control_flow: Sequence[str] = (),
+    varying: Sequence[str] = (),
 ) -> TuningPlan:
     """Choose each knob for ``provider``: the caller's value, else amdinfer's tuned default, else the provider's.
 
@@ -209,6 +233,8 @@ def plan_tuning(
             needs it, so without it ``gpu_graphs`` defaults to off.
         control_flow: the model's control-flow nodes (:func:`control_flow_nodes`); graph capture cannot
             serve them, so with any ``gpu_graphs`` defaults to off.
+        varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`); a graph per
+            shape, so with any ``gpu_graphs`` defaults to off (a caller's ``True`` still captures).
 
     Returns:
         A :class:`TuningPlan` with one :class:`KnobChoice` per knob.
@@ -256,6 +282,12 @@ def plan_tuning(
             choices[knob] = KnobChoice(None, "provider", why, options)
         elif knob == "gpu_graphs" and control_flow:
             reason = f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
+            choices[knob] = KnobChoice(False, "amdinfer", reason, options)
+        elif knob == "gpu_graphs" and varying:
+            reason = (
+                f"off: inputs vary beyond the batch axis ({_shown(varying)}), a graph per shape; "
+                "gpu_graphs=True captures them anyway"
+            )
             choices[knob] = KnobChoice(False, "amdinfer", reason, options)
         elif knob == "gpu_graphs" and not io_bound:
             choices[knob] = KnobChoice(
@@ -337,6 +369,7 @@ def apply_tuning(
     settings: dict[str, Any],
     *,
     control_flow: Sequence[str] = (),
+    varying: Sequence[str] = (),
     notes: list[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Tuned knob values for :func:`~amdinfer.engines.ort.provider_options`, plus options it does not map.
@@ -349,6 +382,7 @@ def apply_tuning(
         datapath: the engine's :class:`DataPathOptions`.
         settings: ``engine.info.settings`` (updated).
         control_flow: the model's control-flow nodes (:func:`control_flow_nodes`).
+        varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`).
         notes: ``engine.info.notes``: when the control-flow nodes turned amdinfer's default graph capture
             off, one line says so (nothing is printed).
 
@@ -367,10 +401,12 @@ def apply_tuning(
     user = {k: knobs.get(k) for k in TUNABLE_KNOBS if k != "tf32"}
     user["tf32"] = datapath.tf32
     io_bound = datapath.binds_io(provider)
-    plan = plan_tuning(provider, user=user, tuning=datapath.tuning, io_bound=io_bound, control_flow=control_flow)
+    plan = plan_tuning(
+        provider, user=user, tuning=datapath.tuning, io_bound=io_bound, control_flow=control_flow, varying=varying
+    )
     settings.setdefault("tuning", {})[provider] = plan.to_dict()
     graphs = plan.choices["gpu_graphs"]
-    if notes is not None and control_flow and graphs.source == "amdinfer" and graphs.options and io_bound:
+    if notes is not None and (control_flow or varying) and graphs.source == "amdinfer" and graphs.options and io_bound:
         notes.append(f"{provider}: graph capture (gpu_graphs) {graphs.reason}")
     out = dict(knobs)
     out.update(plan.knobs())

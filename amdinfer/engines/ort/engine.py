@@ -56,7 +56,7 @@ from ._providers import (
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
 from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu
-from ._tuning import apply_tuning, control_flow_nodes
+from ._tuning import apply_tuning, control_flow_nodes, varying_inputs
 
 __all__ = ["OrtEngine"]
 
@@ -323,11 +323,11 @@ class OrtEngine(Engine):
     ) -> tuple[list[str], list[dict[str, str]]]:
         names, opts = [], []
         knobs_given = self._options.knobs
-        flow = control_flow_nodes(source.proto)  # graph capture cannot serve them (asked for only without)
+        # graph capture cannot serve control flow; inputs varying beyond the batch axis get none by default
+        flow, varying = control_flow_nodes(source.proto), varying_inputs(source.proto)
         for name, raw in candidates:
-            knobs, extra = apply_tuning(
-                name, knobs_given, self._options.datapath, info.settings, control_flow=flow, notes=info.notes
-            )
+            dp, kw = self._options.datapath, dict[str, Any](control_flow=flow, varying=varying, notes=info.notes)
+            knobs, extra = apply_tuning(name, knobs_given, dp, info.settings, **kw)
             precision = self._precision if name == MIGRAPHX_EP and self._quantizer is None else "fp32"
             if precision == "fp16" and self._options.datapath.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
