@@ -6,7 +6,7 @@
 # Needs: python3 with numpy/onnx/opencv/pillow, onnxruntime-gpu at $HOME/site, and the wheels RapidOCR needs at
 # run time in .carry/ocr-wheels (no internet: installed --no-index --no-deps into ~/ocrsite). Within 5 minutes.
 #   run: bash benchmarks/ocr_h200.sh            (carry: .carry/ocr-wheels)
-#   env: OCR_REPEAT (3), OCR_CPUS (taskset list, "2,3"), OCR_PYTHON (python3), OCR_SKIP_CUDA=1, OCR_INT8=1
+#   env: OCR_REPEAT (3), OCR_CPUS (taskset list, "2,3"), OCR_PYTHON (python3), OCR_SKIP_CPU=1, OCR_SKIP_CUDA=1, OCR_INT8=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ocr-out}
@@ -28,9 +28,11 @@ print("providers", onnxruntime.get_available_providers(), "cpus", os.cpu_count()
 PYEOF
 int8=()
 [ "${OCR_INT8:-0}" = 1 ] && int8=(--int8)
-echo "== CPU, pinned to cores $CPUS"
-taskset -c "$CPUS" "$PY" benchmarks/ocr.py --rapidocr-python "$PY" --threads 2 --repeat "$REPEAT" --providers cpu \
-    "${int8[@]}" --json "$OUT/ocr_cpu.json" --markdown "$OUT/ocr.md"
+if [ "${OCR_SKIP_CPU:-0}" != 1 ]; then
+    echo "== CPU, pinned to cores $CPUS"
+    taskset -c "$CPUS" "$PY" benchmarks/ocr.py --rapidocr-python "$PY" --threads 2 --repeat "$REPEAT" --providers cpu \
+        "${int8[@]}" --json "$OUT/ocr_cpu.json" --markdown "$OUT/ocr.md"
+fi
 if [ "${OCR_SKIP_CUDA:-0}" != 1 ]; then
     echo "== CUDA EP"
     "$PY" benchmarks/ocr.py --rapidocr-python "$PY" --threads 2 --repeat "$REPEAT" --providers cuda \

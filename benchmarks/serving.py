@@ -906,26 +906,34 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
             server.stop()
 
     all_protocols = ["grpc", "rest", "grpc-shm", "rest-shm"]
+
+    def want(key: str) -> bool:
+        return a.configs is None or key in a.configs
+
     top = [max(a.gpu_clients)]
     ref_cls = ("classifier", a.engine_batch)
     # the ceiling of clients + server with a model that costs nothing, same request size
-    run_config(
-        "no-op model (ceiling)",
-        noop_path,
-        "noop",
-        (),
-        lambda s: measure(s, "no-op model (ceiling)", "noop", x_cls, "images", ["grpc", "rest", "grpc-shm"], top, None),
-    )
-    run_config(
-        "classifier, 1 worker",
-        cls_u8_path,
-        "classifier",
-        (),
-        lambda s: measure(
-            s, "classifier, 1 worker", "classifier", x_cls, "images", all_protocols, a.gpu_clients, ref_cls
-        ),
-    )
-    if has["--verify-sample"]:
+    if want("noop"):
+        run_config(
+            "no-op model (ceiling)",
+            noop_path,
+            "noop",
+            (),
+            lambda s: measure(
+                s, "no-op model (ceiling)", "noop", x_cls, "images", ["grpc", "rest", "grpc-shm"], top, None
+            ),
+        )
+    if want("cls1"):
+        run_config(
+            "classifier, 1 worker",
+            cls_u8_path,
+            "classifier",
+            (),
+            lambda s: measure(
+                s, "classifier, 1 worker", "classifier", x_cls, "images", all_protocols, a.gpu_clients, ref_cls
+            ),
+        )
+    if has["--verify-sample"] and want("canary"):
         run_config(
             "classifier, canary 0.01",
             cls_u8_path,
@@ -935,9 +943,25 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 s, "classifier, canary 0.01", "classifier", x_cls, "images", ["grpc", "grpc-shm"], top, ref_cls
             ),
         )
-    else:
-        record({"case": "served", "config": "classifier, canary", "error": "not available (no --verify-sample)"})
-    if has["--workers-per-device"]:
+    if has["--workers-per-device"] and has["--verify-sample"] and want("workers-canary"):
+        label_c = f"classifier, {a.workers} workers, canary {a.canary}"
+        run_config(
+            label_c,
+            cls_u8_path,
+            "classifier",
+            ("--workers-per-device", str(a.workers), "--verify-sample", str(a.canary)),
+            lambda s: measure(s, label_c, "classifier", x_cls, "images", ["grpc", "grpc-shm"], top, ref_cls),
+        )
+    if has["--workers-per-device"] and has["--recipe"] and want("workers-recipe"):
+        label_r = f"classifier recipe, JPEG BYTES, {a.workers} workers"
+        run_config(
+            label_r,
+            cls_path,
+            "classifier",
+            ("--recipe", "classify", "--workers-per-device", str(a.workers)),
+            lambda s: measure(s, label_r, "classifier", jpeg_cls, "images", ["grpc", "rest"], a.gpu_clients, ref_cls),
+        )
+    if has["--workers-per-device"] and want("workers"):
         label = f"classifier, {a.workers} workers"
         run_config(
             label,
@@ -948,11 +972,7 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 s, label, "classifier", x_cls, "images", ["grpc", "rest", "grpc-shm"], a.gpu_clients, ref_cls
             ),
         )
-    else:
-        record(
-            {"case": "served", "config": "classifier, N workers", "error": "not available (no --workers-per-device)"}
-        )
-    if has["--recipe"]:
+    if has["--recipe"] and want("recipe"):
         run_config(
             "classifier recipe, JPEG BYTES",
             cls_path,
@@ -969,30 +989,39 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 ref_cls,
             ),
         )
-    else:
-        record({"case": "served", "config": "classifier recipe, JPEG BYTES", "error": "not available (no --recipe)"})
     if yolo is not None:
         xy_req = rng.random([int(d) if isinstance(d, int) and d else 1 for d in yolo_meta["shape"]], np.float32)
-        run_config(
-            "yolo, 1 worker",
-            yolo,
-            "yolo",
-            (),
-            lambda s: measure(
-                s,
+        if want("yolo"):
+            run_config(
                 "yolo, 1 worker",
+                yolo,
                 "yolo",
-                xy_req,
-                yolo_meta["input"],
-                ["grpc", "rest", "grpc-shm"],
-                a.gpu_clients,
-                ("yolo", 1),
-            ),
-            mbs=1,
-        )
-        if has["--recipe"]:
-            imgsz = [d for d in yolo_meta["shape"] if isinstance(d, int) and d > 3]
-            recipe_flags = ("--recipe", "yolo") + (("--imgsz", str(imgsz[-1])) if imgsz else ())
+                (),
+                lambda s: measure(
+                    s,
+                    "yolo, 1 worker",
+                    "yolo",
+                    xy_req,
+                    yolo_meta["input"],
+                    ["grpc", "rest", "grpc-shm"],
+                    a.gpu_clients,
+                    ("yolo", 1),
+                ),
+                mbs=1,
+            )
+        imgsz = [d for d in yolo_meta["shape"] if isinstance(d, int) and d > 3]
+        recipe_flags = ("--recipe", "yolo") + (("--imgsz", str(imgsz[-1])) if imgsz else ())
+        if has["--recipe"] and has["--workers-per-device"] and want("workers-yolo-recipe"):
+            label_y = f"yolo recipe, JPEG BYTES, {a.workers} workers"
+            run_config(
+                label_y,
+                yolo,
+                "yolo",
+                (*recipe_flags, "--workers-per-device", str(a.workers)),
+                lambda s: measure(s, label_y, "yolo", jpeg_yolo[:1], "images", ["grpc"], a.gpu_clients, ("yolo", 1)),
+                mbs=a.max_batch,
+            )
+        if has["--recipe"] and want("yolo-recipe"):
             run_config(
                 "yolo recipe, JPEG BYTES",
                 yolo,
@@ -1010,8 +1039,6 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 ),
                 mbs=a.max_batch,
             )
-        else:
-            record({"case": "served", "config": "yolo recipe, JPEG BYTES", "error": "not available (no --recipe)"})
     for pool in _POOLS.values():
         pool.terminate()
     print_table()
@@ -1053,6 +1080,13 @@ def main() -> None:
     p.add_argument("--cpu-smoke", action="store_true", help="gpu1: every row on the CPU with a tiny CNN")
     p.add_argument("--workers", type=int, default=4, help="gpu1: N of --workers-per-device N (when the flag exists)")
     p.add_argument("--canary", type=float, default=0.01, help="gpu1: --verify-sample of the canary rows")
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=None,
+        help="gpu1: only these served configurations (noop cls1 canary workers workers-canary recipe "
+        "workers-recipe yolo yolo-recipe workers-yolo-recipe; default: all)",
+    )
     p.add_argument("--max-batch", type=int, default=64, help="gpu1: the server's --max-batch-size")
     p.add_argument("--engine-seconds", type=float, default=2.0, help="gpu1: seconds per engine-rate row")
     p.add_argument("--out", default=os.environ.get("OUT"))
