@@ -24,15 +24,15 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from ._fuse_options import _auto_nms_mode, _auto_resize, _check_nms_backend, fused_load_options
-from ._pipeline_map import MapSteps, PipelineMap
-from ._source_images import attach, call, check_keep, remember, takes_images
+from ._pipeline_map import PipelineMap
+from ._pipeline_steps import PipelineSteps, _positive_int, _shape_groups
+from ._source_images import call, check_keep, takes_images
+from ._subpipeline import SubPipeline
 from .engines.base import Engine
-from .errors import InputError, OptionError, StageError, StageInputError
-from .preprocess import stack
-from .stages import FanOut, Gather, Postprocessor, Preprocessor, Sample, Stage, _stage_error
+from .errors import OptionError
+from .preprocess import _hw
+from .stages import Postprocessor, Preprocessor, Sample, Stage
 
 __all__ = ["Pipeline", "PipelineMap", "SubPipeline"]
 
@@ -56,13 +56,7 @@ def _check_stages(name: str, stages: Any, kind: type[Stage]) -> tuple[Any, ...]:
     return out
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}")
-    return int(value)
-
-
-class Pipeline:
+class Pipeline(PipelineSteps):
     """Preprocessing stages, an engine, and postprocessing stages, run as one.
 
     Args:
@@ -86,7 +80,7 @@ class Pipeline:
             has more than one input.
 
     Example:
-        >>> import amdinfer
+        >>> import numpy as np, amdinfer
         >>> from amdinfer.preprocess import Letterbox, HwcToChw, Normalize
         >>> from amdinfer.postprocess import YoloDecode, Nms, ScaleBoxes
         >>> from amdinfer.testing.models import yolov8
@@ -183,7 +177,7 @@ class Pipeline:
                 original error is the ``__cause__``.
 
         Example:
-            >>> import amdinfer
+            >>> import numpy as np, amdinfer
             >>> from amdinfer.preprocess import HwcToChw, Cast
             >>> from amdinfer.testing.models import tiny_cnn
             >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
@@ -209,7 +203,7 @@ class Pipeline:
                 failed (naming the items of that engine call, e.g. a shape the model does not take).
 
         Example:
-            >>> import amdinfer
+            >>> import numpy as np, amdinfer
             >>> from amdinfer.preprocess import HwcToChw, Cast
             >>> from amdinfer.testing.models import tiny_cnn
             >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
@@ -253,7 +247,7 @@ class Pipeline:
             Leaving the loop early (``break``, ``close()``, garbage collection) stops them too.
 
         Example:
-            >>> import amdinfer
+            >>> import numpy as np, amdinfer
             >>> from amdinfer.preprocess import HwcToChw, Cast
             >>> from amdinfer.testing.models import tiny_cnn
             >>> pipe = amdinfer.Pipeline(preprocess=[HwcToChw(), Cast("float32")], engine=tiny_cnn(),
@@ -269,116 +263,6 @@ class Pipeline:
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
             raise OptionError(f"items: got {type(items).__name__}, expected an iterable of inputs")
         return PipelineMap(self._map_steps(), items, batch_size, workers)
-
-    # ------------------------------------------------------------------ steps (each names what failed)
-    def _map_steps(self) -> MapSteps:
-        """What the streaming executor needs from this pipeline (it sees nothing else of it)."""
-        return MapSteps(
-            engine=self._engine,
-            input_name=self._input.name,
-            preprocess_one=self._preprocess_one,
-            postprocess_one=self._postprocess_one,
-            infer_samples=self._infer_samples,
-            chunks=self._chunks,
-            cut=self._cut,
-            split=self._split,
-        )
-
-    def _preprocess_one(self, index: int, item: Any) -> Sample:
-        sample = Sample.wrap(item)
-        for k, stage in enumerate(self._preprocess):
-            try:
-                sample = stage(sample)
-            except Exception as exc:
-                raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
-            if k == 0 and self._keep_image:
-                remember(sample, stage)
-        if not isinstance(sample.data, np.ndarray):
-            exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")  # type: ignore[misc]
-            raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]
-        return sample
-
-    def _postprocess_one(self, index: int, sample: Sample) -> Any:
-        for k, stage in enumerate(self._postprocess):
-            try:
-                sample = stage(sample)
-            except Exception as exc:
-                raise _stage_error(index, f"postprocess[{k}] {type(stage).__name__}", exc) from exc
-        return attach(sample.data, sample.meta)
-
-    def _infer_samples(self, first: int, samples: list[Sample]) -> list[Sample]:
-        """Stack, run the engine, split per item; errors name the batch's items."""
-        try:
-            batch, metas = stack(samples)
-        except Exception as exc:
-            raise _stage_error(first, "stack", exc, count=len(samples)) from exc
-        try:
-            outputs = self._infer(batch)
-        except Exception as exc:
-            raise _stage_error(first, f"engine {type(self._engine).__name__}", exc, count=len(samples)) from exc
-        return [Sample(out, meta) for out, meta in zip(outputs, metas)]
-
-    def _infer_group(self, indices: list[int], samples: list[Sample]) -> list[Sample]:
-        """:meth:`_infer_samples` for items of one shape that need not be neighbours in the input; an error
-        names them all."""
-        if indices == list(range(indices[0], indices[0] + len(indices))):
-            return self._infer_samples(indices[0], samples)
-        try:
-            return self._infer_samples(indices[0], samples)
-        except StageError as exc:
-            stage = getattr(exc, "stage", "")
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
-            kind = StageInputError if isinstance(cause, InputError) else StageError
-            err = kind(f"items {', '.join(map(str, indices))} (one batch): {stage}: {type(cause).__name__}: {cause}")
-            err.index = indices[0]  # type: ignore[attr-defined]
-            err.stage = stage  # type: ignore[attr-defined]
-            raise err from cause
-
-    def _infer(self, batch: np.ndarray) -> list[Any]:
-        parts = []
-        for chunk, size in self._chunks(batch):
-            parts.append(self._cut(self._engine.run({self._input.name: chunk}), chunk, size))
-        return self._split(parts, batch.shape[0])
-
-    def _chunks(self, batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
-        """The engine calls for one stacked batch: ``(feed, real items)``; a fixed batch size ``B`` gives
-        chunks of ``B``, the last one padded by repeating its last item."""
-        n = batch.shape[0]
-        fixed = self._input.shape[0] if self._input.shape else None
-        if not isinstance(fixed, int) or fixed == n or self._engine.batch_buckets:
-            return [(batch, n)]
-        out = []
-        for start in range(0, n, fixed):
-            chunk = batch[start : start + fixed]
-            size = chunk.shape[0]
-            if size < fixed:
-                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - size, axis=0)])
-            out.append((chunk, size))
-        return out
-
-    @staticmethod
-    def _cut(result: dict[str, Any], chunk: np.ndarray, size: int) -> dict[str, Any]:
-        """Drop the padding rows of a padded chunk's outputs."""
-        if size == chunk.shape[0]:
-            return result
-        return {k: v[:size] for k, v in result.items()}
-
-    def _split(self, parts: list[dict[str, Any]], n: int) -> list[Any]:
-        """Join a batch's chunk outputs, check each has the batch axis, and split them per item."""
-        if len(parts) == 1:
-            result = parts[0]
-        else:
-            result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        for name, value in result.items():
-            if getattr(value, "ndim", 0) < 1 or value.shape[0] != n:
-                raise StageError(
-                    f"output {name!r}: got shape {getattr(value, 'shape', None)}, expected a batch axis of {n} "
-                    "(a Pipeline splits outputs per item along axis 0)"
-                )
-        if len(result) == 1:
-            (value,) = result.values()
-            return list(value)
-        return [{k: v[i] for k, v in result.items()} for i in range(n)]
 
     # ------------------------------------------------------------------ fusing
     def fuse(
@@ -431,7 +315,7 @@ class Pipeline:
             OptionError: a stage has no fused form, or the stages do not fit the model.
 
         Example:
-            >>> import amdinfer
+            >>> import numpy as np, amdinfer
             >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
             >>> from amdinfer.postprocess import Softmax, TopK
             >>> from amdinfer.testing.models import tiny_cnn
@@ -447,11 +331,7 @@ class Pipeline:
         from ._load import load
         from .fuse import FusedPipeline, _labels, fuse_model, split_host_stages
 
-        size = None
-        if image_size is not None:
-            from .preprocess import _hw
-
-            size = _hw("image_size", image_size)
+        size = None if image_size is None else _hw("image_size", image_size)
         host, _ = split_host_stages(self._preprocess, size)
         proto = self._engine.model.proto
         if not load_options:
@@ -494,170 +374,3 @@ class Pipeline:
         lines += block("postprocess", self._postprocess)
         lines.append(")")
         return "\n".join(lines)
-
-
-_ORDERS = ("shape", "aspect")
-
-
-class SubPipeline(Postprocessor):
-    """A cascade step: fan one item out into pieces, run another pipeline on them in batches, gather back.
-
-    The :class:`~amdinfer.stages.FanOut` stage splits the item (e.g. crops a page's text lines); each piece runs
-    through ``pipeline``'s preprocessing, then the pieces are batched for its engine and postprocessed, and the
-    :class:`~amdinfer.stages.Gather` puts the answers, in piece order, back onto the item. Used as a
-    postprocessing stage of the outer :class:`Pipeline`, it runs wherever that pipeline's postprocessing runs
-    (``__call__``, ``run_batch``, ``map``'s worker threads, the server), so the outer engine (e.g. the next
-    page's detector) overlaps with this step in ``map``.
-
-    Batching is bucketed by shape, so pieces of different sizes never need a common canvas:
-
-    * ``order="shape"``: pieces are preprocessed, grouped by their shape, and each group runs in engine calls
-      of up to ``batch_size``.
-    * ``order="aspect"``: pieces are sorted by width/height (as PaddleOCR and RapidOCR sort text lines), cut
-      into batches of ``batch_size``, and each piece's metadata gets ``"batch_aspect"``, its batch's widest
-      ratio, before preprocessing (:class:`~amdinfer.text.TextResize` pads every line of a batch to it).
-
-    Args:
-        pipeline: the :class:`Pipeline` run on the pieces (it stays yours: close it yourself).
-        fan_out: the :class:`~amdinfer.stages.FanOut` stage.
-        gather: the :class:`~amdinfer.stages.Gather`.
-        batch_size: most pieces per engine call.
-        order: ``"shape"`` or ``"aspect"`` (see above).
-
-    Raises:
-        OptionError: bad arguments.
-        StageError: (when called) a piece failed; the message names the piece and the inner stage (an
-            :class:`~amdinfer.errors.StageInputError` when the cause is bad input).
-
-    Example:
-        >>> import numpy as np, amdinfer
-        >>> from amdinfer.preprocess import LoadImage, Letterbox, Resize, Normalize, HwcToChw
-        >>> from amdinfer.postprocess import YoloDecode, Nms, ScaleBoxes, Softmax, TopK
-        >>> from amdinfer.stages import BoxCrop, Relabel
-        >>> from amdinfer.testing.models import tiny_cnn, yolov8
-        >>> cpu = {"backend": "ort", "providers": ["CPUExecutionProvider"]}
-        >>> classify = amdinfer.Pipeline(preprocess=[Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()],
-        ...                              engine=tiny_cnn(), postprocess=[Softmax(), TopK(1)], **cpu)
-        >>> detect = amdinfer.Pipeline(
-        ...     preprocess=[LoadImage(), Letterbox(64), Normalize(scale=1 / 255), HwcToChw()],
-        ...     engine=yolov8(image_size=64, num_classes=2), keep_image=True, **cpu,
-        ...     postprocess=[YoloDecode(conf_threshold=0.0), Nms(max_det=3), ScaleBoxes(),
-        ...                  SubPipeline(classify, fan_out=BoxCrop(), gather=Relabel(), batch_size=4)])
-        >>> det = detect(np.random.default_rng(0).integers(0, 255, (48, 80, 3), dtype=np.uint8))
-        >>> len(det) <= 3 and all(0 <= c < 10 for c in det.classes)
-        True
-        >>> detect.close(); classify.close()
-    """
-
-    def __init__(
-        self, pipeline: Pipeline, *, fan_out: FanOut, gather: Gather, batch_size: int = 8, order: str = "shape"
-    ) -> None:
-        if not isinstance(pipeline, Pipeline):
-            raise OptionError(f"pipeline: got {type(pipeline).__name__}, expected an amdinfer.Pipeline")
-        if not isinstance(fan_out, FanOut):
-            raise OptionError(f"fan_out: got {type(fan_out).__name__}, expected an amdinfer.stages.FanOut")
-        if not isinstance(gather, Gather):
-            raise OptionError(f"gather: got {type(gather).__name__}, expected an amdinfer.stages.Gather")
-        if order not in _ORDERS:
-            raise OptionError(f"order: got {order!r}, expected one of {list(_ORDERS)}")
-        self.pipeline = pipeline
-        self.fan_out = fan_out
-        self.gather = gather
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.order = order
-
-    def __repr__(self) -> str:
-        inner = type(self.pipeline.engine).__name__
-        return (
-            f"SubPipeline({inner}, fan_out={self.fan_out!r}, gather={self.gather!r}, "
-            f"batch_size={self.batch_size}, order={self.order!r})"
-        )
-
-    def process(self, data: Any, meta: dict[str, Any]) -> Any:
-        split = self.fan_out(Sample(data, meta))
-        meta.update(split.meta)
-        pieces = split.data
-        results = self.run_pieces(pieces.items)
-        return self.gather.gather(pieces.parent, results, pieces.items, meta)
-
-    def run_pieces(self, items: list[Sample]) -> list[Any]:
-        """Run the inner pipeline on ``items`` (samples) with this step's batching; answers in order.
-
-        Example:
-            >>> import numpy as np, amdinfer
-            >>> from amdinfer.preprocess import Resize, Normalize, HwcToChw
-            >>> from amdinfer.stages import BoxCrop, Relabel, Sample
-            >>> from amdinfer.testing.models import tiny_cnn
-            >>> inner = amdinfer.Pipeline(preprocess=[Resize((32, 32)), Normalize(), HwcToChw()], engine=tiny_cnn(),
-            ...                           backend="ort", providers=["CPUExecutionProvider"])
-            >>> step = SubPipeline(inner, fan_out=BoxCrop(), gather=Relabel(), batch_size=2)
-            >>> [r.shape for r in step.run_pieces([Sample(np.zeros((8, 9 + i, 3), np.uint8)) for i in range(3)])]
-            [(10,), (10,), (10,)]
-            >>> inner.close()
-        """
-        sub = self.pipeline
-        n = len(items)
-        if not n:
-            return []
-        order = list(range(n))
-        batches: list[list[int]]
-        if self.order == "aspect":
-            ratios = []
-            for i, s in enumerate(items):
-                shape = getattr(s.data, "shape", None)
-                if shape is None or len(shape) < 2 or not shape[0] or not shape[1]:
-                    raise StageInputError(f"piece {i}: got {_describe(s.data)}, expected an (H, W[, C]) image")
-                ratios.append(shape[1] / float(shape[0]))
-            # np.argsort's default sort, as PaddleOCR/RapidOCR order their text lines (ties included)
-            order = [int(i) for i in np.argsort(np.array(ratios))]
-            batches = [order[k : k + self.batch_size] for k in range(0, n, self.batch_size)]
-            items = [Sample(s.data, dict(s.meta)) for s in items]
-            for batch in batches:
-                widest = max(ratios[i] for i in batch)
-                for i in batch:
-                    items[i].meta["batch_aspect"] = widest
-        prepared: list[Sample] = [None] * n  # type: ignore[list-item]
-        for i in order:
-            prepared[i] = self._step(i, lambda i=i: sub._preprocess_one(i, items[i]))
-        if self.order == "shape":
-            groups: dict[Any, list[int]] = {}
-            for i in order:
-                groups.setdefault((prepared[i].data.shape, prepared[i].data.dtype.str), []).append(i)
-            batches = [g[k : k + self.batch_size] for g in groups.values() for k in range(0, len(g), self.batch_size)]
-        engine_calls: list[list[int]] = []
-        for batch in batches:  # a batch of one aspect group still splits by shape if its stages differ
-            by_shape: dict[Any, list[int]] = {}
-            for i in batch:
-                by_shape.setdefault((prepared[i].data.shape, prepared[i].data.dtype.str), []).append(i)
-            engine_calls.extend(by_shape.values())
-        results: list[Any] = [None] * n
-        for group in engine_calls:
-            outs = self._step(group[0], lambda g=group: sub._infer_samples(g[0], [prepared[i] for i in g]))
-            for i, out in zip(group, outs):
-                results[i] = self._step(i, lambda i=i, out=out: sub._postprocess_one(i, out))
-        return results
-
-    @staticmethod
-    def _step(index: int, fn: Any) -> Any:
-        """Run one inner step; a failure becomes an error naming the piece (not the outer item, whose index
-        the outer pipeline adds)."""
-        try:
-            return fn()
-        except Exception as exc:
-            cause = exc.__cause__ if isinstance(exc, StageError) and exc.__cause__ is not None else exc
-            stage = getattr(exc, "stage", None)
-            where = f"piece {index}: {stage}: " if stage else f"piece {index}: "
-            kind = StageInputError if isinstance(cause, InputError) else StageError
-            raise kind(f"{where}{type(cause).__name__}: {cause}") from cause
-
-
-def _shape_groups(samples: list[Sample]) -> list[list[int]]:
-    """The indices of ``samples`` grouped by their data's shape and dtype, groups in order of first item."""
-    groups: dict[Any, list[int]] = {}
-    for i, s in enumerate(samples):
-        groups.setdefault((s.data.shape, s.data.dtype.str), []).append(i)
-    return list(groups.values())
-
-
-def _describe(value: Any) -> str:
-    return f"array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__

@@ -1,11 +1,10 @@
 """``Int8Quantizer``'s checks around ONNX Runtime's ``quantize_static``, and its failures as typed errors.
 
 Before the call: the weights of the nodes that will be quantized must be finite (ONNX Runtime answers
-``AssertionError: scale issue``), and histogram calibrators need samples of one shape. During it: a reader
-that counts the samples it hands over, so a failure names its sample. After it: ONNX Runtime's exception
-mapped to the step, sample or tensor that failed, and a quantized model with a NaN/inf scale refused (it
-would answer zeros or NaN for every input). The calibration samples themselves are checked earlier, by
-:func:`~amdinfer.quantize._data.to_feeds` (``finite=True``).
+``AssertionError: scale issue``). After it: ONNX Runtime's exception mapped to the step, sample (counted by
+the reader, :func:`~amdinfer.quantize._int8_reader.grouped_reader`) or tensor that failed, and a quantized
+model with a NaN/inf scale refused (it would answer zeros or NaN for every input). The calibration samples
+themselves are checked earlier, by :func:`~amdinfer.quantize._data.to_feeds` (``finite=True``).
 """
 
 from __future__ import annotations
@@ -20,11 +19,9 @@ from onnx import numpy_helper
 
 from ..errors import AmdinferError, InputError, ModelError
 from ..model import ModelSource
-from ._data import Progress, describe_nonfinite
+from ._data import describe_nonfinite
 
 __all__ = [
-    "calibration_reader",
-    "check_histogram_shapes",
     "check_scales",
     "check_weights",
     "quantize_static_error",
@@ -41,29 +38,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------- before quantize_static
-def check_histogram_shapes(method: str, feeds: list[dict[str, np.ndarray]]) -> None:
-    """Refuse samples of several shapes for ``method="entropy"``/``"percentile"`` (their calibrators stack them).
-
-    Example:
-        >>> feeds = [{"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((2, 4), np.float32)}]
-        >>> check_histogram_shapes("minmax", feeds)
-        >>> check_histogram_shapes("entropy", feeds)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        amdinfer.errors.InputError: calibration: method='entropy' needs samples of one shape ...
-    """
-    if method == "minmax":
-        return
-    shapes = {tuple((k, v.shape) for k, v in sorted(f.items())) for f in feeds}
-    if len(shapes) > 1:
-        shown = sorted({str(dict(s)) for s in shapes})[:3]
-        raise InputError(
-            f"calibration: method={method!r} needs samples of one shape (ONNX Runtime's histogram "
-            f"calibrators stack them), got {len(shapes)} shapes, e.g. {shown}; resize the samples to one "
-            "size or use method='minmax'"
-        )
-
-
 def _ort_quantizable_ops() -> set[str]:
     """The op types ``quantize_static`` quantizes when given none: its QOperator and QDQ registries."""
     try:
@@ -148,49 +122,6 @@ def save_for_quantizer(src: ModelSource, path: Path) -> None:
         ) from exc
 
 
-# ---------------------------------------------------------------------- during quantize_static
-def calibration_reader(base: type, feeds: list[dict[str, np.ndarray]], *, progress: bool) -> Any:
-    """A ``base`` (ONNX Runtime's ``CalibrationDataReader``) over ``feeds`` that counts what it handed over.
-
-    ``handed`` is the number of samples given to ONNX Runtime so far (the last is the one it runs); ``done``
-    is true once it has answered that there are no more.
-
-    Example:
-        >>> reader = calibration_reader(object, [{"x": np.zeros(1)}], progress=False)
-        >>> reader.get_next() is not None, reader.handed, reader.done
-        (True, 1, False)
-        >>> reader.get_next() is None, reader.done
-        (True, True)
-    """
-
-    class _Reader(base):  # type: ignore[valid-type, misc]
-        def __init__(self) -> None:
-            self._it = iter(feeds)
-            self._bar = Progress("amdinfer: calibrating int8", len(feeds), enabled=progress).__enter__()
-            self._done = False
-            self.handed = 0  # samples given to ONNX Runtime so far (the last one is the one it runs)
-
-        @property
-        def done(self) -> bool:
-            return self._done
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            item = next(self._it, None)
-            if item is None:
-                if not self._done:
-                    self._bar.__exit__(None, None, None)
-                    self._done = True
-                return None
-            self.handed += 1
-            self._bar.update()
-            return item
-
-        def __len__(self) -> int:
-            return len(feeds)
-
-    return _Reader()
-
-
 # ---------------------------------------------------------------------- after quantize_static
 def _nonfinite_ranges(path: Path | None, proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """``(tensor, range)`` of the calibrated ranges that are not finite, in graph order (ONNX Runtime's cache)."""
@@ -229,8 +160,8 @@ def quantize_static_error(
 ) -> AmdinferError:
     """ONNX Runtime's failure inside ``quantize_static`` as a typed error naming the step (and sample, tensor).
 
-    ``reader`` is the :func:`calibration_reader` given to it (``None`` when the ranges came from
-    ``ranges``, ONNX Runtime's cache of calibrated ranges, ``None`` when it keeps none).
+    ``reader`` is the :func:`~amdinfer.quantize._int8_reader.grouped_reader` given to it (``None`` when the
+    ranges came from ``ranges``, ONNX Runtime's cache of calibrated ranges, ``None`` when it keeps none).
 
     Example:
         >>> from amdinfer.testing.models import tiny_cnn

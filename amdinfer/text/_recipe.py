@@ -24,6 +24,10 @@ from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, chars
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
 
+#: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
+_CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
+_CASCADE_OPTIONS += ("cls_threshold", "text_score", "batch_size", "rec_height", "rec_width", "cls_width")
+
 
 class OcrPipeline(Pipeline):
     """What :func:`ocr` returns: the detector's :class:`~amdinfer.Pipeline` whose postprocessing runs the
@@ -126,30 +130,34 @@ def ocr(
         ...
         amdinfer.errors.OptionError: batch_size: got 0, expected an int >= 1
     """
+    cascade_args = locals()  # the arguments only, before any other name is bound
+    options = {k: cascade_args[k] for k in _CASCADE_OPTIONS}
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise OptionError(f"batch_size: got {batch_size!r}, expected an int >= 1")
     quantizers = {"det": det_quantizer, "cls": cls_quantizer, "rec": rec_quantizer}
-    _check_int8(load_options, calibration, quantizers, cls is not None)
-    options = {
-        "charset": charset,
-        "det_limit": det_limit,
-        "det_limit_type": det_limit_type,
-        "thresh": thresh,
-        "box_thresh": box_thresh,
-        "unclip_ratio": unclip_ratio,
-        "cls_threshold": cls_threshold,
-        "text_score": text_score,
-        "batch_size": batch_size,
-        "rec_height": rec_height,
-        "rec_width": rec_width,
-        "cls_width": cls_width,
-    }
-    if calibration is not None:
-        fp32 = {k: v for k, v in load_options.items() if k != "precision"}
-        cal = ocr_calibration(det, rec, cls, pages=calibration, backend=backend, **options, **fp32)
-        quantizers = {k: v for k, v in cal.quantizers().items() if v is not None}
-        quantizers = {k.removesuffix("_quantizer"): v for k, v in quantizers.items()}
+    quantizers = _quantizers(det, rec, cls, calibration, quantizers, backend, options, load_options)
     return _build(det, rec, cls, options, quantizers, backend, keep_image, load_options, OcrPipeline, Pipeline)
+
+
+def _quantizers(
+    det: Any,
+    rec: Any,
+    cls: Any,
+    calibration: Any,
+    quantizers: dict[str, Any],
+    backend: str,
+    options: dict[str, Any],
+    load_options: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`ocr`'s quantizer per model (``"det"``, ``"cls"``, ``"rec"``): the ones given, or with
+    ``calibration``, Int8Quantizers on what the fp32 cascade fed each engine; the options checked first."""
+    _check_int8(load_options, calibration, quantizers, cls is not None)
+    if calibration is None:
+        return quantizers
+    fp32 = {k: v for k, v in load_options.items() if k != "precision"}
+    cal = ocr_calibration(det, rec, cls, pages=calibration, backend=backend, **options, **fp32)
+    calibrated = {k: v for k, v in cal.quantizers().items() if v is not None}
+    return {k.removesuffix("_quantizer"): v for k, v in calibrated.items()}
 
 
 def _check_int8(load_options: dict[str, Any], calibration: Any, quantizers: dict[str, Any], has_cls: bool) -> None:
@@ -353,11 +361,8 @@ def ocr_calibration(
     page_list = list(pages)
     if not page_list:
         raise OptionError("pages: got no page, expected at least one calibration page")
-    names: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
-    names += ("cls_threshold",)
-    names += ("text_score", "batch_size", "rec_height", "rec_width", "cls_width")
     defaults = inspect.signature(ocr).parameters
-    cascade = {k: options.pop(k, defaults[k].default) for k in names}
+    cascade = {k: options.pop(k, defaults[k].default) for k in _CASCADE_OPTIONS}
     options.pop("keep_image", None)
     pipe = _build(det, rec, cls, cascade, {}, backend, False, options, _RecordingOcr, _Recording)
     recorders: list[Any] = [pipe, *pipe.steps]

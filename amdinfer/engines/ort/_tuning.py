@@ -140,6 +140,9 @@ def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
+_VARYING = "off: inputs vary beyond the batch axis ({}), a graph per shape; gpu_graphs=True captures them anyway"
+
+
 def varying_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
     """The graph inputs whose shape may change beyond the batch axis, as ``"name[axis]"`` per dynamic dim.
 
@@ -284,11 +287,7 @@ def plan_tuning(
             reason = f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
             choices[knob] = KnobChoice(False, "amdinfer", reason, options)
         elif knob == "gpu_graphs" and varying:
-            reason = (
-                f"off: inputs vary beyond the batch axis ({_shown(varying)}), a graph per shape; "
-                "gpu_graphs=True captures them anyway"
-            )
-            choices[knob] = KnobChoice(False, "amdinfer", reason, options)
+            choices[knob] = KnobChoice(False, "amdinfer", _VARYING.format(_shown(varying)), options)
         elif knob == "gpu_graphs" and not io_bound:
             choices[knob] = KnobChoice(
                 False,
