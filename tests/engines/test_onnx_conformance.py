@@ -13,18 +13,27 @@ Each case ends as one of:
   axes, sequence/optional/map inputs or outputs); the test asserts the refusal (``InputError`` /
   ``ModelError``);
 * excluded: a known failure listed in :data:`EXCLUDE` with its reason; it still runs, is reported as
-  xfailed, and fails the test once it passes (so a fix upstream gets its entry removed);
+  xfailed, and fails the test once it passes (so a fix upstream gets its entry removed). A case the contract
+  rejects may be excluded too, by its exact name, when the engine fails before the contract's check (a plugin
+  EP that cannot compile the model); it fails the test once the contract's refusal comes through;
 * skipped: its expected output cannot be reproduced by any engine (:data:`SKIP`, random ops).
 
 The counts per engine are printed at the end of the run ("ONNX node conformance" section).
+
+Kinds a runtime plugin registers (ONNX Runtime plugin EPs: ``ort-openvino``) keep their known failures beside
+this file, in ``_node_excludes_<kind>.py`` made from a run by ``make_plugin_excludes.py``; such a kind runs the
+node tests when its plugin is installed. ``AMDINFER_TEST_ENGINES`` selects kinds here as in the contract suite
+(``nox -s plugin_eps`` runs ``ort-openvino`` alone).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import warnings
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +45,6 @@ import amdinfer
 from amdinfer.errors import InputError, ModelError
 from amdinfer.testing import conformance
 
-#: The engine kinds the node tests run on: every registered conformance kind with ``node_tests=True``.
-BACKENDS = tuple(conformance.node_test_excludes())
-
 _RANDOM = "random output: the expected values come from NumPy's generator, which no runtime reproduces"
 
 #: Cases no engine can be judged on: skipped, never run.
@@ -47,9 +53,27 @@ SKIP: dict[str, str] = {
     r"test_training_dropout.*": _RANDOM + " (training-mode Dropout draws its mask at random)",
 }
 
+
+def plugin_node_excludes() -> dict[str, dict[str, str]]:
+    """Kind -> its known failures, from the ``_node_excludes_<kind>.py`` files (``EXCLUDE``) beside this file."""
+    tables = {}
+    for path in sorted(Path(__file__).parent.glob("_node_excludes_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        tables[module.KIND] = module.EXCLUDE
+    return tables
+
+
 #: Known failures per engine kind, ``{case name or regex (full match): reason}``; still run, reported as xfail.
-#: Each backend registers them with its conformance kinds (``amdinfer.testing._node_excludes``).
-EXCLUDE: dict[str, dict[str, str]] = conformance.node_test_excludes()
+#: Each backend registers them with its conformance kinds (``amdinfer.testing._node_excludes``); plugin kinds
+#: keep theirs beside this file (:func:`plugin_node_excludes`).
+EXCLUDE: dict[str, dict[str, str]] = {**conformance.node_test_excludes(), **plugin_node_excludes()}
+
+#: The engine kinds the node tests run on: every registered conformance kind with ``node_tests=True`` and every
+#: registered plugin kind with an exclude file, narrowed to ``AMDINFER_TEST_ENGINES`` when it is set.
+BACKENDS = tuple(k for k in EXCLUDE if k in conformance.ENGINE_KINDS and k in conformance.selected_kinds())
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -171,6 +195,9 @@ def _assert_similar(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float, 
 
 
 def test_node_case(backend: str, case_name: str, tally: dict[str, Counter[str]]) -> None:
+    why = conformance.availability(backend)
+    if why is not None:
+        pytest.skip(why)
     case = _cases()[case_name]
     counts = tally[backend]
     random = _match(SKIP, case_name)
@@ -178,33 +205,43 @@ def test_node_case(backend: str, case_name: str, tally: dict[str, Counter[str]])
         counts["skipped"] += 1
         pytest.skip(random)
     rejected = contract_rejection(case)
-    if rejected is not None:
-        with pytest.raises((InputError, ModelError)):
-            _run_case(backend, case)
-        counts["contract"] += 1
-        return
-    excluded = _match(EXCLUDE[backend], case_name)
-    if excluded is None:
-        try:
-            _run_case(backend, case)
-        except BaseException:
-            counts["failed"] += 1
-            raise
-        counts["passed"] += 1
-        return
+    # A case the contract rejects is excluded by its exact name only: the patterns are written for the cases the
+    # engines run, and would otherwise excuse the contract's own refusal.
+    table = EXCLUDE[backend]
+    excluded = _match(table, case_name) if rejected is None else table.get(case_name)
+    error: Exception | None = None
     try:
         _run_case(backend, case)
-    except Exception:
+    except Exception as exc:
+        error = exc
+    # The contract's refusal (InputError / ModelError) is the expected end of a rejected case; an excluded one
+    # fails before it gets there (a plugin EP that cannot compile the model at all).
+    refused = rejected is not None and isinstance(error, (InputError, ModelError))
+    if excluded is None and (refused or (rejected is None and error is None)):
+        counts["contract" if refused else "passed"] += 1
+        return
+    if excluded is not None and error is not None and not refused:
         counts["excluded"] += 1
         pytest.xfail(excluded)
     counts["failed"] += 1
-    pytest.fail(f"{case_name} is excluded for {backend!r} ({excluded}) but passes now: remove the exclude")
+    if excluded is not None:
+        now = "is rejected by the engine contract" if refused else "passes"
+        pytest.fail(f"{case_name} is excluded for {backend!r} ({excluded}) but {now} now: remove the exclude")
+    if error is None:
+        pytest.fail(f"{case_name} ran, but the engine contract rejects it: {rejected}")
+    raise error
 
 
 def test_excludes_name_real_cases() -> None:
-    """Every exclude pattern matches a case the contract does not already reject, so the lists cannot rot."""
+    """Every skip and exclude pattern matches a case, and every exclude one the suite runs, so the lists cannot rot.
+
+    An exclude may name a case the contract rejects (the kind fails before the contract's check); one the kind
+    passes, or the contract rejects as expected, fails :func:`test_node_case`.
+    """
     cases = _cases()
-    live = [n for n, c in cases.items() if contract_rejection(c) is None]
-    for table in (SKIP, *EXCLUDE.values()):
+    for pattern in SKIP:
+        assert any(re.fullmatch(pattern, n) for n in cases), f"skip {pattern!r} matches no case"
+    run = [n for n in cases if _match(SKIP, n) is None]
+    for table in EXCLUDE.values():
         for pattern in table:
-            assert any(re.fullmatch(pattern, n) for n in live), f"exclude {pattern!r} matches no runnable case"
+            assert any(re.fullmatch(pattern, n) for n in run), f"exclude {pattern!r} matches no case the suite runs"

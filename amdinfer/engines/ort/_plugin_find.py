@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -128,10 +129,19 @@ def _from_distribution(dist: importlib.metadata.Distribution, name: str) -> EpPl
 def find_plugins() -> tuple[EpPlugin, ...]:
     """Installed ``onnxruntime-ep-*`` packages and ``$AMDINFER_EP_LIBRARIES`` entries (nothing is loaded).
 
+    Reading every installed package's metadata takes a quarter of a second, so the answer is kept per process for
+    the same ``$AMDINFER_EP_PLUGINS``, ``$AMDINFER_EP_LIBRARIES`` and ``sys.path`` (a change of any looks again).
+
     Example:
         >>> all(p.source.startswith(PLUGIN_PREFIX) or p.source == "$" + LIBRARIES_ENV for p in find_plugins())
         True
     """
+    return _find_plugins(os.environ.get(SELECT_ENV), os.environ.get(LIBRARIES_ENV), tuple(sys.path))
+
+
+@cache
+def _find_plugins(select: str | None, libraries: str | None, path: tuple[str, ...]) -> tuple[EpPlugin, ...]:
+    del select, libraries, path  # the cache key: what the search below reads
     selected = _selected()
     out: list[EpPlugin] = []
     seen: set[str] = set()

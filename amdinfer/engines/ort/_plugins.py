@@ -328,8 +328,9 @@ def plugin_kinds() -> tuple[ConformanceKind, ...]:
 
 def plugin_kind(ep_name: str) -> ConformanceKind | None:
     """The conformance kind of a plugin EP: ``ort-<short name>``, one thread, float32, the engine contract suite
-    (``None`` for ONNX Runtime's meta EPs such as ``OpenVINOExecutionProvider.AUTO``). The ONNX node tests are
-    not run on plugin kinds (docs/engines.md has the OpenVINO tally and why).
+    (``None`` for ONNX Runtime's meta EPs such as ``OpenVINOExecutionProvider.AUTO``). The ONNX node tests run
+    on a plugin kind that has an exclude list, ``tests/engines/_node_excludes_<kind>.py`` (made by
+    ``tests/engines/make_plugin_excludes.py``; docs/engines.md has the OpenVINO tally).
 
     Example:
         >>> plugin_kind("OpenVINOExecutionProvider").name, plugin_kind("OpenVINOExecutionProvider.AUTO")
