@@ -5,7 +5,6 @@ The truth is the same model run in this process with ``engine.run`` (and ``Pipel
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import ipaddress
 import json
@@ -26,6 +25,7 @@ grpcclient = pytest.importorskip("tritonclient.grpc", reason="needs tritonclient
 httpclient = pytest.importorskip("tritonclient.http", reason="needs tritonclient[http]: run `nox -s serve`")
 
 import psutil  # noqa: E402  (a KServe dependency)
+from _servers import concurrent_infer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
@@ -46,6 +46,11 @@ def metrics(server: RunningServer) -> dict[tuple[str, tuple[tuple[str, str], ...
 
 def sample(values: dict, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in values.items() if n == name and all((k, labels[k]) in ls for k in labels))
+
+
+def changes(before: dict, after: dict) -> dict:
+    """Per-sample difference of two ``metrics`` snapshots (read it with ``sample``)."""
+    return {key: after.get(key, 0.0) - before.get(key, 0.0) for key in before.keys() | after.keys()}
 
 
 @pytest.fixture(scope="module")
@@ -205,62 +210,28 @@ class TestBadRequests:
 class TestLoad:
     def test_bounded_concurrent_load_batches_and_spreads(self, server, engine):
         """24 clients (16 gRPC, 8 REST) x 15 requests: zero errors, right answers, batches > 1, both workers used."""
-        from tritonclient.grpc import aio as grpc_aio
-        from tritonclient.http import aio as http_aio
-
         inputs = [_x(1 + i % 2, seed=10 + i) for i in range(4)]
         want = [engine.run(x)["logits"] for x in inputs]
         before = metrics(server)
-        per_client, errors, done = 15, [], []
-
-        async def grpc_client(k: int) -> None:
-            client = grpc_aio.InferenceServerClient(server.grpc)
-            try:
-                for i in range(per_client):
-                    j = (k + i) % 4
-                    r = await client.infer("tiny", [_grpc_input(inputs[j])])
-                    done.append(np.allclose(r.as_numpy("logits"), want[j], rtol=1e-5, atol=1e-6))
-            except Exception as exc:
-                errors.append(exc)
-            finally:
-                await client.close()
-
-        async def http_client(k: int) -> None:
-            client = http_aio.InferenceServerClient(server.http)
-            try:
-                for i in range(per_client):
-                    j = (k + i) % 4
-                    inp = http_aio.InferInput("input", list(inputs[j].shape), "FP32")
-                    inp.set_data_from_numpy(inputs[j])
-                    r = await client.infer("tiny", [inp])
-                    done.append(np.allclose(r.as_numpy("logits"), want[j], rtol=1e-5, atol=1e-6))
-            except Exception as exc:
-                errors.append(exc)
-            finally:
-                await client.close()
-
-        async def main() -> None:
-            await asyncio.gather(*(grpc_client(k) for k in range(16)), *(http_client(k) for k in range(8)))
-
-        asyncio.run(main())
+        per_client = 15
+        done, errors = concurrent_infer(
+            server, "tiny", "input", "logits", inputs, want, grpc_clients=16, http_clients=8, per_client=per_client
+        )
         assert errors == []
         assert len(done) == 24 * per_client and all(done)
-        after = metrics(server)
-
-        def delta(name: str, **labels: str) -> float:
-            return sample(after, name, **labels) - sample(before, name, **labels)
-
+        changed = changes(before, metrics(server))
         requests = 24 * per_client
         rows = sum(1 + ((k + i) % 4) % 2 for k in range(24) for i in range(per_client))
-        assert delta("amdinfer_requests_total", model="tiny", outcome="ok") == requests
-        assert delta("amdinfer_batch_size_sum", model="tiny") == rows  # every row went through one engine call
-        calls = delta("amdinfer_batch_size_count", model="tiny")
+        assert sample(changed, "amdinfer_requests_total", model="tiny", outcome="ok") == requests
+        # every row went through one engine call
+        assert sample(changed, "amdinfer_batch_size_sum", model="tiny") == rows
+        calls = sample(changed, "amdinfer_batch_size_count", model="tiny")
         assert calls < requests  # some calls carried several requests
-        single = delta("amdinfer_batch_size_bucket", model="tiny", le="1.0")
+        single = sample(changed, "amdinfer_batch_size_bucket", model="tiny", le="1.0")
         assert single < calls  # batches of more than one item were seen
         for worker in ("device0", "device1"):
-            assert delta("amdinfer_batch_size_count", model="tiny", worker=worker) > 0, worker
-        assert delta("amdinfer_queue_seconds_count", model="tiny") == requests
+            assert sample(changed, "amdinfer_batch_size_count", model="tiny", worker=worker) > 0, worker
+        assert sample(changed, "amdinfer_queue_seconds_count", model="tiny") == requests
 
 
 PIPELINE_SERVER = textwrap.dedent(

@@ -351,20 +351,13 @@ def test_regions_are_shared_by_the_processes_of_one_server(tiny_path: Path, tmp_
             out = regions.make("out", 64 * 40)
             served = 0
             for i in range(64):  # a fresh connection each: the kernel spreads them over the two processes
-                fresh = httpclient.InferenceServerClient(server.http)
-                row = xs[i : i + 1]
-                fresh.infer(
-                    "tiny",
-                    [_input(_http(regions), [1, 3, 32, 32], "in", row.nbytes, offset=i * row.nbytes)],
-                    outputs=[_output(_http(regions), "out", 40, offset=i * 40)],
-                )  # fmt: skip
+                _infer_row_on_fresh_connection(server, regions, i, row_nbytes=xs[:1].nbytes)
                 np.testing.assert_allclose(
                     shm.get_contents_as_numpy(out, np.float32, [1, 10], offset=i * 40),
-                    engine.run(row)["logits"],
+                    engine.run(xs[i : i + 1])["logits"],
                     rtol=1e-5,
                     atol=1e-6,
                 )
-                fresh.close()
                 served = i + 1
                 values = metrics(server)
                 if all(sample(values, "amdinfer_batch_size_count", worker=w) > 0 for w in ("device0", "device1")):
@@ -382,6 +375,20 @@ def test_regions_are_shared_by_the_processes_of_one_server(tiny_path: Path, tmp_
         finally:
             regions.close()
         assert server.stop() == 0
+
+
+def _infer_row_on_fresh_connection(server: RunningServer, regions: Regions, i: int, row_nbytes: int) -> None:
+    """Row ``i`` of region "in" through a new REST connection (so the kernel picks the server process), its
+    logits written to row ``i`` of region "out"."""
+    fresh = httpclient.InferenceServerClient(server.http)
+    try:
+        fresh.infer(
+            "tiny",
+            [_input(_http(regions), [1, 3, 32, 32], "in", row_nbytes, offset=i * row_nbytes)],
+            outputs=[_output(_http(regions), "out", 40, offset=i * 40)],
+        )
+    finally:
+        fresh.close()
 
 
 def _http(regions: Regions) -> Regions:

@@ -7,7 +7,6 @@ are in docs/serving.md ("Throughput: processes per GPU").
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import re
 import subprocess
@@ -26,14 +25,15 @@ httpclient = pytest.importorskip("tritonclient.http", reason="needs tritonclient
 
 import psutil  # noqa: E402  (a KServe dependency)
 import tritonclient.utils.shared_memory as shm  # noqa: E402
+from _servers import concurrent_infer  # noqa: E402
 
 import amdinfer  # noqa: E402
 from amdinfer.errors import InputError  # noqa: E402
 from amdinfer.serve import EngineWorker, run_isolated  # noqa: E402
 
 from .conftest import RunningServer, free_port, running_server  # noqa: E402
-from .test_serve import _wait_for_every_process, metrics, sample  # noqa: E402
-from .test_shm import Regions, _http, _input, _output  # noqa: E402
+from .test_serve import _wait_for_every_process, changes, metrics, sample  # noqa: E402
+from .test_shm import Regions, _infer_row_on_fresh_connection  # noqa: E402
 
 WORKERS = ("device0-p0", "device0-p1")
 
@@ -78,58 +78,21 @@ class TestProcesses:
 
     def test_many_clients_answered_right_by_both_processes(self, server: RunningServer, engine) -> None:
         """20 clients (16 gRPC, 4 REST), each on its own connection, 10 requests of 1-3 rows each."""
-        from tritonclient.grpc import aio as grpc_aio
-        from tritonclient.http import aio as http_aio
-
         inputs = [_x(1 + i % 3, seed=20 + i) for i in range(6)]
         want = [engine.run(x)["logits"] for x in inputs]
         before = metrics(server)
-        per_client, errors, done = 10, [], []
-
-        async def grpc_client(k: int) -> None:
-            client = grpc_aio.InferenceServerClient(server.grpc)
-            try:
-                for i in range(per_client):
-                    j = (k + i) % 6
-                    inp = grpcclient.InferInput("input", list(inputs[j].shape), "FP32")
-                    inp.set_data_from_numpy(inputs[j])
-                    r = await client.infer("tiny", [inp])
-                    done.append(np.allclose(r.as_numpy("logits"), want[j], rtol=1e-5, atol=1e-6))
-            except Exception as exc:
-                errors.append(exc)
-            finally:
-                await client.close()
-
-        async def http_client(k: int) -> None:
-            client = http_aio.InferenceServerClient(server.http)
-            try:
-                for i in range(per_client):
-                    j = (k + i) % 6
-                    inp = http_aio.InferInput("input", list(inputs[j].shape), "FP32")
-                    inp.set_data_from_numpy(inputs[j])
-                    r = await client.infer("tiny", [inp])
-                    done.append(np.allclose(r.as_numpy("logits"), want[j], rtol=1e-5, atol=1e-6))
-            except Exception as exc:
-                errors.append(exc)
-            finally:
-                await client.close()
-
-        async def main() -> None:
-            await asyncio.gather(*(grpc_client(k) for k in range(16)), *(http_client(k) for k in range(4)))
-
-        asyncio.run(main())
+        per_client = 10
+        done, errors = concurrent_infer(
+            server, "tiny", "input", "logits", inputs, want, grpc_clients=16, http_clients=4, per_client=per_client
+        )
         assert errors == []
         assert len(done) == 20 * per_client and all(done)
-        after = metrics(server)
-
-        def delta(name: str, **labels: str) -> float:
-            return sample(after, name, **labels) - sample(before, name, **labels)
-
+        changed = changes(before, metrics(server))
         rows = sum(1 + ((k + i) % 6) % 3 for k in [*range(16), *range(4)] for i in range(per_client))
         # /metrics sums both processes: every request and row counted once, whichever process served it
-        assert delta("amdinfer_requests_total", model="tiny", outcome="ok") == 20 * per_client
-        assert delta("amdinfer_batch_size_sum", model="tiny") == rows
-        served = {w: delta("amdinfer_batch_size_sum", model="tiny", worker=w) for w in WORKERS}
+        assert sample(changed, "amdinfer_requests_total", model="tiny", outcome="ok") == 20 * per_client
+        assert sample(changed, "amdinfer_batch_size_sum", model="tiny") == rows
+        served = {w: sample(changed, "amdinfer_batch_size_sum", model="tiny", worker=w) for w in WORKERS}
         assert sum(served.values()) == rows
         # 20 connections spread by the kernel: all on one process has odds of 2**-19
         assert all(v > 0 for v in served.values()), served
@@ -142,22 +105,11 @@ class TestProcesses:
             out = regions.make("out", 48 * 40)
             before = metrics(server)
             for i in range(48):  # a fresh connection each: the kernel spreads them over the two processes
-                fresh = httpclient.InferenceServerClient(server.http)
-                row = xs[i : i + 1]
-                fresh.infer(
-                    "tiny",
-                    [_input(_http(regions), [1, 3, 32, 32], "in", row.nbytes, offset=i * row.nbytes)],
-                    outputs=[_output(_http(regions), "out", 40, offset=i * 40)],
-                )  # fmt: skip
-                fresh.close()
+                _infer_row_on_fresh_connection(server, regions, i, row_nbytes=xs[:1].nbytes)
             got = shm.get_contents_as_numpy(out, np.float32, [48, 10])
             np.testing.assert_allclose(got, engine.run(xs)["logits"], rtol=1e-5, atol=1e-6)
-            after = metrics(server)
-            served = {
-                w: sample(after, "amdinfer_batch_size_sum", worker=w)
-                - sample(before, "amdinfer_batch_size_sum", worker=w)
-                for w in WORKERS
-            }
+            changed = changes(before, metrics(server))
+            served = {w: sample(changed, "amdinfer_batch_size_sum", worker=w) for w in WORKERS}
             assert sum(served.values()) == 48 and all(v > 0 for v in served.values()), served
         finally:
             regions.close()
