@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -74,3 +75,12 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny.onnx"
     onnx.save(tiny_cnn(seed=3), path)
     return path
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_path: Path) -> Iterator[Any]:
+    """The served model run locally on ORT's CPU EP: the truth the served answers are compared with."""
+    import amdinfer
+
+    with amdinfer.load(tiny_path, providers=["CPUExecutionProvider"]) as e:
+        yield e

@@ -29,8 +29,6 @@ from _servers import concurrent_infer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-import amdinfer  # noqa: E402
-
 from .conftest import RunningServer, free_port, running_server  # noqa: E402
 
 
@@ -51,12 +49,6 @@ def sample(values: dict, name: str, **labels: str) -> float:
 def changes(before: dict, after: dict) -> dict:
     """Per-sample difference of two ``metrics`` snapshots (read it with ``sample``)."""
     return {key: after.get(key, 0.0) - before.get(key, 0.0) for key in before.keys() | after.keys()}
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_path: Path):
-    with amdinfer.load(tiny_path, providers=["CPUExecutionProvider"]) as e:
-        yield e
 
 
 @pytest.fixture(scope="module")

@@ -25,19 +25,11 @@ httpclient = pytest.importorskip("tritonclient.http", reason="needs tritonclient
 import tritonclient.utils.shared_memory as shm  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-import amdinfer  # noqa: E402
-
 from .conftest import RunningServer, free_port, running_server  # noqa: E402
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 # every warning the server process could emit is shown, so that a deprecation at start or per request is seen
 WARNINGS = ["-W", "always::DeprecationWarning", "-W", "always::PendingDeprecationWarning", "-W", "always::UserWarning"]
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_path: Path):
-    with amdinfer.load(tiny_path, providers=["CPUExecutionProvider"]) as e:
-        yield e
 
 
 @pytest.fixture(scope="module")

@@ -43,12 +43,6 @@ def _x(rows: int, seed: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_path: Path):
-    with amdinfer.load(tiny_path, providers=["CPUExecutionProvider"]) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
 def server(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """``--workers-per-device 2 --devices 0`` on CPU: two server processes of one device on shared ports."""
     http, grpc = free_port(), free_port()
