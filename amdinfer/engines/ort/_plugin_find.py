@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AMD_MARKERS",
@@ -140,8 +141,8 @@ def find_plugins() -> tuple[EpPlugin, ...]:
 
 
 @cache
-def _find_plugins(select: str | None, libraries: str | None, path: tuple[str, ...]) -> tuple[EpPlugin, ...]:
-    del select, libraries, path  # the cache key: what the search below reads
+def _find_plugins(*cache_key: Any) -> tuple[EpPlugin, ...]:
+    """:func:`find_plugins` for one ``cache_key``: what the search reads (the two variables and ``sys.path``)."""
     selected = _selected()
     out: list[EpPlugin] = []
     seen: set[str] = set()
