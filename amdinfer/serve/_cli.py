@@ -407,7 +407,9 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="batch sizes the engine runs (padded up to the next), e.g. 8,16,32,64: fewer shapes to compile",
     )
-    p.add_argument("--no-warmup", action="store_true", help="do not run each engine at its batch sizes first")
+    p.add_argument(
+        "--no-warmup", action="store_true", help="do not run each engine (or recipe pipeline) at its batch sizes first"
+    )
     p.add_argument(
         "--single-process",
         action="store_true",

@@ -134,7 +134,7 @@ def serve(
         max_delay_ms: how long a request may wait for others to batch with.
         devices: GPU indices, one worker (engine) each.
         backend, precision: ``amdinfer.load``'s.
-        warmup: run each engine at its batch sizes before reporting ready.
+        warmup: run each engine (a recipe: its pipeline, decoding included) at its batch sizes before reporting ready.
         reuse_port: share the ports with other server processes (``SO_REUSEPORT``; see :func:`serve_processes`).
         max_request_bytes: the largest request taken (REST body or gRPC message); larger REST bodies get 413.
         shared_memory: take tensors in system shared memory (``None``: when ``host`` is loopback).

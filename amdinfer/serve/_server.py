@@ -58,8 +58,8 @@ class Server(ModelServer):
         http_port: REST port (0: any free port).
         grpc_port: gRPC port (``None``: no gRPC).
         grace_period: seconds that in-flight requests get at shutdown.
-        warmup: run each engine at the batch sizes it will see (see ``EngineWorker.warmup``) before the
-            server reports ready.
+        warmup: run each engine (or image pipeline, on synthetic PNG files) at the batch sizes it will see
+            (see ``EngineWorker.warmup``, ``PipelineWorker.warmup``) before the server reports ready.
         reuse_port: bind with ``SO_REUSEPORT`` so that several server processes (one per GPU) share the
             ports; the kernel spreads connections over them (see :func:`serve_processes`).
         max_request_bytes: the largest request body (REST) or message (gRPC) taken; a larger REST body is

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import struct
 import threading
+import zlib
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -12,11 +15,21 @@ from .._source_images import takes_images
 from ..engines._checks import check_symbol
 from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
-from ..errors import InputError, OptionError, StageError
+from ..errors import BackendUnavailableError, InputError, OptionError, StageError
 from ..types import TensorSpec
 from ._images import image_items, text_tensor
 
-__all__ = ["EngineWorker", "PipelineWorker", "batch_axis", "check_request", "request_rows", "result_tensors"]
+__all__ = [
+    "EngineWorker",
+    "PipelineWorker",
+    "batch_axis",
+    "check_request",
+    "request_rows",
+    "result_tensors",
+    "warm_sizes",
+]
+
+log = logging.getLogger(__name__)
 
 Tensors = dict[str, np.ndarray]
 
@@ -136,6 +149,32 @@ def batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> s
     return None
 
 
+def warm_sizes(buckets: Sequence[int], max_rows: int, fixed: int | None = None) -> list[int]:
+    """The engine batch sizes that batches of 1..``max_rows`` rows reach: the ``batch_buckets`` they are padded
+    to, else the model's fixed batch size (a pipeline runs chunks of it), else 1 and ``max_rows``.
+
+    Example:
+        >>> warm_sizes((), 8), warm_sizes((1, 4, 16, 32), 8), warm_sizes((), 8, fixed=1)
+        ([1, 8], [1, 4, 16], [1])
+    """
+    if buckets:  # what a batch of 1..max_rows rows is padded to
+        return [b for b in buckets if b < max_rows] + [next((b for b in buckets if b >= max_rows), buckets[-1])]
+    return [fixed] if fixed else sorted({1, max_rows})
+
+
+def _png(height: int, width: int) -> bytes:
+    """A PNG file (RGB, 8 bits) of a smooth synthetic picture, written with the standard library only."""
+    y, x = np.mgrid[0:height, 0:width]
+    img = np.stack([x * 255 // max(width, 1), y * 255 // max(height, 1), (x + y) % 256], -1).astype(np.uint8)
+    raw = b"".join(b"\x00" + row.tobytes() for row in img)  # filter type 0 on every scanline
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
 class EngineWorker:
     """Runs several requests as one engine call (one device) and splits the outputs per request.
 
@@ -195,11 +234,7 @@ class EngineWorker:
         """
         if not self.batchable or any(not isinstance(d, int) for s in self.inputs for d in s.shape[1:]):
             return []
-        buckets = self.engine.batch_buckets
-        if buckets:  # what a batch of 1..max_rows rows is padded to
-            sizes = [b for b in buckets if b < max_rows] + [next((b for b in buckets if b >= max_rows), buckets[-1])]
-        else:
-            sizes = sorted({1, max_rows})
+        sizes = warm_sizes(self.engine.batch_buckets, max_rows)
         for n in sizes:
             feeds = {
                 s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype) for s in self.inputs
@@ -360,6 +395,7 @@ class PipelineWorker:
         stages = pipeline.preprocess if isinstance(pipeline, Pipeline) else pipeline._host
         #: whether requests may send encoded images (``BYTES``): the pipeline starts with ``LoadImage``
         self.takes_images = takes_images(stages)
+        self._load_image = stages[0] if self.takes_images else None
         # any dtype/shape: the first stage checks its items; BYTES (N,) advertised when it decodes images
         self.inputs: list[TensorSpec] = (
             [TensorSpec(self.input_name, np.dtype(object), ("N",))] if self.takes_images else []
@@ -380,6 +416,55 @@ class PipelineWorker:
             also = " or BYTES (encoded images)" if self.takes_images else ""
             why = "" if self.takes_images else " (this pipeline does not start with LoadImage: no encoded images)"
             raise InputError(f"input {self.input_name!r}: got dtype {arr.dtype}, expected a numeric tensor{also}{why}")
+
+    def warmup(self, max_rows: int, runs: int = 3) -> list[int]:
+        """Run synthetic images through the whole pipeline at each engine batch size, ``runs`` times, before serving.
+
+        Only a pipeline that starts with ``LoadImage`` is warmed up (what other pipelines take is not known): each
+        item is a PNG file (encoded here once, of the model's input size when it is fixed, else 64x64), so decoding,
+        the geometry and the engine all run. The batch sizes are those of :func:`warm_sizes`: the engine's
+        ``batch_buckets`` up to ``max_rows``, else the model's fixed batch size, else 1 and ``max_rows``. Without
+        a decoder installed, the items are uint8 arrays instead (logged).
+
+        Returns:
+            The engine batch sizes run (``[]``: not warmed up).
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.testing.models import yolov8
+            >>> worker = PipelineWorker(amdinfer.yolo(yolov8(image_size=64), imgsz=64,
+            ...                                       providers=["CPUExecutionProvider"]))
+            >>> worker.warmup(8, runs=1)
+            [1, 8]
+            >>> worker.pipeline.close()
+        """
+        if self._load_image is None:
+            return []
+        engine = self.pipeline.engine
+        spec = engine.inputs[0]
+        fixed = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None
+        sizes = warm_sizes(engine.batch_buckets, max_rows, fixed)
+        height, width = self._picture_size(spec.shape)
+        item: Any = _png(height, width)
+        try:
+            self._load_image(item)  # decodes it: no engine run
+        except BackendUnavailableError as exc:  # no decoder: requests can only send arrays, so warm with those
+            log.info("%s: warming up with uint8 arrays, not PNG files (%s)", self.name, exc)
+            item = np.zeros((height, width, 3), np.uint8)
+        for n in sizes:
+            for _ in range(runs):
+                self.pipeline.run_batch([item] * n)
+        return sizes
+
+    def _picture_size(self, shape: Sequence[Any]) -> tuple[int, int]:
+        """``(H, W)`` the engine takes when fixed (a fused graph's ``image_size``, or an ``(N, C, H, W)`` /
+        ``(N, H, W, C)`` input), else 64x64 (the geometry stages then resize it)."""
+        size = getattr(self.pipeline, "image_size", None)
+        if size is not None:
+            return int(size[0]), int(size[1])
+        if len(shape) == 4 and all(isinstance(d, int) for d in shape[1:]):
+            return (shape[2], shape[3]) if shape[1] in (1, 3, 4) else (shape[1], shape[2])
+        return 64, 64
 
     def key(self, feeds: Tensors) -> Hashable:
         return "items"  # preprocessing makes items alike: any requests may share a call

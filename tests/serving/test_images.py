@@ -56,7 +56,10 @@ SERVER = RECIPES + textwrap.dedent(
     """
     import sys
     from amdinfer.serve import PipelineWorker, Server, build_model
+    from amdinfer.serve._cli import configure_logging
     from tests.serving.pipelines import classify as raw_pipeline
+
+    configure_logging("info")  # the start line, as `amdinfer serve` logs it
 
     http, grpc = int(sys.argv[1]), int(sys.argv[2])
     models = [
@@ -213,6 +216,77 @@ class TestClassification:
             assert [[b.decode() for b in row] for row in labels] == [[f"class {i}" for i in row] for row in indices]
 
 
+def _spy(pipe: Any) -> tuple[list[list[Any]], list[int]]:
+    """Record the items each ``run_batch`` gets and the rows of each engine call."""
+    items: list[list[Any]] = []
+    rows: list[int] = []
+    run_batch, run = pipe.run_batch, pipe.engine.run
+
+    def spy_run_batch(images: Any) -> list[Any]:
+        items.append(list(images))
+        return run_batch(items[-1])
+
+    def spy_run(feeds: dict[str, np.ndarray], *args: Any, **kwargs: Any) -> Any:
+        rows.append(int(feeds[pipe.engine.inputs[0].name].shape[0]))
+        return run(feeds, *args, **kwargs)
+
+    pipe.run_batch, pipe.engine.run = spy_run_batch, spy_run
+    return items, rows
+
+
+class TestWarmup:
+    """``PipelineWorker.warmup``: PNG files through decode, geometry and the engine, at the batcher's sizes."""
+
+    @pytest.mark.parametrize("fuse", [True, False])
+    def test_recipe_worker_runs_the_engine_at_1_and_max_rows_on_png_files(self, fuse):
+        from amdinfer.serve import PipelineWorker
+
+        pipe = _recipes()["detector"](fuse)
+        try:
+            items, rows = _spy(pipe)
+            assert PipelineWorker(pipe).warmup(8, runs=2) == [1, 8]
+            assert rows == [1, 1, 8, 8]  # one engine call per run_batch, of as many rows as items
+            assert [len(batch) for batch in items] == rows
+            for item in {x for batch in items for x in batch}:  # one file, encoded once
+                assert isinstance(item, bytes) and item.startswith(b"\x89PNG")
+                assert _decode(item).shape == (64, 64, 3)  # Pillow reads it: the model's input size
+        finally:
+            pipe.close()
+
+    def test_batch_buckets_are_the_sizes_warmed(self):
+        import amdinfer
+        from amdinfer.serve import PipelineWorker
+        from amdinfer.testing.models import tiny_cnn
+
+        pipe = amdinfer.classify(tiny_cnn(seed=4), size=32, crop=32, fuse=True, batch_buckets=[2, 4, 16],
+                                 providers=["CPUExecutionProvider"], decoder="pillow")  # fmt: skip
+        try:
+            _, rows = _spy(pipe)
+            # batches of 1..8 rows are padded to 2, 4 or 16: those, and not 1 or 8, are what the engine sees
+            assert PipelineWorker(pipe).warmup(8, runs=1) == [2, 4, 16]
+            assert rows == [2, 4, 16]
+        finally:
+            pipe.close()
+
+    def test_pipeline_without_load_image_is_not_warmed_up(self):
+        from amdinfer.serve import PipelineWorker
+        from tests.serving.pipelines import classify as raw_pipeline
+
+        pipe = raw_pipeline()
+        try:
+            _, rows = _spy(pipe)
+            assert PipelineWorker(pipe).warmup(8) == [] and rows == []
+        finally:
+            pipe.close()
+
+    def test_start_line_lists_the_warmed_sizes(self, image_server):
+        (line,) = [ln for ln in image_server.log.read_text().splitlines() if "serving pipeline" in ln]
+        described = dict(re.findall(r"pipeline '(\w+)' on [^;]*; batches of up to 8 rows within \d+ ms([^;]*)", line))
+        # the LoadImage-first recipes are warmed up at 1 and max_batch_size; the raw pipeline takes no images
+        assert described == {"det": ", warmed up at [1, 8]", "det_plain": ", warmed up at [1, 8]",
+                             "cls": ", warmed up at [1, 8]", "raw": ""}, line  # fmt: skip
+
+
 def _http_error(server: Any, model: str, inputs: list[Any]) -> str:
     with pytest.raises(InferenceServerException) as info:
         httpclient.InferenceServerClient(server.http).infer(model, inputs)
@@ -346,7 +420,7 @@ class TestCommandLine:
 
         http, grpc = free_port(), free_port()
         argv = ["-m", "amdinfer", "serve", str(detector_path), *CLI_DETECTOR]
-        argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--max-delay-ms", "20"]
+        argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--max-delay-ms", "20", "--max-batch-size", "4"]
         local = amdinfer.yolo(detector_path, conf=0.03, imgsz=64, decoder="pillow", keep_image=False,
                               providers=["CPUExecutionProvider"])  # fmt: skip
         jpegs = [FILES[0], FILES[2]]
@@ -361,7 +435,19 @@ class TestCommandLine:
                 assert server.stop() == 0
         finally:
             local.close()
-        assert "pipeline 'det'" in (tmp_path / "log.txt").read_text()
+        log = (tmp_path / "log.txt").read_text()
+        # warmed up before it reported ready, at the sizes the batcher forms (1 and --max-batch-size)
+        assert re.search(r"pipeline 'det' on .*; batches of up to 4 rows .*, warmed up at \[1, 4\]", log), log
+
+    def test_serve_recipe_no_warmup_skips_it(self, tmp_path, detector_path):
+        http, grpc = free_port(), free_port()
+        argv = ["-m", "amdinfer", "serve", str(detector_path), *CLI_DETECTOR, "--no-warmup"]
+        argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--max-batch-size", "4"]
+        with running_server(argv, http, grpc, tmp_path / "log.txt") as server:
+            assert server.stop() == 0
+        log = (tmp_path / "log.txt").read_text()
+        assert re.search(r"pipeline 'det' on .*; batches of up to 4 rows", log), log
+        assert "warmed up" not in log
 
     @pytest.mark.parametrize(
         ("flags", "message"),
