@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._calib_groups import shape_groups  # re-exported: it moved below the engines
 from .._progress import _Bar
 from ..engines._checks import dtype_expr
 from ..errors import InputError, OptionError, StageError
@@ -382,21 +383,3 @@ def data_hash(feeds: Iterable[Mapping[str, np.ndarray]]) -> str:
             h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
             h.update(arr.tobytes())
     return h.hexdigest()
-
-
-def shape_groups(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[list[int]]:
-    """The indices of ``feeds`` grouped by the shapes of their arrays, groups in order of their first sample.
-
-    ONNX Runtime's histogram calibrators (entropy, percentile) stack the outputs of the samples they collect in
-    one call, so each call gets one group; their histograms merge across calls (text-line crops of several
-    widths, pages of several sizes calibrate one model with dynamic axes).
-
-    Example:
-        >>> a, b = np.zeros((1, 3, 48, 96), np.float32), np.zeros((1, 3, 48, 160), np.float32)
-        >>> shape_groups([{"x": a}, {"x": b}, {"x": a}])
-        [[0, 2], [1]]
-    """
-    groups: dict[Any, list[int]] = {}
-    for i, feed in enumerate(feeds):
-        groups.setdefault(tuple(sorted((k, v.shape) for k, v in feed.items())), []).append(i)
-    return list(groups.values())

@@ -273,6 +273,49 @@ def _consumers(model: onnx.ModelProto, tensor: str) -> list[str]:
     return [n.op_type for n in model.graph.node if tensor in n.input]
 
 
+def _table_entries(path: str) -> dict[str, float]:
+    """The MIGraphX EP's calibration table (ONNX Runtime's flatbuffers): tensor name -> value."""
+    from onnxruntime.quantization.CalTableFlatBuffers.TrtTable import TrtTable
+
+    with open(path, "rb") as f:
+        t = TrtTable.GetRootAsTrtTable(bytearray(f.read()), 0)
+    return {t.Dict(i).Key().decode(): float(t.Dict(i).Value()) for i in range(t.DictLength())}
+
+
+def _two_width_model_and_feeds() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    """x [1, 2, 4, W] -> r = Relu(x), n = Neg(x), m = Relu(n); samples of widths 3 (x in [-1, 6]) and 5
+    (x in [-9, 2]), interleaved."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, "W"])
+    outs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, [1, 2, 4, "W"]) for k in ("r", "m")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Neg", ["x"], ["n"]),
+        helper.make_node("Relu", ["n"], ["m"]),
+    ]
+    graph = helper.make_graph(nodes, "two_widths", [x], outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(7)
+    feeds = []
+    for i in range(6):
+        width, lo, hi = (3, -1.0, 6.0) if i % 2 == 0 else (5, -9.0, 2.0)
+        arr = rng.uniform(lo, hi, (1, 2, 4, width)).astype(np.float32)
+        arr.flat[0], arr.flat[1] = lo, hi  # each group reaches its bounds
+        feeds.append({"x": arr})
+    return model, feeds
+
+
+def _max_per_tensor(feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Each tensor's largest value over all samples, by NumPy (the value ONNX Runtime's table keeps)."""
+    xs = [f["x"] for f in feeds]
+    tensors = {
+        "x": xs,
+        "r": [np.maximum(a, 0) for a in xs],
+        "n": [-a for a in xs],
+        "m": [np.maximum(-a, 0) for a in xs],
+    }
+    return {k: max(float(a.max()) for a in arrs) for k, arrs in tensors.items()}
+
+
 class TestInt8Quantizer:
     def test_qdq_model_close_to_float(self, cnn, calib, held_out):
         q8 = _int8(calib).quantize(cnn)
@@ -436,14 +479,29 @@ class TestInt8Quantizer:
         assert opts["migraphx_int8_use_native_calibration_table"] == "0"
         table = opts["migraphx_int8_calibration_table_name"]
         assert table.endswith("calibration.flatbuffers")
-        from onnxruntime.quantization.CalTableFlatBuffers.TrtTable import TrtTable
-
-        buf = open(table, "rb").read()
-        t = TrtTable.GetRootAsTrtTable(bytearray(buf), 0)
-        entries = {t.Dict(i).Key().decode(): float(t.Dict(i).Value()) for i in range(t.DictLength())}
+        entries = _table_entries(table)
         # The input's range is the largest calibration value (NumPy is the truth).
         assert entries["input"] == pytest.approx(max(float(c["input"].max()) for c in calib), rel=1e-6)
         assert "logits" in entries
+
+    @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
+    def test_ort_migraphx_calibration_table_with_samples_of_two_widths(self, method, tmp_path):
+        """Crops of two widths on a dynamic-width model: one calibrator pass per width, merged into one table.
+        Width 3 holds the largest x, width 5 the most negative, so the table's x (max x) comes from the first
+        group and its n = -x from the second; minmax and percentile=100 keep each tensor's maximum over all
+        samples, which NumPy computes. Before, percentile and entropy refused samples of several shapes."""
+        model, feeds = _two_width_model_and_feeds()
+        truth = _max_per_tensor(feeds)
+        quantizer = _int8(feeds, method=method, percentile=100.0)
+        opts, _ = migraphx_ep_options(quantizer, model, tmp_path)
+        entries = _table_entries(opts["migraphx_int8_calibration_table_name"])
+        assert set(entries) == set(truth)
+        if method == "entropy":  # its thresholds are its own optimum: within each tensor's range
+            assert all(0.0 < entries[k] <= truth[k] * (1 + 1e-6) for k in truth), (entries, truth)
+        else:  # percentile=100 reads the top edge of ONNX Runtime's merged 2048-bin histogram: within 0.1 %
+            rel = 1e-6 if method == "minmax" else 1e-3
+            assert entries == pytest.approx(truth, rel=rel)
+            assert (entries["x"], entries["n"]) == pytest.approx((6.0, 9.0), rel=rel)  # one from each width
 
     def test_load_with_quantizer(self, cnn, calib, held_out):
         with amdinfer.load(cnn, backend="ort", providers=["cpu"], quantizer=_int8(calib)) as engine:

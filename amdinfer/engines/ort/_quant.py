@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ...errors import InputError
+from ..._calib_groups import grouped_reader
 from ...model import ModelSource, min_ir_version
 from .._migraphx_quant import migraphx_unhonoured
 from ._providers import MIGRAPHX_EP, PROVIDERS
@@ -59,21 +59,26 @@ def calibration_table(model: Any, feeds: list[dict[str, np.ndarray]], spec: Any,
 
     The EP reads it with ``migraphx_int8_use_native_calibration_table=0``.
 
-    Raises:
-        InputError: a histogram method with samples of different shapes.
+    Samples of several shapes (text-line crops of several widths, for a model with dynamic axes) calibrate
+    one shape group per ``collect_data`` pass (:func:`amdinfer._calib_groups.grouped_reader`): ONNX
+    Runtime's histogram calibrators (entropy, percentile, distribution) stack what one pass collects, and
+    merge ranges and histograms across passes.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+        >>> import tempfile
+        >>> cnn = tiny_cnn(seed=0)
+        >>> feeds = [random_inputs(cnn, batch=1, seed=s) for s in range(2)]
+        >>> spec = SimpleNamespace(method="minmax", percentile=None)
+        >>> calibration_table(cnn, feeds, spec, Path(tempfile.mkdtemp())).name
+        'calibration.flatbuffers'
     """
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
     from onnxruntime.quantization.quant_utils import write_calibration_table
 
     method = spec.method or "minmax"
-    if method != "minmax":
-        shapes = {tuple((k, v.shape) for k, v in sorted(f.items())) for f in feeds}
-        if len(shapes) > 1:
-            raise InputError(
-                f"calibration: method={method!r} needs samples of one shape (ONNX Runtime's histogram "
-                f"calibrators stack them), got {len(shapes)} shapes; resize the samples or use method='minmax'"
-            )
     src = ModelSource.from_any(model, check=False)
     # The calibrator runs the model on the installed ONNX Runtime, which may read only older IR versions
     # than the onnx that wrote it; the lowest IR that holds the model is safe for both.
@@ -83,13 +88,7 @@ def calibration_table(model: Any, feeds: list[dict[str, np.ndarray]], spec: Any,
     path = workdir / "calibration_model.onnx"
     onnx.save_model(src.proto, str(path))
 
-    class _Reader(CalibrationDataReader):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self._it = iter(feeds)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
-
+    reader = grouped_reader(CalibrationDataReader, feeds, progress=False, logger=log)
     calibrator = create_calibrator(
         path,
         None,
@@ -99,7 +98,9 @@ def calibration_table(model: Any, feeds: list[dict[str, np.ndarray]], spec: Any,
     )
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):  # the histogram calibrators print progress
-        calibrator.collect_data(_Reader())
+        for k in range(len(reader)):  # one pass per shape group; the calibrator merges across passes
+            reader.set_range(k, k + 1)
+            calibrator.collect_data(reader)
         ranges = calibrator.compute_data()
     if buf.getvalue().strip():
         log.debug("onnxruntime.quantization: %s", buf.getvalue().strip())
