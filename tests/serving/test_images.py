@@ -270,7 +270,8 @@ class TestWarmup:
 
     def test_pipeline_without_load_image_is_not_warmed_up(self):
         from amdinfer.serve import PipelineWorker
-        from tests.serving.pipelines import classify as raw_pipeline
+
+        from .pipelines import classify as raw_pipeline
 
         pipe = raw_pipeline()
         try:
