@@ -77,6 +77,47 @@ def _time_cascade(pipe: Any, paths: list[str], repeat: int) -> dict[str, Any]:
     return {"texts": texts, "call_s": call_s, "map_s": map_s}
 
 
+#: --variants: amdinfer's tuned GPU defaults turned off one at a time (and all at once), to find what costs time
+#: when every page and every line batch is a new shape.
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("tuning=False", {"tuning": False}),
+    ("exhaustive_tune=False", {"exhaustive_tune": False}),
+    ("prefer_nhwc=False", {"prefer_nhwc": False}),
+    ("io_binding=False", {"io_binding": False}),
+]
+
+
+def _stage_times(pipe: Any, paths: list[str], repeat: int) -> dict[str, float]:
+    """Seconds per page inside each engine's ``run`` (det, then the sub-pipelines' engines in order)."""
+    engines = {"det": pipe.engine, **{f"step{i}": s.engine for i, s in enumerate(pipe.steps)}}
+    spent = dict.fromkeys(engines, 0.0)
+    originals = {}
+    for key, e in engines.items():
+        originals[key] = e.run
+
+        def timed(*a: Any, _run: Any = e.run, _key: str = key, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return _run(*a, **k)
+            finally:
+                spent[_key] += time.perf_counter() - t
+
+        e.run = timed
+    t0 = time.perf_counter()
+    try:
+        for _ in range(repeat):
+            for p in paths:
+                pipe(p)
+    finally:
+        for key, e in engines.items():
+            e.run = originals[key]
+    pages = repeat * len(paths)
+    total = time.perf_counter() - t0
+    out = {k: round(v / pages, 4) for k, v in spent.items()}
+    out["outside_engines"] = round((total - sum(spent.values())) / pages, 4)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rapidocr-python", default=None, help="interpreter with rapidocr 3.10.0 and its deps")
@@ -86,6 +127,12 @@ def main() -> None:
     ap.add_argument("--int8", action="store_true", help="also the int8 cascade, calibrated on the pages")
     ap.add_argument("--json", default=None, help="also write the JSON object here")
     ap.add_argument("--markdown", default=None, help="append a Markdown table row here (header if new)")
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="also time amdinfer.ocr with each tuned data-path default turned off in turn (tuning=False, "
+        "exhaustive_tune=False, prefer_nhwc=False, io_binding=False) and the time per stage (det, cls, rec)",
+    )
     args = ap.parse_args()
 
     from _models import DATA, PAGES, models  # tests/ocr/_models.py: the wheel's model files
@@ -110,7 +157,20 @@ def main() -> None:
         "amdinfer_call_pages_s": n / ours["call_s"],
         "amdinfer_map_pages_s": n / ours["map_s"],
     }
+    if args.variants:
+        out["stages_s_per_page"] = _stage_times(pipe, paths, args.repeat)
     pipe.close()
+    if args.variants:
+        out["variants"] = {}
+        for label, extra in VARIANTS:
+            with amdinfer.ocr(m["det"], m["rec"], m["cls"], **load, **extra) as v:
+                t = _time_cascade(v, paths, args.repeat)
+                out["variants"][label] = {
+                    "call_pages_s": n / t["call_s"],
+                    "same_lines": t["texts"] == ours["texts"],
+                    "stages_s_per_page": _stage_times(v, paths, args.repeat),
+                }
+            print(label, out["variants"][label], flush=True)
     if args.int8:
         with amdinfer.ocr(m["det"], m["rec"], m["cls"], precision="int8", calibration=paths, **load) as q:
             int8 = _time_cascade(q, paths, args.repeat)

@@ -129,6 +129,7 @@ class ServerProcess:
         max_delay_ms: float,
         preload_torch: bool = False,
         extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.http, self.grpc = free_port(), free_port()
         args = ["serve", str(model_path), "--name", name, "--providers", providers, "--precision", precision]
@@ -137,7 +138,12 @@ class ServerProcess:
         pre = "import torch; " if preload_torch else ""
         code = pre + "import sys; from amdinfer.cli import main; sys.exit(main(sys.argv[1:]))"
         self.log = tempfile.NamedTemporaryFile(prefix="amdinfer-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
         deadline = time.monotonic() + 600
         while True:
             if self.proc.poll() is not None:
@@ -149,6 +155,29 @@ class ServerProcess:
                 if time.monotonic() > deadline:
                     raise RuntimeError("server not ready after 600 s") from None
                 time.sleep(0.2)
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """CPU seconds (user + system) so far of each process under the server (the supervisor excluded when it
+        has children: they are the server processes), from /proc; empty where /proc is missing."""
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        stats: dict[int, tuple[int, float]] = {}
+        for entry in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = entry.read_text()
+            except OSError:
+                continue
+            fields = text.rsplit(")", 1)[1].split()
+            stats[int(entry.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+        tree, frontier = {self.proc.pid}, [self.proc.pid]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, _) in stats.items():
+                if ppid == parent and pid not in tree:
+                    tree.add(pid)
+                    frontier.append(pid)
+        children = tree - {self.proc.pid}
+        servers = {pid for pid in children if stats[pid][0] == self.proc.pid} or {self.proc.pid}
+        return {pid: stats[pid][1] for pid in sorted(servers) if pid in stats}
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/metrics", timeout=10) as r:
@@ -227,14 +256,21 @@ async def _shm_release(address: str, regions: tuple[Any, Any, list[str]]) -> Non
 
 
 async def _client_grpc(
-    address: str, model: str, p: Payload, stop_at: float, lat: list, shm: tuple[Any, Any, list[str]] | None
+    address: str,
+    model: str,
+    p: Payload,
+    stop_at: float,
+    lat: list,
+    shm: tuple[Any, Any, list[str]] | None,
+    conn_per_client: bool = False,
 ) -> int:
     import grpc
     from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pbg
 
     Param = pb.InferParameter
-    async with grpc.aio.insecure_channel(address, options=_GRPC_OPTS) as channel:
+    options = [*_GRPC_OPTS, ("grpc.use_local_subchannel_pool", 1)] if conn_per_client else _GRPC_OPTS
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
         stub = pbg.GRPCInferenceServiceStub(channel)
         tensor = pb.ModelInferRequest.InferInputTensor(name=p.name, datatype=p.datatype, shape=p.shape)
         if shm is None:
@@ -269,7 +305,13 @@ async def _client_grpc(
 
 
 async def _client_rest(
-    address: str, model: str, p: Payload, stop_at: float, lat: list, shm: tuple[Any, Any, list[str]] | None
+    address: str,
+    model: str,
+    p: Payload,
+    stop_at: float,
+    lat: list,
+    shm: tuple[Any, Any, list[str]] | None,
+    conn_per_client: bool = False,  # an aiohttp session opens a connection per concurrent request anyway
 ) -> int:
     import aiohttp
 
@@ -322,7 +364,7 @@ async def _client_rest(
 def _client_proc(args: tuple[Any, ...]) -> tuple[list[float], int, float]:
     """Closed-loop clients; latencies of the requests that completed inside the measuring window, errors,
     and this process's CPU seconds in that window (the client's own load: near 1.0 per process = saturated)."""
-    protocol, http, grpc_address, model, p, clients, start_at, warmup, seconds = args
+    protocol, http, grpc_address, model, p, clients, start_at, warmup, seconds, conn_per_client = args
     import aiohttp  # noqa: F401  (imported here, not inside the measuring window)
     import grpc  # noqa: F401
     from kserve.protocol.grpc import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc  # noqa: F401
@@ -349,7 +391,10 @@ def _client_proc(args: tuple[Any, ...]) -> tuple[list[float], int, float]:
                 await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
                 cpu.append(time.process_time() - c0)
 
-            coros = [fn(address, model, p, stop_at, done, regions[i] if use_shm else None) for i in range(clients)]
+            coros = [
+                fn(address, model, p, stop_at, done, regions[i] if use_shm else None, conn_per_client)
+                for i in range(clients)
+            ]
             *errors, _ = await asyncio.gather(*coros, meter())
             return [lat for t, lat in done if measure_from <= t <= stop_at], sum(errors), cpu[0] if cpu else 0.0
         finally:
@@ -380,24 +425,31 @@ def load(
     procs: int = 1,
     warmup: float = 1.0,
     outputs: tuple[tuple[str, int], ...] = (),
+    conn_per_client: bool = False,
 ) -> dict[str, Any]:
     """``clients`` closed-loop clients: after ``warmup`` s of load, requests completed in the next ``seconds``.
 
     ``protocol``: ``grpc``, ``rest``, ``grpc-shm`` or ``rest-shm`` (inputs and ``outputs`` in system shared
     memory: each client registers its own regions). ``x``: an array, or a list of encoded files (BYTES).
-    Returns requests/s, items/s, p50/p99 latency of those requests, errors, and the client processes' CPU
-    use in the window (1.0 = one core busy per process).
+    Returns requests/s, items/s, p50/p99 latency of those requests, errors, the client processes' CPU
+    use in the window (1.0 = one core busy per process) and each server process's (``server_cpu``: cores
+    busy per server process over the whole load, warm-up included: how evenly the requests were spread).
+    ``conn_per_client``: each gRPC client its own TCP connection (gRPC's local subchannel pool); by default
+    the clients of one process share one, as gRPC does for channels with the same target and options.
     """
     p = Payload(name, x, outputs)
     http, grpc_address = f"127.0.0.1:{server.http}", f"127.0.0.1:{server.grpc}"
     procs = max(1, min(procs, clients))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
     start_at = time.time() + 0.5 + (1.0 if protocol.endswith("-shm") else 0.0) + 0.02 * clients
-    jobs = [(protocol, http, grpc_address, model, p, n, start_at, warmup, seconds) for n in per]
+    jobs = [(protocol, http, grpc_address, model, p, n, start_at, warmup, seconds, conn_per_client) for n in per]
+    cpu0, t0 = server.cpu_seconds(), time.perf_counter()
     if procs == 1:
         results = [_client_proc(jobs[0])]
     else:
         results = client_pool(procs).map(_client_proc, jobs)
+    cpu1, wall = server.cpu_seconds(), time.perf_counter() - t0
+    server_cpu = [round((cpu1[pid] - cpu0.get(pid, 0.0)) / wall, 2) for pid in cpu1]
     lat = sorted(v for r in results for v in r[0])
     errors = sum(r[1] for r in results)
     n = len(lat)
@@ -409,6 +461,7 @@ def load(
         "p50_ms": round(1000 * lat[n // 2], 2) if n else None,
         "p99_ms": round(1000 * lat[min(n - 1, int(n * 0.99))], 2) if n else None,
         "client_cpu": round(sum(r[2] for r in results) / seconds / procs, 2),
+        "server_cpu": server_cpu,
     }
 
 
@@ -782,7 +835,8 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="amdinfer-serving-"))
     help_text = serve_help()
     has = {
-        flag: flag in help_text for flag in ("--workers-per-device", "--recipe", "--verify-sample", "--shared-memory")
+        flag: flag in help_text
+        for flag in ("--workers-per-device", "--recipe", "--verify-sample", "--shared-memory", "--pipeline-threads")
     }
     env: dict[str, Any] = {"case": "environment", "provider": provider, "precision": precision}
     env.update(onnxruntime=ort.__version__, python=platform.python_version(), cores=os.cpu_count())
@@ -844,7 +898,9 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
             record({"case": "engine", "model": "yolo pipeline", "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
 
     # ---- 2. served
-    def serve(path: Path, name: str, extra: tuple[str, ...] = (), mbs: int | None = None) -> ServerProcess:
+    def serve(
+        path: Path, name: str, extra: tuple[str, ...] = (), mbs: int | None = None, env: dict[str, str] | None = None
+    ) -> ServerProcess:
         flags = list(extra)
         if has["--workers-per-device"] and "--workers-per-device" not in flags:
             flags += ["--workers-per-device", "1"]
@@ -860,6 +916,7 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
             max_delay_ms=a.delay_ms,
             preload_torch=not smoke,
             extra=tuple(flags),
+            env=env,
         )
 
     def measure(
@@ -871,15 +928,18 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
         protocols: list[str],
         clients: list[int],
         ref: tuple[str, int] | None,
+        conn: bool = False,
     ) -> None:
         for protocol in protocols:
             outs = output_specs(server, name, len(x)) if protocol.endswith("-shm") else ()
             for c in clients:
                 row: dict[str, Any] = {"case": "served", "config": label, "protocol": protocol, "clients": c}
                 row["items_per_request"] = len(x)
+                if conn:
+                    row["conn_per_client"] = True
                 try:
                     row.update(
-                        load(server, protocol, name, x, input_name, c, a.seconds, a.client_procs, a.warmup, outs)
+                        load(server, protocol, name, x, input_name, c, a.seconds, a.client_procs, a.warmup, outs, conn)
                     )
                     row["mean_batch"] = round(server.mean_batch(name), 1)
                     if ref is not None and ref in engine:
@@ -893,10 +953,16 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 record(row)
 
     def run_config(
-        label: str, path: Path, name: str, extra: tuple[str, ...], body: Any, mbs: int | None = None
+        label: str,
+        path: Path,
+        name: str,
+        extra: tuple[str, ...],
+        body: Any,
+        mbs: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         try:
-            server = serve(path, name, extra, mbs)
+            server = serve(path, name, extra, mbs, env)
         except Exception as exc:
             record({"case": "served", "config": label, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"})
             return
@@ -961,6 +1027,30 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
             ("--recipe", "classify", "--workers-per-device", str(a.workers)),
             lambda s: measure(s, label_r, "classifier", jpeg_cls, "images", ["grpc", "rest"], a.gpu_clients, ref_cls),
         )
+    if has["--pipeline-threads"] and want("jpeg-diagnosis"):
+        # Issue 23: why JPEG requests stayed far below the engine with several server processes. One factor at a
+        # time, 64 clients over gRPC, each row with every server process's CPU use (server_cpu).
+        cores = str(os.cpu_count() or 1)
+        w1, w2, one_cv = str(a.workers), str(2 * a.workers), {"OPENCV_FOR_THREADS_NUM": "1"}
+        variants: list[tuple[str, str, tuple[str, ...], dict[str, str] | None, bool]] = [
+            (f"{cores} decode threads each (the old default)", w1, ("--pipeline-threads", cores), None, False),
+            ("decode threads shared out (the new default)", w1, (), None, False),
+            ("shared + a connection per client", w1, (), None, True),
+            ("shared + a connection per client + OpenCV 1 thread", w1, (), one_cv, True),
+            ("shared + a connection per client", w2, (), None, True),
+        ]  # fmt: skip
+        for tag, workers, extra, env_vars, conn in variants:
+            label_d = f"classifier recipe, JPEG BYTES, {workers} workers, {tag}"
+            run_config(
+                label_d,
+                cls_path,
+                "classifier",
+                ("--recipe", "classify", "--workers-per-device", workers, *extra),
+                lambda s, label_d=label_d, conn=conn: measure(
+                    s, label_d, "classifier", jpeg_cls, "images", ["grpc"], top, ref_cls, conn
+                ),
+                env=env_vars,
+            )
     if has["--workers-per-device"] and want("workers"):
         label = f"classifier, {a.workers} workers"
         run_config(
@@ -1085,7 +1175,7 @@ def main() -> None:
         nargs="+",
         default=None,
         help="gpu1: only these served configurations (noop cls1 canary workers workers-canary recipe "
-        "workers-recipe yolo yolo-recipe workers-yolo-recipe; default: all)",
+        "workers-recipe jpeg-diagnosis yolo yolo-recipe workers-yolo-recipe; default: all)",
     )
     p.add_argument("--max-batch", type=int, default=64, help="gpu1: the server's --max-batch-size")
     p.add_argument("--engine-seconds", type=float, default=2.0, help="gpu1: seconds per engine-rate row")

@@ -12,7 +12,10 @@ __all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "default_worker
 _LEVELS = ("debug", "info", "warning", "error")
 _SHARED_MEMORY = {"auto": None, "on": True, "off": False}
 #: each recipe's own flags (argparse dests); a flag of another recipe, or of none, is an error
-_RECIPE_FLAGS = {"yolo": ("conf", "iou", "imgsz", "max_det", "decoder"), "classify": ("topk", "decoder")}
+_RECIPE_FLAGS = {
+    "yolo": ("conf", "iou", "imgsz", "max_det", "decoder", "pipeline_threads"),
+    "classify": ("topk", "decoder", "pipeline_threads"),
+}
 
 NAME = "serve"
 HELP = "serve a model over the Open Inference Protocol v2 (REST + gRPC) on KServe, one engine per GPU"
@@ -106,8 +109,26 @@ def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
-    """The ``amdinfer serve`` arguments of a process that serves ``device`` (one of its server processes)."""
+def pipeline_threads_per_process(processes: int, cores: int | None = None) -> int:
+    """The default ``--pipeline-threads`` of each of ``processes`` server processes on one host:
+    ``max(2, cores // processes)``.
+
+    Each recipe pipeline decodes and resizes on its own pool of threads. Every process taking all the cores
+    would run ``processes x cores`` threads on ``cores`` cores; this shares them out instead (docs/serving.md).
+
+    Example:
+        >>> pipeline_threads_per_process(4, cores=16), pipeline_threads_per_process(8, cores=8)
+        (4, 2)
+    """
+    from .._executor import default_threads
+
+    cores = default_threads() if cores is None else cores
+    return max(2, cores // max(1, processes))
+
+
+def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> list[str]:
+    """The ``amdinfer serve`` arguments of a process that serves ``device`` (one of ``processes`` server
+    processes on this host)."""
     served = [args.model] if args.model else ["--model-repository", args.model_repository]
     argv = ["serve", *served, "--host", args.host, "--http-port", str(args.http_port), "--workers-per-device", "1"]
     argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
@@ -126,7 +147,10 @@ def _child_argv(args: argparse.Namespace, device: int) -> list[str]:
         argv += ["--verify-sample", repr(args.verify_sample), "--verify-reference", args.verify_reference]
     if args.recipe:
         argv += ["--recipe", args.recipe]
-        for key, value in _recipe_options(args).items():
+        options = _recipe_options(args)
+        if options.get("pipeline_threads") is None:
+            options["pipeline_threads"] = pipeline_threads_per_process(processes)
+        for key, value in options.items():
             argv += ["--" + key.replace("_", "-"), str(value)]
     return [*argv, "--shared-memory", args.shared_memory]
 
@@ -284,7 +308,7 @@ def _run_processes(args: argparse.Namespace, n: int, why: str) -> int:
         "s" if len(args.devices) > 1 else "",
         ",".join(map(str, args.devices)),
     )
-    children = [_child_argv(args, d) for d in args.devices for _ in range(n)]
+    children = [_child_argv(args, d, n * len(args.devices)) for d in args.devices for _ in range(n)]
     return int(_kserve_module("_supervisor").serve_processes(children, workers_per_device=n))
 
 
@@ -463,4 +487,12 @@ def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", "opencv", "pillow", "nvjpeg"],
         default=None,
         help="the recipe's image decoder (default auto: OpenCV when installed, else Pillow)",
+    )
+    p.add_argument(
+        "--pipeline-threads",
+        type=_workers,
+        default=None,
+        metavar="N",
+        help="threads that decode and resize a recipe's images in each server process (default: all usable cores "
+        "in one process; max(2, cores // processes) with several)",
     )

@@ -75,11 +75,12 @@ def load_recipe_workers(
         devices: GPU indices, one pipeline each.
         backend: ``amdinfer.load``'s backend.
         precision: ``amdinfer.load``'s precision.
-        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...).
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...), and
+            ``pipeline_threads``: the threads that decode and resize (the pipeline's ``threads``; default its own).
         **load_options: other ``amdinfer.load`` options (``providers=``, ...).
 
     Raises:
-        OptionError: an unknown recipe, or devices that are empty or repeated.
+        OptionError: an unknown recipe, devices that are empty or repeated, or a bad ``pipeline_threads``.
 
     Example:
         >>> from amdinfer.testing.models import yolov8
@@ -97,12 +98,18 @@ def load_recipe_workers(
     devices = list(devices)
     if not devices or len(set(devices)) != len(devices):
         raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    options = dict(recipe_options or {})
+    threads = options.pop("pipeline_threads", None)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise OptionError(f"recipe_options: pipeline_threads got {threads!r}, expected an int >= 1")
     workers: list[PipelineWorker] = []
     try:
         for d in devices:
             # keep_image=False: the server never sends the picture back
             pipe = build(model, backend=backend, device=int(d), precision=precision, keep_image=False,
-                         **(recipe_options or {}), **load_options)  # fmt: skip
+                         **options, **load_options)  # fmt: skip
+            if threads is not None and hasattr(pipe, "threads"):  # a fused pipeline's pool (an unfused one has none)
+                pipe.threads = threads
             # one request name for every recipe (an unfused classifier's engine input has the model's own name)
             workers.append(PipelineWorker(pipe, input_name="images", name=f"device{d}"))
     except BaseException:

@@ -12,6 +12,8 @@ import io
 import json
 import re
 import struct
+import subprocess
+import sys
 import textwrap
 import urllib.error
 import urllib.request
@@ -474,14 +476,47 @@ class TestCommandLine:
         assert len(lines) == 1, proc.stderr
         assert re.fullmatch(r"amdinfer serve: OptionError: " + message, lines[0]), lines[0]
 
+    def test_pipeline_threads_set_the_decode_pool_and_bad_ones_are_refused(self):
+        # in a fresh process: KServe's protos cannot load beside tritonclient's (this module's clients)
+        code = """if True:
+            from amdinfer.errors import OptionError
+            from amdinfer.serve import load_recipe_workers
+            from amdinfer.testing.models import yolov8
+            model = yolov8(image_size=64)
+            options = {"imgsz": 64, "pipeline_threads": 3, "fuse": True}  # a fused pipeline has the pool
+            (w,) = load_recipe_workers(model, "yolo", recipe_options=options, providers=["CPUExecutionProvider"])
+            print("threads", w.pipeline.threads)
+            w.pipeline.close()
+            for bad in (0, 2.5, True):
+                try:
+                    load_recipe_workers(model, "yolo", recipe_options={"pipeline_threads": bad})
+                except OptionError as exc:
+                    print("refused", exc)
+        """
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = proc.stdout.strip().splitlines()
+        assert lines[0] == "threads 3"
+        assert len(lines) == 4 and all(
+            re.fullmatch(r"refused recipe_options: pipeline_threads got .*, expected an int >= 1", line)
+            for line in lines[1:]
+        ), lines
+
     def test_per_gpu_processes_get_the_recipe_and_its_options(self):
+        from amdinfer._executor import default_threads
         from amdinfer.cli import build_parser
         from amdinfer.serve._cli import _child_argv, _recipe_options
 
         parser = build_parser()
-        args = parser.parse_args(["serve", "m.onnx", "--devices", "0,1", *CLI_DETECTOR, "--max-det", "7"])
-        child = parser.parse_args(_child_argv(args, 1))
+        args_list = ["serve", "m.onnx", "--devices", "0,1", *CLI_DETECTOR, "--max-det", "7"]
+        args = parser.parse_args(args_list)
+        child = parser.parse_args(_child_argv(args, 1, 4))
         assert child.devices == [1] and child.recipe == "yolo"
-        assert _recipe_options(child) == {"conf": 0.03, "imgsz": 64, "max_det": 7, "decoder": "pillow"}
+        threads = max(2, default_threads() // 4)  # the cores shared out over the host's 4 server processes
+        assert _recipe_options(child) == {
+            "conf": 0.03, "imgsz": 64, "max_det": 7, "decoder": "pillow", "pipeline_threads": threads
+        }  # fmt: skip
+        given = parser.parse_args([*args_list, "--pipeline-threads", "3"])
+        assert _recipe_options(parser.parse_args(_child_argv(given, 0, 4)))["pipeline_threads"] == 3
         bare = parser.parse_args(_child_argv(parser.parse_args(["serve", "m.onnx", "--devices", "0,1"]), 0))
         assert bare.recipe is None and _recipe_options(bare) == {}
