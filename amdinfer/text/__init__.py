@@ -13,6 +13,15 @@ stages it is built from, usable on their own.
 :func:`ocr_calibration`    int8 calibration samples for all three models, from pages run through fp32.
 =========================  ===========================================================================
 
+Sentence embeddings (:func:`embed`; docs/text.md):
+
+=========================  ===========================================================================
+:func:`embed`              tokenizer -> encoder -> masked pooling -> normalised vectors (a :class:`TextEmbedder`).
+:class:`Tokenize`          a text -> ids and attention mask, padded to its length bucket (``tokenizers``).
+:class:`Pool`              token embeddings -> one vector (masked mean or ``[CLS]``; :func:`pool_tokens`).
+:class:`Embeddings`        the vectors and texts; ``similarity()``, ``search()`` -> :class:`Matches`.
+=========================  ===========================================================================
+
 The cascade's batching, fan-out and gather are :class:`~amdinfer.pipeline.SubPipeline`'s. OpenCV is needed
 (contours, warps: ``pip install opencv-python-headless``); pyclipper is not (the polygon offset is
 :mod:`amdinfer.text._clipper`).
@@ -29,25 +38,41 @@ Example:
 from __future__ import annotations
 
 from ._det import DbPostprocess, DetResize, ReadingOrder, db_boxes, reading_order
+from ._embed import EmbedPipeline, TextEmbedder, embed
+from ._embed_results import Embedding, Embeddings, Match, Matches
+from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, bucket_sizes, load_tokenizer, pool_tokens
 from ._recipe import OcrCalibration, OcrPipeline, ocr, ocr_calibration
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, ctc_greedy, quad_crop
 
 __all__ = [
+    "DEFAULT_BUCKETS",
     "AttachText",
     "ClsRotate",
     "CtcDecode",
     "DbPostprocess",
     "DetResize",
+    "EmbedPipeline",
+    "Embedding",
+    "Embeddings",
+    "Match",
+    "Matches",
     "OcrCalibration",
     "OcrPipeline",
+    "Pool",
     "QuadCrop",
     "ReadingOrder",
+    "TextEmbedder",
     "TextResize",
+    "Tokenize",
+    "bucket_sizes",
     "charset_from_model",
     "ctc_greedy",
     "db_boxes",
+    "embed",
+    "load_tokenizer",
     "ocr",
     "ocr_calibration",
+    "pool_tokens",
     "quad_crop",
     "reading_order",
 ]

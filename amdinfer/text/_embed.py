@@ -1,0 +1,476 @@
+"""The text-embedding recipe: :func:`embed` builds tokenizer -> engine -> masked pooling -> normalised vectors as a
+:class:`~amdinfer.Pipeline` (:class:`EmbedPipeline`) batched by length bucket, wrapped in a :class:`TextEmbedder`.
+
+Example:
+    >>> import amdinfer
+    >>> callable(amdinfer.embed)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._pipeline_map import MapSteps
+from .._pipeline_steps import _positive_int, _shape_groups
+from ..engines.base import Engine
+from ..errors import InputError, ModelError, OptionError, StageInputError
+from ..pipeline import Pipeline, PipelineMap
+from ..stages import Sample
+from ..types import TensorSpec
+from ._embed_results import Embeddings
+from ._embed_stages import DEFAULT_BUCKETS, POOLINGS, Pool, Tokenize, load_tokenizer
+
+__all__ = ["EmbedPipeline", "TextEmbedder", "embed"]
+
+#: The model inputs :func:`embed` feeds, by name: ids and mask from :class:`Tokenize`, token types all zero.
+FEEDS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+_INT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+#: Without a limit the model states, the longest text :func:`embed` pads (BERT's position embeddings).
+_DEFAULT_LIMIT = 512
+
+
+def _feeds(engine: Engine) -> tuple[tuple[str, np.dtype], ...]:
+    """The model's text inputs ``(name, dtype)``, checked: ``input_ids`` and ``attention_mask`` (without a mask
+    padding would change the answer), optionally ``token_type_ids``; int64 or int32, rank 2."""
+    names = [s.name for s in engine.inputs]
+    out = []
+    for spec in engine.inputs:
+        if spec.name not in FEEDS:
+            raise ModelError(
+                f"model: input {spec.name!r} is not one that embed feeds; got inputs {names}, expected input_ids, "
+                "attention_mask and optionally token_type_ids"
+            )
+        if spec.dtype not in _INT_DTYPES or len(spec.shape) != 2:
+            raise ModelError(
+                f"model: input {spec.name!r}: got {spec.dtype} {tuple(spec.shape)}, expected int64 or int32 "
+                "(batch, sequence)"
+            )
+        out.append((spec.name, spec.dtype))
+    missing = [n for n in FEEDS[:2] if n not in names]
+    if missing:
+        raise ModelError(
+            f"model: no {' or '.join(missing)} input (got {names}); embed needs the token ids and the attention "
+            "mask, so that the padding of a length bucket cannot change an embedding"
+        )
+    return tuple(out)
+
+
+def _token_output(engine: Engine, output: str | None) -> TensorSpec:
+    """The token-embedding output ``(batch, sequence, hidden)``: ``output`` by name, else the one float output
+    of rank 3."""
+    outs = engine.outputs
+    if output is not None:
+        if not isinstance(output, str):
+            raise OptionError(f"output: got {type(output).__name__}, expected an output name (str)")
+        spec = next((s for s in outs if s.name == output), None)
+        if spec is None:
+            raise OptionError(f"output: got {output!r}, expected one of the model's outputs {[s.name for s in outs]}")
+        if len(spec.shape) != 3:
+            raise OptionError(
+                f"output: {output!r} has shape {tuple(spec.shape)}, expected token embeddings (batch, sequence, "
+                "hidden) to pool"
+            )
+        return spec
+    found = [s for s in outs if len(s.shape) == 3 and np.issubdtype(s.dtype, np.floating)]
+    if len(found) != 1:
+        shapes = {s.name: tuple(s.shape) for s in outs}
+        what = "no float output" if not found else f"{len(found)} float outputs"
+        raise OptionError(
+            f"output: the model has {what} of rank 3 (batch, sequence, hidden) among {shapes}, expected one; "
+            "pass output=<name> of the token embeddings"
+        )
+    return found[0]
+
+
+def _model_limit(engine: Engine) -> int | None:
+    """The most tokens the model takes, where it says: a fixed sequence axis, the ``shapes=`` bounds it was
+    loaded with, or the rows of a BERT-style ``position_embeddings`` table."""
+    spec = next(s for s in engine.inputs if s.name == "input_ids")
+    if isinstance(spec.shape[1], int):
+        return spec.shape[1]
+    bounds = engine.shape_bounds.get("input_ids")
+    if bounds is not None:
+        return int(bounds.max[1])
+    for init in engine.model.proto.graph.initializer:
+        if "position_embeddings" in init.name and len(init.dims) == 2:
+            return int(init.dims[0])
+    return None
+
+
+class EmbedPipeline(Pipeline):
+    """What :func:`embed` runs: a :class:`~amdinfer.Pipeline` whose items are texts, for models with several
+    inputs (ids, mask, token types).
+
+    :class:`~amdinfer.text.Tokenize` turns a text into one ``int64 (2, L)`` array (ids and mask, ``L`` its
+    length bucket); the engine step splits the stacked batch into the model's named inputs (cast to the dtypes
+    it declares; ``token_type_ids`` zeros), asks for the token-embedding output only, at most ``batch_size``
+    texts a call, and :class:`~amdinfer.text.Pool` pools each text. ``run_batch`` groups texts of one bucket into
+    one call and answers in input order; ``map`` does so a window at a time.
+
+    Example:
+        >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+        >>> pipe = embed(toy_encoder(), toy_tokenizer(), buckets=(4, 8), providers=["CPUExecutionProvider"]).pipeline
+        >>> isinstance(pipe, Pipeline), len(pipe.run_batch(["the cat", "the dog sat on the mat", "cat"]))
+        (True, 3)
+        >>> print(pipe)  # doctest: +ELLIPSIS
+        Pipeline(
+            preprocess=[
+                Tokenize(vocab=14, buckets=(4, 8, 512), max_length=512),
+            ],
+            engine=<OrtEngine ...>,
+            postprocess=[
+                Pool(),
+            ],
+        )
+        >>> pipe.close()
+    """
+
+    def __init__(
+        self, *, engine: Engine, tokenize: Tokenize, pool: Pool, output: str | None = None, batch_size: int = 32
+    ) -> None:
+        if not isinstance(engine, Engine):
+            raise OptionError(f"engine: got {type(engine).__name__}, expected an amdinfer Engine (amdinfer.load)")
+        self._feed_specs = _feeds(engine)
+        self._token_spec = _token_output(engine, output)
+        self._batch_size = _positive_int("batch_size", batch_size)
+        self._keep_image = False
+        self._preprocess = (tokenize,)
+        self._postprocess = (pool,)
+        self._engine = engine
+        self._owns_engine = False
+        self._load_options: dict[str, Any] = {}
+        self._quantizer = None
+        ids = next(s for s in engine.inputs if s.name == "input_ids")
+        self._input = TensorSpec(
+            "+".join(n for n, _ in self._feed_specs[:2]), np.dtype(np.int64), (ids.shape[0], 2, ids.shape[1])
+        )
+        self._output_names = [self._token_spec.name]
+
+    @property
+    def output(self) -> str:
+        """The name of the token-embedding output that is pooled."""
+        return self._token_spec.name
+
+    @property
+    def batch_size(self) -> int:
+        """The most texts in one engine call."""
+        return self._batch_size
+
+    def feeds(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's inputs for a stacked batch ``(b, 2, L)`` of :class:`~amdinfer.text.Tokenize` items.
+
+        Example:
+            >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+            >>> pipe = embed(toy_encoder(), toy_tokenizer(), providers=["CPUExecutionProvider"]).pipeline
+            >>> {name: v.shape for name, v in pipe.feeds(np.zeros((4, 2, 16), np.int64)).items()}
+            {'input_ids': (4, 16), 'attention_mask': (4, 16)}
+            >>> pipe.close()
+        """
+        rows = {"input_ids": packed[:, 0], "attention_mask": packed[:, 1]}
+        return {
+            name: np.ascontiguousarray(rows[name], dtype=dtype) if name in rows else np.zeros(packed[:, 0].shape, dtype)
+            for name, dtype in self._feed_specs
+        }
+
+    def _infer(self, batch: np.ndarray) -> list[Any]:
+        parts = []
+        for chunk, size in self._chunks(batch):
+            out = self._engine.run(self.feeds(chunk), outputs=[self._token_spec.name])
+            parts.append(self._cut(out, chunk, size))
+        return self._split(parts, batch.shape[0])
+
+    def _chunks(self, batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        if isinstance(self._input.shape[0], int) or self._engine.batch_buckets:
+            return super()._chunks(batch)  # a fixed batch size: chunks of it, the last one padded
+        n, step = batch.shape[0], self._batch_size
+        return [(batch[i : i + step], min(step, n - i)) for i in range(0, n, step)]
+
+    def _infer_any_shapes(self, first: int, samples: list[Sample]) -> list[Sample]:
+        """Items of several buckets: one engine step per bucket, answers in order."""
+        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
+        for group in _shape_groups(samples):
+            outs = self._infer_group([first + i for i in group], [samples[i] for i in group])
+            for i, out in zip(group, outs):
+                outputs[i] = out
+        return outputs
+
+    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int = 0) -> PipelineMap:
+        """Embed a stream of texts, in order: a window of texts is read, tokenized, grouped by length bucket
+        (one engine call per bucket, at most :attr:`batch_size` texts each) and pooled before the next.
+
+        Args:
+            items: texts (any iterable, read lazily).
+            batch_size: texts per window (default: 8 x :attr:`batch_size`); a larger window fills the buckets
+                better and holds more token embeddings at once.
+            workers: ``0``; a window mixes length buckets, which the threaded executor of
+                :meth:`amdinfer.Pipeline.map` cannot stack, so texts run in the caller's thread (tokenizing
+                costs microseconds a text; the engine call is the work).
+
+        Returns:
+            A :class:`~amdinfer.pipeline.PipelineMap` of ``float32 (d,)`` vectors.
+
+        Example:
+            >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+            >>> pipe = embed(toy_encoder(), toy_tokenizer(), providers=["CPUExecutionProvider"]).pipeline
+            >>> with pipe.map(iter(["the cat", "the dog sat on the mat", "cat"]), batch_size=2) as vectors:
+            ...     shapes = [v.shape for v in vectors]
+            >>> shapes
+            [(8,), (8,), (8,)]
+            >>> pipe.close()
+        """
+        window = 8 * self._batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        if workers != 0:
+            raise OptionError(
+                f"workers: got {workers!r}, expected 0 (a text pipeline's windows mix length buckets and run in "
+                "the caller's thread)"
+            )
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise OptionError(f"items: got {type(items).__name__}, expected an iterable of texts")
+        steps = MapSteps(
+            engine=self._engine,
+            input_name=self._input.name,
+            preprocess_one=self._preprocess_one,
+            postprocess_one=self._postprocess_one,
+            infer_samples=self._infer_any_shapes,
+            chunks=self._chunks,
+            cut=self._cut,
+            split=self._split,
+        )
+        return PipelineMap(steps, items, window, 0)
+
+    def fuse(self, **_: Any) -> Any:
+        """Not for text: the tokenizer has no ONNX form here.
+
+        Example:
+            >>> EmbedPipeline.fuse(None)
+            Traceback (most recent call last):
+            ...
+            amdinfer.errors.OptionError: fuse: a text pipeline's Tokenize stage has no fused form
+        """
+        raise OptionError("fuse: a text pipeline's Tokenize stage has no fused form")
+
+
+class TextEmbedder:
+    """What :func:`embed` returns: call it on a text or a list of texts for :class:`~amdinfer.text.Embeddings`.
+
+    Attributes:
+        pipeline: the :class:`EmbedPipeline` (``run_batch``, ``map``); ``engine``: its engine.
+
+    Example:
+        >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+        >>> embedder = embed(toy_encoder(), toy_tokenizer(), buckets=(4, 8), providers=["CPUExecutionProvider"])
+        >>> emb = embedder(["the cat sat", "the stock market fell on the mat", "dog"])
+        >>> emb.vectors.shape, embedder.buckets
+        ((3, 8), (4, 8, 512))
+        >>> bool(abs(embedder("the cat sat").vectors[0] - emb[0].vector).max() < 1e-6)  # alone or batched
+        True
+        >>> [v.shape for v in embedder.map(["the cat", "the dog"])]
+        [(8,), (8,)]
+        >>> embedder.close()
+    """
+
+    def __init__(self, pipeline: EmbedPipeline) -> None:
+        self.pipeline = pipeline
+        tokenize, pool = pipeline.preprocess[0], pipeline.postprocess[0]
+        assert isinstance(tokenize, Tokenize) and isinstance(pool, Pool)
+        self.tokenize = tokenize
+        self.pool = pool
+
+    @property
+    def engine(self) -> Engine:
+        """The engine."""
+        return self.pipeline.engine
+
+    @property
+    def dim(self) -> int | None:
+        """The embedding size (the token output's last axis), or ``None`` when the model leaves it open."""
+        last = self.pipeline._token_spec.shape[-1]
+        return last if isinstance(last, int) else None
+
+    @property
+    def max_length(self) -> int:
+        """The most tokens of one text."""
+        return self.tokenize.max_length
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The padded lengths."""
+        return self.tokenize.buckets
+
+    def __call__(self, texts: str | Iterable[str]) -> Embeddings:
+        """Embed ``texts`` (a str, or any iterable of str), in order; one str gives one row.
+
+        Raises:
+            InputError: ``texts`` is not a str or an iterable of str; ``texts[i]`` is not a str, or is longer
+                than ``max_length`` tokens without ``truncate=True`` (the message names ``i`` and the count).
+        """
+        if isinstance(texts, str):
+            items = [texts]
+        elif isinstance(texts, bytes) or not isinstance(texts, Iterable):
+            raise InputError(f"texts: got {type(texts).__name__}, expected a str or a list of str")
+        else:
+            items = list(texts)
+        vectors = list(self._vectors(self.pipeline.map(items)))
+        if not vectors:
+            return Embeddings(np.zeros((0, self.dim or 0), np.float32), [], normalized=self.pool.normalize)
+        return Embeddings(np.stack(vectors), items, normalized=self.pool.normalize)
+
+    def map(self, texts: Iterable[str], *, batch_size: int | None = None) -> Iterator[np.ndarray]:
+        """Embed a stream of texts lazily: one ``float32 (d,)`` vector per text, in order
+        (:meth:`EmbedPipeline.map`, ``batch_size`` texts per window).
+
+        Example:
+            >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+            >>> with embed(toy_encoder(), toy_tokenizer(), providers=["CPUExecutionProvider"]) as embedder:
+            ...     print([v.shape for v in embedder.map(["the cat"] * 3)])
+            [(8,), (8,), (8,)]
+        """
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+            raise InputError(f"texts: got {type(texts).__name__}, expected an iterable of str")
+        return self._vectors(self.pipeline.map(texts, batch_size=batch_size))  # options checked now
+
+    @staticmethod
+    def _vectors(results: PipelineMap) -> Iterator[np.ndarray]:
+        """The pipeline's vectors; a text the tokenizer step refuses is an InputError naming ``texts[i]``."""
+        with results:
+            try:
+                yield from results
+            except StageInputError as exc:
+                cause, stage = exc.__cause__, str(getattr(exc, "stage", ""))
+                if isinstance(cause, InputError) and stage.startswith("preprocess"):
+                    raise InputError(f"texts[{getattr(exc, 'index', '?')}]: {cause}") from cause
+                raise
+
+    def close(self) -> None:
+        """Close the engine (when :func:`embed` loaded it)."""
+        self.pipeline.close()
+
+    def __enter__(self) -> TextEmbedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"TextEmbedder(\n    {self.tokenize!r},\n    engine={self.engine!r},\n"
+            f"    output={self.pipeline.output!r}, batch_size={self.pipeline.batch_size},\n    {self.pool!r},\n)"
+        )
+
+
+def embed(
+    model: Any,
+    tokenizer: Any,
+    *,
+    pooling: str = "mean",
+    normalize: bool = True,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    max_length: int | None = None,
+    truncate: bool = False,
+    batch_size: int = 32,
+    output: str | None = None,
+    backend: str = "auto",
+    precision: str = "fp32",
+    **load_options: Any,
+) -> TextEmbedder:
+    """Sentence embeddings from a BERT-style encoder: tokenizer -> engine -> masked pooling -> L2 normalisation.
+
+    Each text is tokenized (the tokenizer's own padding and truncation off), padded with attention mask 0 to
+    the smallest bucket that holds it, and texts of one bucket share an engine call; since padded positions
+    are masked in the attention and left out of the mean, an embedding does not depend on the bucket or on the
+    texts it is batched with (docs/text.md states the tolerance measured).
+
+    Args:
+        model: the encoder (path, bytes, ``onnx.ModelProto``) with inputs ``input_ids`` and ``attention_mask``
+            (and optionally ``token_type_ids``, fed zeros), int64 or int32 ``(batch, sequence)``; or an
+            :class:`~amdinfer.Engine` of one, used as is (no load options then; ``close()`` leaves it open).
+        tokenizer: a ``tokenizer.json`` path or a ``tokenizers.Tokenizer`` (the ``text`` extra).
+        pooling: ``"mean"`` (over the unmasked tokens) or ``"cls"`` (the first token).
+        normalize: L2-normalise each embedding.
+        buckets: padded lengths, capped by ``max_length`` (which is always the last one); a model with a fixed
+            sequence axis ``L`` has the one bucket ``L``.
+        max_length: the most tokens of a text; default the model's limit where it states one (a fixed sequence
+            axis, ``shapes=`` bounds, the rows of its ``position_embeddings``), else 512. More than that limit is
+            refused.
+        truncate: cut longer texts to ``max_length``; ``False``: they are an InputError naming the text.
+        batch_size: the most texts in one engine call.
+        output: the token-embedding output ``(batch, sequence, hidden)`` to pool; default the model's one
+            float output of rank 3.
+        backend, precision, **load_options: :func:`amdinfer.load`'s (``providers=``, ``threads=`` ...); only
+            with a model.
+
+    Returns:
+        A :class:`TextEmbedder`: ``embedder(["a", "b"])`` -> :class:`~amdinfer.text.Embeddings` ``(2, d)``.
+
+    Raises:
+        OptionError: bad options, an unknown ``output``, ``max_length`` above the model's limit. ModelError: the
+            model lacks ``input_ids``/``attention_mask`` or has other inputs. InputError: the tokenizer file is
+            missing or unreadable. BackendUnavailableError: ``tokenizers`` is not installed.
+
+    Example:
+        >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+        >>> docs = ["the cat sat on the mat", "the stock market fell"]
+        >>> with embed(toy_encoder(), toy_tokenizer(), providers=["CPUExecutionProvider"]) as embedder:
+        ...     found = embedder(docs).search(embedder(["cat on a mat"]), k=1)
+        >>> found[0][0].text
+        'the cat sat on the mat'
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> embed(tiny_cnn(), "tokenizer.json", pooling="max")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: pooling: got 'max', expected one of mean, cls
+    """
+    if pooling not in POOLINGS:
+        raise OptionError(f"pooling: got {pooling!r}, expected one of {', '.join(POOLINGS)}")
+    batch_size = _positive_int("batch_size", batch_size)
+    if max_length is not None:
+        max_length = _positive_int("max_length", max_length)
+    tokenizer = load_tokenizer(tokenizer)  # cheap checks before the model loads
+    pool = Pool(pooling, normalize=normalize)
+    engine, owns = _engine(model, backend, precision, load_options)
+    try:
+        tokenize = _tokenize(engine, tokenizer, buckets, max_length, truncate)
+        pipe = EmbedPipeline(engine=engine, tokenize=tokenize, pool=pool, output=output, batch_size=batch_size)
+    except BaseException:
+        if owns:
+            engine.close()
+        raise
+    pipe._owns_engine = owns
+    return TextEmbedder(pipe)
+
+
+def _engine(model: Any, backend: str, precision: str, load_options: dict[str, Any]) -> tuple[Engine, bool]:
+    """:func:`embed`'s engine and whether it owns it: ``model`` loaded, or an Engine instance as is."""
+    from .._load import load
+
+    if not isinstance(model, Engine):
+        return load(model, backend=backend, precision=precision, **load_options), True
+    given = sorted(load_options) + ["backend"] * (backend != "auto") + ["precision"] * (precision != "fp32")
+    if given:
+        raise OptionError(
+            f"{', '.join(given)}: an Engine instance was given, so load options cannot apply to it; pass the "
+            "model instead or build the engine with amdinfer.load(...)"
+        )
+    return model, False
+
+
+def _tokenize(
+    engine: Engine, tokenizer: Any, buckets: Sequence[int], max_length: int | None, truncate: bool
+) -> Tokenize:
+    """The :class:`Tokenize` stage for ``engine``'s model: ``max_length`` checked against the model's limit
+    (:func:`_model_limit`); a fixed sequence axis is the one bucket."""
+    _feeds(engine)
+    limit = _model_limit(engine)
+    if max_length is not None and limit is not None and max_length > limit:
+        raise OptionError(f"max_length: got {max_length}, expected at most {limit} (the model's limit)")
+    fixed = next(s for s in engine.inputs if s.name == "input_ids").shape[1]
+    if isinstance(fixed, int):  # a static sequence axis: every text is padded to it
+        if max_length not in (None, fixed):
+            raise OptionError(f"max_length: got {max_length}, but the model's sequence axis is fixed at {fixed}")
+        buckets, max_length = (fixed,), fixed
+    length = max_length or limit or _DEFAULT_LIMIT
+    return Tokenize(tokenizer, buckets=buckets, max_length=length, truncate=truncate)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The one-lease H200 run of this repository's open GPU questions (issues 23, 24, 28), in one script.
+#
+# Uploaded beforehand (see docs/performance.md "How the H200 runs are made"): the chunks of one tar under
+# ~/g/chunk*, holding .gpu/part* (onnxruntime-gpu, benchmarks' ort-gpu-chunks), .carry/serve-wheels,
+# .carry/ocr-wheels, .carry/yolov8n-doclaynet.onnx, minilm/paraphrase-MiniLM-L3-v2.onnx, minilm/tokenizers-*.whl
+# and minilm/mixed_nodes.json (AutoMixedPrecision's kept nodes from the CPU run of precision_study.py).
+#   PARTS="study ocr serving" bash benchmarks/h200_session.sh       (from the repository root; writes $OUT)
+set -euo pipefail
+OUT=${OUT:-/tmp/h200-out}
+mkdir -p "$OUT" "$HOME/w"
+if [ ! -d "$HOME/site/onnxruntime" ]; then
+    cat "$HOME"/g/chunk* | tar x -C "$HOME/w"
+    mkdir -p "$HOME/site"
+    cat "$HOME"/w/.gpu/part* | xz -d | tar x -C "$HOME/site"
+    python3 -m pip install -q --no-index --no-deps --target "$HOME/tsite" "$HOME"/w/minilm/tokenizers-*.whl
+fi
+rm -rf .carry && cp -r "$HOME/w/.carry" .carry
+export PYTHONPATH="$HOME/site:$HOME/tsite:$PWD"
+export AMDINFER_CACHE_DIR=${AMDINFER_CACHE_DIR:-$HOME/amdinfer-cache}
+export ORT_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+for part in ${PARTS:-study ocr serving}; do
+    start=$(date +%s)
+    case $part in
+    study)
+        python3 benchmarks/precision_study.py --device cuda --minilm "$HOME/w/minilm/paraphrase-MiniLM-L3-v2.onnx" \
+            --mixed-nodes "$HOME/w/minilm/mixed_nodes.json" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
+    ocr)
+        OUT="$OUT/ocr" OCR_SKIP_CPU=1 OCR_VARIANTS=1 OCR_REPEAT=${OCR_REPEAT:-2} bash benchmarks/ocr_h200.sh 2>&1 \
+            | tee "$OUT/ocr.log" ;;
+    serving)
+        OUT="$OUT/serving" bash benchmarks/serving_h200.sh --configs jpeg-diagnosis workers-recipe \
+            --gpu-clients 64 --client-procs 4 --seconds 4 --engine-seconds 1 2>&1 | tail -40 ;;
+    esac
+    echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"
+done
