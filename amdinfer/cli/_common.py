@@ -204,6 +204,11 @@ def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: b
         choices=list(GRAPH_OPTIMIZATION_LEVELS),
         help="ONNX Runtime graph optimization level (default: all)",
     )
+    g.add_argument(
+        "--transformer-fusion",
+        choices=["auto", "on", "off"],
+        help="ONNX Runtime's fused attention/LayerNorm/GELU ops for Transformer encoders (default: auto)",
+    )
     add_cache_args(g)
     g.add_argument(
         "--calibration",

@@ -84,7 +84,8 @@ def _provider_list(args: argparse.Namespace, backend: str) -> list[Any] | None:
 
 
 def engine_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
-    """``amdinfer.load`` options from the engine group (providers, threads, graph optimization, cache)."""
+    """``amdinfer.load`` options from the engine group (providers, threads, graph optimization, transformer fusion,
+    cache)."""
     options: dict[str, Any] = {}
     providers = _provider_list(args, backend)
     if providers is not None:
@@ -94,4 +95,7 @@ def engine_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                       ("graph_optimization", "graph_optimization")):  # fmt: skip
         if getattr(args, flag, None):
             options[key] = getattr(args, flag)
+    fusion = getattr(args, "transformer_fusion", None)
+    if fusion is not None:
+        options["transformer_fusion"] = {"on": True, "off": False}.get(fusion, fusion)
     return {**options, **cache_options(args, backend)}

@@ -146,9 +146,18 @@ class FeedChecks:
                 check_symbol(symbols, name, i, sym, shape[i])
             if bounds is not None and not self._buckets:
                 if not bounds.contains(shape):
+                    axis = next(
+                        (i for i, (d, lo, hi) in enumerate(zip(shape, bounds.min, bounds.max)) if not lo <= d <= hi),
+                        None,
+                    )
+                    where = (
+                        f": axis {axis} is {shape[axis]}, expected {bounds.min[axis]}..{bounds.max[axis]}"
+                        if axis is not None
+                        else ""
+                    )
                     raise InputError(
                         f"input {name!r}: got shape {tuple(shape)}, expected between {bounds.min} and {bounds.max} "
-                        "(the bounds given in shapes=)"
+                        f"(the bounds given in shapes=){where}"
                     )
             if type(arr) is np.ndarray and not arr.flags.c_contiguous:
                 # A broadcast view costs nothing until it is copied: size the copy before making it.

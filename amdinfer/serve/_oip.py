@@ -349,7 +349,7 @@ class FastDataPlane(DataPlane):
     def metadata(self) -> dict[str, Any]:
         meta = super().metadata()
         extensions = [e for e in meta["extensions"] if e != "model_repository"]
-        extensions += ["system_shared_memory"] if self.shm is not None and self.shm.enabled else []
+        extensions += ["system_shared_memory", "cuda_shared_memory"] if self.shm and self.shm.enabled else []
         meta["extensions"] = extensions + (["model_repository"] if self.repository is not None else [])
         return meta
 

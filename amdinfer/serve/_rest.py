@@ -11,6 +11,8 @@ answering ``/v2/health/*`` meanwhile.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 from typing import Any
 
@@ -30,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InputError
 from ._oip import INFERENCE_HEADER, decode_rest, json_length, to_numpy, version_error
-from ._shm import CUDA_UNSUPPORTED, REGION, SharedMemoryRegistry, uses_shm
+from ._shm import REGION, SharedMemoryRegistry, uses_shm
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -265,8 +267,9 @@ def _without_null_data(response: Any, headers: dict[str, str]) -> Any:
 
 
 def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
-    """Triton's shared-memory routes on ``app``: ``/v2/systemsharedmemory[/region/NAME]/status|register|unregister``
-    over ``registry``, and ``/v2/cudasharedmemory/...`` answering that CUDA shared memory is not supported.
+    """Triton's shared-memory routes on ``app`` over ``registry``:
+    ``/v2/systemsharedmemory[/region/NAME]/status|register|unregister`` and the same under
+    ``/v2/cudasharedmemory`` (register body ``{"raw_handle": {"b64": ...}, "device_id": N, "byte_size": B}``).
 
     Example:
         >>> from fastapi import FastAPI
@@ -284,11 +287,8 @@ def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
         )
 
     async def register(request: Request, region_name: str) -> Response:
-        try:
-            spec = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"region {region_name!r}: register body is not valid JSON: {exc}") from None
-        if not isinstance(spec, dict) or not {"key", "byte_size"} <= set(spec):
+        spec = await _json_object(request, f"region {region_name!r}")
+        if not {"key", "byte_size"} <= set(spec):
             raise InvalidInput(f'region {region_name!r}: expected a JSON object with "key", "byte_size" and "offset"')
         registry.register(region_name, spec["key"], spec.get("offset", 0), spec["byte_size"])
         logger.debug("registered shared-memory region %r: %s", region_name, spec)
@@ -299,14 +299,21 @@ def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
         return Response(status_code=200)
 
     async def cuda_status(region_name: str = "") -> Response:
-        if region_name:
-            raise InvalidInput(f"CUDA shared-memory region {region_name!r}: not registered ({CUDA_UNSUPPORTED})")
-        return Response(b"[]", media_type="application/json")
+        specs = registry.status(region_name, cuda=True)
+        return Response(orjson.dumps([s.to_json() for s in specs]), media_type="application/json")
 
-    async def cuda_register(region_name: str) -> Response:
-        raise InvalidInput(f"CUDA shared-memory region {region_name!r}: {CUDA_UNSUPPORTED}")
+    async def cuda_register(request: Request, region_name: str) -> Response:
+        where = f"CUDA shared-memory region {region_name!r}"
+        spec = await _json_object(request, where)
+        if not {"raw_handle", "device_id", "byte_size"} <= set(spec):
+            raise InvalidInput(f'{where}: expected a JSON object with "raw_handle", "device_id" and "byte_size"')
+        registry.register_cuda(region_name, _b64_handle(where, spec["raw_handle"]), spec["device_id"],
+                               spec["byte_size"])  # fmt: skip
+        logger.debug("registered CUDA shared-memory region %r on device %s", region_name, spec["device_id"])
+        return Response(status_code=200)
 
     async def cuda_unregister(region_name: str = "") -> Response:
+        registry.unregister(region_name, cuda=True)
         return Response(status_code=200)
 
     endpoints = {
@@ -322,6 +329,17 @@ def install_shm_routes(app: Any, registry: SharedMemoryRegistry) -> None:
             ("/region/{region_name}/unregister", on_unregister, "POST"),
         ):
             app.add_api_route(base + path, endpoint, methods=[method], include_in_schema=False)
+
+
+def _b64_handle(where: str, raw_handle: Any) -> bytes:
+    """The handle bytes of a REST register body's ``{"b64": "..."}``."""
+    b64 = raw_handle.get("b64") if isinstance(raw_handle, dict) else None
+    if not isinstance(b64, str):
+        raise InvalidInput(f'{where}: raw_handle got {str(raw_handle)[:80]!r}, expected {{"b64": "<base64 text>"}}')
+    try:
+        return base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"{where}: raw_handle.b64 is not base64 ({exc}): {b64[:80]!r}") from None
 
 
 async def _json_object(request: Request, where: str) -> dict[str, Any]:

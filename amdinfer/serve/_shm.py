@@ -7,7 +7,9 @@ inputs with ``np.frombuffer`` (read-only, no copy) and writes outputs into it.
 
 The registrations live in a folder (one small file per region), so that every server process of
 ``amdinfer serve --devices 0,1`` sees what a client registered through any of them; each process maps a
-region on first use and notices an unregistration at the next access.
+region on first use and notices an unregistration at the next access. CUDA regions (Triton's CUDA
+shared-memory extension, :mod:`._cuda_shm`) share the folder and the names: a name is one region of either
+kind, and a tensor names either the same way.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ._cuda_shm import CudaRegionStatus, DeviceIpc, DeviceRegion, load_device_ipc
 
 __all__ = [
-    "CUDA_UNSUPPORTED",
     "REGION",
     "REGISTRY_ENV",
     "RegionStatus",
@@ -44,10 +46,6 @@ __all__ = [
 REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 #: The folder of registrations shared by the server processes of one ``amdinfer serve`` (set by the supervisor).
 REGISTRY_ENV = "AMDINFER_SHM_REGISTRY"
-CUDA_UNSUPPORTED = (
-    "CUDA shared memory is not supported on this server build; send the tensor in the request or use system "
-    "shared memory (tritonclient.utils.shared_memory)"
-)
 SHM_FOLDER = Path("/dev/shm")
 MAX_NAME_BYTES = 100
 _DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
@@ -153,6 +151,14 @@ class _Mapped:
             )
         return spec.offset + offset, spec.offset + offset + size
 
+    def read(self, start: int, size: int) -> memoryview:
+        return memoryview(self.mm)[start : start + size].toreadonly()
+
+    def write(self, start: int, arr: np.ndarray) -> None:
+        target = np.ndarray(arr.shape, arr.dtype, buffer=self.mm, offset=start)
+        target[...] = arr
+        del target
+
     def close(self) -> None:
         try:
             self.mm.close()
@@ -169,6 +175,8 @@ class SharedMemoryRegistry:
         enabled: ``False`` refuses every call with ``disabled_reason`` (a server bound to other interfaces
             than loopback: a remote client must not name this host's memory).
         disabled_reason: the sentence that says why and how to turn it on.
+        device_ipc: what opens CUDA IPC handles (``None``: :func:`~._cuda_shm.load_device_ipc` at the first
+            CUDA registration or access in this process).
 
     Example:
         >>> from multiprocessing import shared_memory
@@ -185,14 +193,32 @@ class SharedMemoryRegistry:
         >>> registry.close(); block.close(); block.unlink()
     """
 
-    def __init__(self, folder: str | Path | None = None, *, enabled: bool = True, disabled_reason: str = "") -> None:
+    def __init__(
+        self,
+        folder: str | Path | None = None,
+        *,
+        enabled: bool = True,
+        disabled_reason: str = "",
+        device_ipc: DeviceIpc | None = None,
+    ) -> None:
         self._owned = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="amdinfer-shm-") if folder is None else folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.enabled = bool(enabled)
         self.disabled_reason = disabled_reason or "system shared memory is turned off on this server"
-        self._mapped: dict[str, _Mapped] = {}
+        self._mapped: dict[str, _Mapped | DeviceRegion] = {}
         self._lock = threading.Lock()
+        self._ipc = device_ipc
+
+    def device_ipc(self) -> DeviceIpc:
+        """What opens CUDA IPC handles in this process (loaded once).
+
+        Raises:
+            InputError: no GPU runtime can be loaded here (the message says what was tried).
+        """
+        if self._ipc is None:
+            self._ipc = load_device_ipc()
+        return self._ipc
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -209,44 +235,82 @@ class SharedMemoryRegistry:
                 too small for the window, or a name that is already registered.
         """
         self._check_enabled()
-        if not isinstance(name, str) or not name or "\0" in name or len(name.encode()) > MAX_NAME_BYTES:
-            raise InputError(f"region name: got {name!r}, expected 1 to {MAX_NAME_BYTES} bytes of text")
+        _check_name(name)
         for label, value, low in (("offset", offset, 0), ("byte_size", byte_size, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"region {name!r}: got {label}={value!r}, expected an int >= {low}")
         spec = RegionStatus(name, key, offset, byte_size)
         _object_path(key)
         with self._lock:
-            mapped = _Mapped(spec, (0, 0))  # opens and size-checks the object before anything is recorded
-            tmp = self.folder / f".{name.encode().hex()}.{os.getpid()}.{threading.get_ident()}"
-            tmp.write_text(json.dumps(spec.to_json()))
-            try:
-                os.link(tmp, self._file(name))  # atomic, and fails if the name is taken (by any process)
-            except FileExistsError:
-                mapped.close()
-                held = self._read(name)
-                raise InputError(
-                    f"region {name!r}: already registered (key {held.key if held else '?'!r}); unregister it first"
-                ) from None
-            finally:
-                tmp.unlink()
-            info = os.stat(self._file(name))
-            mapped.token = (info.st_ino, info.st_mtime_ns)
-            self._drop(name)
-            self._mapped[name] = mapped
+            self._record(spec, _Mapped(spec, (0, 0)))  # opens and size-checks the object first
         return spec
 
-    def unregister(self, name: str = "") -> list[str]:
-        """Unregister region ``name`` (``""``: every region); unknown names are ignored, as Triton does.
+    def register_cuda(self, name: Any, raw_handle: Any, device_id: Any, byte_size: Any) -> CudaRegionStatus:
+        """Register ``byte_size`` bytes of device memory exported by ``raw_handle`` (a ``cudaIpcMemHandle_t``)
+        on device ``device_id`` as CUDA region ``name``; the handle is opened here to check it.
+
+        Raises:
+            InputError: the extension is off, a bad name/handle/device/size, no GPU runtime in the server, a
+                device this server does not see, a handle the runtime cannot open, a name already registered.
+        """
+        self._check_enabled()
+        _check_name(name)
+        spec = CudaRegionStatus.check(name, raw_handle, device_id, byte_size)
+        with self._lock:
+            self._record(spec, self._open_device(spec, (0, 0)))
+        return spec
+
+    def _record(self, spec: RegionStatus | CudaRegionStatus, mapped: _Mapped | DeviceRegion) -> None:
+        """Write the registration (atomically, refusing a taken name) and keep this process's opening."""
+        name = spec.name
+        record = spec.to_record() if isinstance(spec, CudaRegionStatus) else spec.to_json()
+        tmp = self.folder / f".{name.encode().hex()}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(json.dumps(record))
+        try:
+            os.link(tmp, self._file(name))  # atomic, and fails if the name is taken (by any process)
+        except FileExistsError:
+            mapped.close()
+            held = self._read(name)
+            what = (
+                f"key {held.key!r}"
+                if isinstance(held, RegionStatus)
+                else f"CUDA, device {held.device_id}"
+                if held
+                else "?"
+            )
+            raise InputError(f"region {name!r}: already registered ({what}); unregister it first") from None
+        finally:
+            tmp.unlink()
+        info = os.stat(self._file(name))
+        mapped.token = (info.st_ino, info.st_mtime_ns)
+        self._drop(name)
+        self._mapped[name] = mapped
+
+    def _open_device(self, spec: CudaRegionStatus, token: tuple[int, int]) -> DeviceRegion:
+        where = f"CUDA shared-memory region {spec.name!r}"
+        ipc = self.device_ipc()
+        count = ipc.device_count()
+        if spec.device_id >= count:
+            raise InputError(
+                f"{where}: device_id {spec.device_id} is not a device of this server ({ipc.name} sees {count}: "
+                f"0 to {count - 1})"
+            )
+        return DeviceRegion(spec, token, ipc.open(where, spec.raw_handle, spec.device_id, spec.byte_size))
+
+    def unregister(self, name: str = "", *, cuda: bool = False) -> list[str]:
+        """Unregister region ``name`` (``""``: every region of the kind); unknown names and regions of the
+        other kind are ignored, as Triton does.
 
         Returns:
             The names unregistered.
         """
         self._check_enabled()
-        names = [name] if name else [s.name for s in self.status()]
+        names = [name] if name else [s.name for s in self.status(cuda=cuda)]
         gone = []
         with self._lock:
             for n in names:
+                if isinstance(self._read(n), CudaRegionStatus) != cuda:
+                    continue
                 try:
                     self._file(n).unlink()
                     gone.append(n)
@@ -255,26 +319,30 @@ class SharedMemoryRegistry:
                 self._drop(n)
         return gone
 
-    def status(self, name: str = "") -> list[RegionStatus]:
-        """The registered regions (``name``: that one only).
+    def status(self, name: str = "", *, cuda: bool = False) -> list[Any]:
+        """The registered regions of the kind (system, or ``cuda``: :class:`CudaRegionStatus`); ``name``: that
+        one only.
 
         Raises:
-            InputError: ``name`` is not registered.
+            InputError: ``name`` is not registered as a region of the kind.
         """
         self._check_enabled()
+        kind = CudaRegionStatus if cuda else RegionStatus
         if name:
             spec = self._read(name)
-            if spec is None:
-                raise InputError(f"region {name!r}: not registered; registered: {self._names()}")
+            if not isinstance(spec, kind):
+                label = "a CUDA" if cuda else "a system"
+                raise InputError(f"region {name!r}: not registered as {label} shared-memory region; registered: "
+                                 f"{self._names()}")  # fmt: skip
             return [spec]
         specs = [self._read(bytes.fromhex(p.stem).decode()) for p in sorted(self.folder.glob("*.json"))]
-        return [s for s in specs if s is not None]
+        return [s for s in specs if isinstance(s, kind)]
 
     def read(self, where: str, region: str, offset: int, size: int) -> memoryview:
         """A read-only view of ``size`` bytes at ``offset`` into ``region`` (no copy)."""
         mapped = self._lookup(where, region)
-        start, end = mapped.window(where, offset, size)
-        return memoryview(mapped.mm)[start:end].toreadonly()
+        start, _ = mapped.window(where, offset, size)
+        return mapped.read(start, size)
 
     def check(self, where: str, region: str, offset: int, size: int) -> None:
         """Check that ``region`` is registered and holds ``size`` bytes at ``offset`` (before a run)."""
@@ -294,9 +362,7 @@ class SharedMemoryRegistry:
             )
         mapped = self._lookup(where, region)
         start, _ = mapped.window(where, offset, size)
-        target = np.ndarray(arr.shape, arr.dtype, buffer=mapped.mm, offset=start)
-        target[...] = arr
-        del target
+        mapped.write(start, arr)
         return arr.nbytes
 
     def close(self) -> None:
@@ -307,11 +373,14 @@ class SharedMemoryRegistry:
         if self._owned:
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _read(self, name: str) -> RegionStatus | None:
+    def _read(self, name: str) -> RegionStatus | CudaRegionStatus | None:
         try:
             data = json.loads(self._file(name).read_text())
         except FileNotFoundError:
             return None
+        if data.get("kind") == "cuda":
+            handle = bytes.fromhex(data["raw_handle"])
+            return CudaRegionStatus(data["name"], handle, int(data["device_id"]), int(data["byte_size"]))
         return RegionStatus(data["name"], data["key"], int(data["offset"]), int(data["byte_size"]))
 
     def _names(self) -> list[str]:
@@ -322,7 +391,7 @@ class SharedMemoryRegistry:
         if mapped is not None:
             mapped.close()
 
-    def _lookup(self, where: str, region: str) -> _Mapped:
+    def _lookup(self, where: str, region: str) -> _Mapped | DeviceRegion:
         """The mapping of ``region`` as registered now (re-mapped if it was registered again elsewhere)."""
         self._check_enabled()
         try:
@@ -341,8 +410,14 @@ class SharedMemoryRegistry:
                 spec = self._read(region)
                 if spec is None:
                     raise InputError(f"{where}: shared-memory region {region!r} is not registered")
-                mapped = self._mapped[region] = _Mapped(spec, token)
+                opened = self._open_device(spec, token) if isinstance(spec, CudaRegionStatus) else _Mapped(spec, token)
+                mapped = self._mapped[region] = opened
             return mapped
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name or "\0" in name or len(name.encode()) > MAX_NAME_BYTES:
+        raise InputError(f"region name: got {name!r}, expected 1 to {MAX_NAME_BYTES} bytes of text")
 
 
 def uses_shm(request: Any) -> bool:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InputError
-from ._shm import CUDA_UNSUPPORTED, SharedMemoryRegistry
+from ._shm import SharedMemoryRegistry
 
 __all__ = ["add_shared_memory_rpcs", "messages"]
 
@@ -81,7 +80,8 @@ def messages() -> dict[str, Any]:
 
 
 def add_shared_memory_rpcs(server: Any, registry: SharedMemoryRegistry) -> None:
-    """Add the System/CUDA shared-memory rpcs of ``inference.GRPCInferenceService`` to a grpc.aio server.
+    """Add the System/CUDA shared-memory rpcs of ``inference.GRPCInferenceService`` to a grpc.aio server
+    (CUDA registrations carry the 64 handle bytes as they are; REST sends them in base64).
 
     Errors are :class:`~amdinfer.InputError` (``INVALID_ARGUMENT`` through the server's interceptor).
 
@@ -113,14 +113,18 @@ def add_shared_memory_rpcs(server: Any, registry: SharedMemoryRegistry) -> None:
         return m["SystemSharedMemoryUnregisterResponse"]()
 
     async def cuda_status(request: Any, context: Any) -> Any:
-        if request.name:
-            raise InputError(f"CUDA shared-memory region {request.name!r}: not registered ({CUDA_UNSUPPORTED})")
-        return m["CudaSharedMemoryStatusResponse"]()
+        response = m["CudaSharedMemoryStatusResponse"]()
+        for spec in registry.status(request.name, cuda=True):
+            region = response.regions[spec.name]
+            region.name, region.device_id, region.byte_size = spec.name, spec.device_id, spec.byte_size
+        return response
 
     async def cuda_register(request: Any, context: Any) -> Any:
-        raise InputError(f"CUDA shared-memory region {request.name!r}: {CUDA_UNSUPPORTED}")
+        registry.register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
+        return m["CudaSharedMemoryRegisterResponse"]()
 
     async def cuda_unregister(request: Any, context: Any) -> Any:
+        registry.unregister(request.name, cuda=True)
         return m["CudaSharedMemoryUnregisterResponse"]()
 
     rpcs = {

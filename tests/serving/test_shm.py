@@ -259,15 +259,10 @@ class TestRegistry:
         message = _refused(lambda: regions.client.infer("tiny", [_input(regions, [1, 3, 32, 32], "b", 12288)]))
         assert "is not registered" in message
 
-    def test_cuda_shared_memory_is_refused_clearly(self, regions: Regions) -> None:
-        message = _refused(lambda: regions.client.register_cuda_shared_memory("gpu0", "AAAA", 0, 64))
-        assert "CUDA shared memory is not supported on this server build" in message
-        status = regions.client.get_cuda_shared_memory_status()
-        assert (status if isinstance(status, list) else list(status.regions)) == []
-
     def test_server_metadata_lists_the_extension(self, server: RunningServer) -> None:
-        assert "system_shared_memory" in client(server, "http").get_server_metadata()["extensions"]
-        assert "system_shared_memory" in client(server, "grpc").get_server_metadata().extensions
+        for extension in ("system_shared_memory", "cuda_shared_memory"):
+            assert extension in client(server, "http").get_server_metadata()["extensions"]
+            assert extension in client(server, "grpc").get_server_metadata().extensions
 
 
 class TestLog:

@@ -18,6 +18,7 @@ from typing import Any
 from ..._validate import check_bool, check_int, check_optional_bool
 from ...errors import OptionError
 from ._providers import resolve_provider_name
+from ._transformer import check_transformer_fusion
 from ._tuning import DataPathOptions
 
 __all__ = ["GRAPH_OPTIMIZATION_LEVELS", "KNOBS", "OrtOptions", "ProviderSpec"]
@@ -59,6 +60,7 @@ class OrtOptions:
         providers: ``(name, raw options)`` per requested provider; ``None``: auto.
         threads, inter_op_threads, spin_wait, graph_optimization, optimized_model_path,
         allow_cpu_nodes, cache_dir, use_cache: session options (see ``OrtEngine``).
+        transformer_fusion: ``"auto"``, ``True`` or ``False`` (see :mod:`amdinfer.engines.ort._transformer`).
         knobs: typed provider knob -> value (``None``: not set).
         ep_libraries: plugin EP libraries to register (``ep_library=``), checked to exist.
         datapath: the IO options (:class:`~amdinfer.engines.ort.DataPathOptions`).
@@ -77,6 +79,7 @@ class OrtOptions:
     allow_cpu_nodes: bool = True
     cache_dir: str | os.PathLike | None = None
     use_cache: bool | None = None
+    transformer_fusion: str | bool = "auto"
     knobs: Mapping[str, Any] = field(default_factory=dict)
     datapath: DataPathOptions = field(default_factory=DataPathOptions)
     ep_libraries: tuple[str, ...] = ()
@@ -106,6 +109,7 @@ class OrtOptions:
         tf32: bool | None = None,
         fp16_io: bool = False,
         ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+        transformer_fusion: str | bool = "auto",
         **knobs: Any,
     ) -> OrtOptions:
         """Validate and build (a misspelt keyword is a ``TypeError``, a bad value an ``OptionError``).
@@ -151,6 +155,7 @@ class OrtOptions:
             allow_cpu_nodes=allow_cpu_nodes,
             cache_dir=cache_dir,
             use_cache=use_cache,
+            transformer_fusion=check_transformer_fusion(transformer_fusion),
             knobs={k: knobs.get(k) for k in KNOBS},
             datapath=datapath,
             ep_libraries=_check_ep_libraries(ep_library),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import onnx
 from ..._validate import flag
 from ...errors import BackendUnavailableError, CacheError, ModelError, OptionError, UnsupportedOperatorError
 from ...model import ModelSource, graphs_of
-from ...types import ShapeBounds
+from ...types import ShapeBounds, TensorSpec
 from ..base import EngineInfo
 from ._errors import IR_RE
 from ._options import OrtOptions
@@ -32,7 +33,7 @@ from ._plugins import add_plugin_providers, is_plugin_ep
 from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
 from ._tuning import drop_default_graphs, without_graphs
 
-__all__ = ["SessionBuilder", "compute_precision", "note_fp16_on_cpu", "optimized_model_cache"]
+__all__ = ["SessionBuilder", "compute_precision", "note_fp16_on_cpu", "optimized_model_cache", "specs_from_session"]
 
 log = logging.getLogger("amdinfer.ort")
 
@@ -393,3 +394,22 @@ def _creation_error(text: str, names: list[str], source: ModelSource) -> Excepti
     if any(n != CPU_EP for n in names) and ("EP" in text or "Provider" in text or "provider" in text):
         return BackendUnavailableError(f"{names[0]}: session creation failed: {text}", backend=names[0], cause=text)
     return ModelError(f"model {source.name}: onnxruntime cannot load it: {text.strip()}")
+
+
+def specs_from_session(args: Sequence[Any], graph_specs: Sequence[TensorSpec]) -> list[TensorSpec]:
+    """The graph's specs of the tensors a session reports (``session.get_inputs()``), in the session's order.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> specs = [TensorSpec("x", "float32", (1,))]
+        >>> specs_from_session([SimpleNamespace(name="x")], specs)[0].name
+        'x'
+    """
+    by_name = {s.name: s for s in graph_specs}
+    out = []
+    for a in args:
+        spec = by_name.get(a.name)
+        if spec is None:
+            raise ModelError(f"onnxruntime reports tensor {a.name!r} that the graph does not declare")
+        out.append(spec)
+    return out

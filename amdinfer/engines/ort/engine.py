@@ -41,6 +41,7 @@ from ._plugins import (
     precision_note,
     register_plugins,
 )
+from ._profiles import profile_options
 from ._providers import (
     CPU_EP,
     MIGRAPHX_EP,
@@ -55,7 +56,8 @@ from ._providers import (
 )
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
-from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu
+from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu, specs_from_session
+from ._transformer import TransformerFusion
 from ._tuning import apply_tuning, control_flow_nodes, varying_inputs
 
 __all__ = ["OrtEngine"]
@@ -113,6 +115,10 @@ class OrtEngine(Engine):
         tf32: CUDA EP ``use_tf32`` (``None``: provider default, on; ``False`` for strict fp32).
         fp16_io: with ``precision="fp16"``, make the model's inputs and outputs float16 as well (fp16
             tensors in and out, no casts); the default keeps fp32 IO.
+        transformer_fusion: ONNX Runtime's transformer optimizer (attention, LayerNorm, GELU fusions into its
+            contrib ops) before any precision rewrite: ``"auto"`` (default) where the provider takes the fused
+            graph and it matches, ``True`` required, ``False`` off; what fused is in ``info.notes`` and
+            ``info.settings["transformer_fusion"]`` (see :mod:`amdinfer.engines.ort._transformer`).
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
         precision_quantizer: what a bare ``precision="fp16"`` means on providers without a native fp16 knob
             (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
@@ -159,6 +165,7 @@ class OrtEngine(Engine):
         tf32: bool | None = None,
         fp16_io: bool = False,
         ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+        transformer_fusion: str | bool = "auto",
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -187,6 +194,7 @@ class OrtEngine(Engine):
             tf32=tf32,
             fp16_io=fp16_io,
             ep_library=ep_library,
+            transformer_fusion=transformer_fusion,
             exhaustive_tune=exhaustive_tune,
             tunable_ops=tunable_ops,
             memory_limit=memory_limit,
@@ -222,6 +230,8 @@ class OrtEngine(Engine):
         self._builder = SessionBuilder(
             ort, self._options, precision=self._precision, device=self._device, bounds=self._bounds
         )
+        fusion, cache = self._options.transformer_fusion, self._builder.cache
+        self._fusion = TransformerFusion(fusion, cache=cache, quantizer=self._quantizer)
         register_plugins(ort, self._options.ep_libraries)  # once per process; failures are diagnoses
         available = list(ort.get_available_providers())
         t0 = time.perf_counter()
@@ -244,8 +254,8 @@ class OrtEngine(Engine):
             if runs is not None:
                 self._precision = info.settings["model_precision"] = runs
                 info.notes.append(f"model already converted to {runs}: its float weights are {runs}")
-        inputs = _specs_from_session(self._session.get_inputs(), self._source.inputs)
-        outputs = _specs_from_session(self._session.get_outputs(), self._source.outputs)
+        inputs = specs_from_session(self._session.get_inputs(), self._source.inputs)
+        outputs = specs_from_session(self._session.get_outputs(), self._source.outputs)
         self._run_fn = self._session.run
         self._runner = make_runner(
             ort, self._session, used, self._device, inputs, outputs, self._options.datapath, info
@@ -286,6 +296,7 @@ class OrtEngine(Engine):
         int8 + calibration table) and converts plain ``precision="fp16"``/``"bf16"`` itself; every other
         provider runs the model the quantizer (``Fp16Quantizer()`` for ``precision="fp16"``) rewrote.
         """
+        source = self._fusion.apply(provider, source, info)  # fused first, then any precision rewrite
         q = self._quantizer
         fp16_io = self._options.datapath.fp16_io
         if provider == MIGRAPHX_EP:
@@ -332,7 +343,7 @@ class OrtEngine(Engine):
             if precision == "fp16" and self._options.datapath.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
             mapped = provider_options(name, device=self._device, precision=precision, **knobs)
-            mapped.update(extra)
+            mapped.update({**extra, **profile_options(name, self._bounds)})
             unsupported = [k for k, v in knobs_given.items() if v is not None and not knob_applies(name, k)]
             if unsupported and name != CPU_EP:
                 info.notes.append(f"{name}: has no equivalent for {unsupported}; not applied there")
@@ -500,16 +511,3 @@ class OrtEngine(Engine):
         self._session = None
         self._all_session = None
         self._run_fn = None
-
-
-def _specs_from_session(args: Sequence[Any], graph_specs: Sequence[TensorSpec]) -> list[TensorSpec]:
-    by_name = {s.name: s for s in graph_specs}
-    out = []
-    for a in args:
-        spec = by_name.get(a.name)
-        if spec is None:
-            from ...errors import ModelError
-
-            raise ModelError(f"onnxruntime reports tensor {a.name!r} that the graph does not declare")
-        out.append(spec)
-    return out
