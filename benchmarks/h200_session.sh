@@ -4,8 +4,9 @@
 # Uploaded beforehand (see docs/performance.md "How the H200 runs are made"): the chunks of one tar under
 # ~/g/chunk*, holding .gpu/part* (onnxruntime-gpu, benchmarks' ort-gpu-chunks), .carry/serve-wheels,
 # .carry/ocr-wheels, .carry/yolov8n-doclaynet.onnx, minilm/paraphrase-MiniLM-L3-v2.onnx, minilm/tokenizers-*.whl
-# and minilm/mixed_nodes.json (AutoMixedPrecision's kept nodes from the CPU run of precision_study.py).
-#   PARTS="study ocr serving" bash benchmarks/h200_session.sh       (from the repository root; writes $OUT)
+# cudapy/*.whl (cuda-python for tritonclient.utils.cuda_shared_memory); and, carried in the last call,
+# .up/mixed_nodes.json (AutoMixedPrecision's kept nodes from the CPU run of precision_study.py: no search on the GPU).
+#   PARTS="study ocr cudashm serving" bash benchmarks/h200_session.sh       (from the repository root; writes $OUT)
 set -euo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT" "$HOME/w"
@@ -14,21 +15,32 @@ if [ ! -d "$HOME/site/onnxruntime" ]; then
     mkdir -p "$HOME/site"
     cat "$HOME"/w/.gpu/part* | xz -d | tar x -C "$HOME/site"
     python3 -m pip install -q --no-index --no-deps --target "$HOME/tsite" "$HOME"/w/minilm/tokenizers-*.whl
+    python3 -m pip install -q --no-index --no-deps --target "$HOME/cudasite" "$HOME"/w/cudapy/*.whl
 fi
 rm -rf .carry && cp -r "$HOME/w/.carry" .carry
+if [ ! -e "$HOME/servesite/kserve" ]; then  # as benchmarks/serving_h200.sh does
+    wheels=$(mktemp -d)
+    for p in .carry/serve-wheels/part*.tar.xz; do tar -xJf "$p" -C "$wheels"; done
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$HOME/servesite" "$wheels"/*.whl
+    rm -rf "$wheels"
+fi
 export PYTHONPATH="$HOME/site:$HOME/tsite:$PWD"
 export AMDINFER_CACHE_DIR=${AMDINFER_CACHE_DIR:-$HOME/amdinfer-cache}
 export ORT_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-for part in ${PARTS:-study ocr serving}; do
+set +e  # one part failing must not stop the others
+for part in ${PARTS:-study ocr cudashm serving}; do
     start=$(date +%s)
     case $part in
     study)
         python3 benchmarks/precision_study.py --device cuda --minilm "$HOME/w/minilm/paraphrase-MiniLM-L3-v2.onnx" \
-            --mixed-nodes "$HOME/w/minilm/mixed_nodes.json" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
+            --mixed-nodes "${MIXED_NODES:-.up/mixed_nodes.json}" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
     ocr)
         OUT="$OUT/ocr" OCR_SKIP_CPU=1 OCR_VARIANTS=1 OCR_REPEAT=${OCR_REPEAT:-2} bash benchmarks/ocr_h200.sh 2>&1 \
             | tee "$OUT/ocr.log" ;;
+    cudashm)  # tritonclient's cuda_shared_memory needs cuda-python (cuda.bindings), in its own site folder
+        PYTHONPATH="$HOME/site:$HOME/servesite:$HOME/cudasite:$PWD" python3 benchmarks/serving_cuda_shm.py \
+            --out "$OUT/cudashm" 2>&1 | tee "$OUT/cudashm.log" ;;
     serving)
         OUT="$OUT/serving" bash benchmarks/serving_h200.sh --configs jpeg-diagnosis workers-recipe \
             --gpu-clients 64 --client-procs 4 --seconds 4 --engine-seconds 1 2>&1 | tail -40 ;;

@@ -18,6 +18,8 @@ against static ones.
   dynamic MatMul-weight form, and static QDQ with the Transformer setup where the quantizer has one);
   ``mixed`` (``AutoMixedPrecision`` over int8: the fewest layers kept in float for cosine >= 0.99 /
   top-1 >= 0.99).
+* Fusion: MiniLM fp32 and fp16 with and without ONNX Runtime's transformer fusion (``transformer_fusion``; its
+  ``"auto"`` default fuses on GPU providers only).
 * Dynamic vs static: MiniLM fp32 with its dynamic ``[batch, sequence]`` inputs against the same model with
   those dimensions fixed to the measured shape (and on the GPU, fp16 too); and the first call at a new shape
   (what a dynamic model pays per new shape).
@@ -139,6 +141,11 @@ class Study:
 
         out: dict[str, Any] = {"fp32": self.load(model)}
         out["fp16"] = self.load(model, "fp16")
+        if name == "minilm":  # the other side of transformer_fusion's default ("auto": fused on GPU EPs only)
+            gpu = self.args.device != "cpu"
+            for precision in ("fp32", "fp16"):
+                label = f"{precision} {'unfused' if gpu else 'fused'}"
+                out[label] = self.load(model, precision, transformer_fusion=not gpu)
         int8_forms = _int8_forms(name, calib)
         for form, quantizer in int8_forms.items():
             try:
