@@ -15,7 +15,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "AgreementError",
     "AmdinferError",
     "BackendUnavailableError",
     "CacheError",
@@ -66,6 +69,23 @@ class ModelError(AmdinferError, ValueError):
         ...
         amdinfer.errors.ModelError: model 'x.onnx': truncated protobuf
     """
+
+
+class AgreementError(ModelError):
+    """A quantized model whose float outputs no longer agree with the float model's (cosine similarity below the
+    quantizer's ``min_cosine``): refused rather than handed over (``amdinfer.quantize``).
+
+    Attributes:
+        check: the quantizer's :class:`~amdinfer.quantize.AgreementCheck` with every output's figures.
+
+    Example:
+        >>> issubclass(AgreementError, ModelError)
+        True
+    """
+
+    def __init__(self, message: str, *, check: Any = None):
+        super().__init__(message)
+        self.check = check
 
 
 class UnsupportedOperatorError(ModelError):

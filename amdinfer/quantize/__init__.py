@@ -1,12 +1,14 @@
-"""Quantization: fp16 and calibrated int8, accuracy reports, and automatic mixed precision.
+"""Quantization: fp16, calibrated and dynamic int8, accuracy checks and reports, automatic mixed precision.
 
 One quantizer object serves every backend through the :class:`Quantizer` protocol: engines without a
-native knob call :meth:`~Quantizer.quantize` (ONNX Runtime's float16 converter, or ``quantize_static`` in
-QDQ format); engines with one read :meth:`~Quantizer.describe` (a :class:`QuantizationSpec`) and map it
-to their knobs (``migraphx.quantize_fp16`` / ``quantize_int8``; the ONNX Runtime MIGraphX EP's
-``migraphx_fp16_enable`` / int8 calibration table). What a path cannot honour is reported in
-``engine.info.notes``. :func:`evaluate` measures what quantization cost
-against the float model; :class:`AutoMixedPrecision` keeps the fewest layers in float that meet a tolerance.
+native knob call :meth:`~Quantizer.quantize` (ONNX Runtime's float16 converter, ``quantize_static`` in
+QDQ format, or ``quantize_dynamic`` for :class:`DynamicInt8Quantizer`); engines with one read
+:meth:`~Quantizer.describe` (a :class:`QuantizationSpec`) and map it to their knobs
+(``migraphx.quantize_fp16`` / ``quantize_int8``; the ONNX Runtime MIGraphX EP's ``migraphx_fp16_enable`` /
+int8 calibration table). What a path cannot honour is reported in ``engine.info.notes``. The int8 quantizers
+check their result against the float model (cosine of each float output, :class:`AgreementCheck`) and refuse
+one that lost it (:class:`AgreementError`); :func:`evaluate` measures what quantization cost against the
+float model; :class:`AutoMixedPrecision` keeps the fewest layers in float that meet a tolerance.
 
 Example:
     >>> import numpy as np, amdinfer
@@ -26,14 +28,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..engines._migraphx_quant import MigraphxQuantPlan
+from ._agreement import AgreementCheck, AgreementError, OutputAgreement
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import QuantizationSpec, Quantizer, QuantizerBase
+from ._dynamic import DynamicInt8Quantizer
 from ._evaluate import evaluate
 from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list, precision_quantizer
 from ._int8 import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, Int8Quantizer
 from ._metrics import box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, tail_nodes, weighted_layers
 from ._report import AccuracyTolerance, LayerError, OutputError, QuantizationReport
+from ._transformer import is_transformer, mask_path_nodes
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -43,13 +48,17 @@ __all__ = [
     "QUANT_TYPES",
     "WEIGHTED_OPS",
     "AccuracyTolerance",
+    "AgreementCheck",
+    "AgreementError",
     "AutoMixedPrecision",
+    "DynamicInt8Quantizer",
     "Fp16Quantizer",
     "Int8Quantizer",
     "LayerError",
     "LayerSensitivity",
     "MigraphxQuantPlan",
     "MixedPrecisionResult",
+    "OutputAgreement",
     "OutputError",
     "QuantizationReport",
     "QuantizationSpec",
@@ -58,7 +67,9 @@ __all__ = [
     "box_agreement",
     "default_fp16_op_block_list",
     "evaluate",
+    "is_transformer",
     "layer_groups",
+    "mask_path_nodes",
     "precision_quantizer",
     "prepare_model",
     "tail_nodes",

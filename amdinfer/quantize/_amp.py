@@ -36,6 +36,7 @@ from .._progress import check_progress
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ..verify import rms_error, topk_agreement
+from ._agreement import cosine_error
 from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, materialize, to_feeds
 from ._evaluate import _is_engine, _load_cpu, _run_all
@@ -49,7 +50,7 @@ log = logging.getLogger("amdinfer.quantize")
 Outputs = Sequence[Mapping[str, np.ndarray]]
 Metric = str | Callable[[Outputs, Outputs], float]
 
-METRICS = ("rms", "top1", "box_f1")
+METRICS = ("rms", "top1", "box_f1", "cosine")
 MODES = ("only", "keep")
 
 
@@ -165,6 +166,8 @@ def _metric_fn(metric: Metric, boxes: Any, iou: float) -> tuple[str, Callable[[O
             return 1.0 - box_agreement(_collect_boxes(q, boxes), _collect_boxes(r, boxes), iou=iou)[2]
 
         return "1 - box F1", box_f1
+    if metric == "cosine":
+        return "1 - mean cosine", cosine_error
     raise OptionError(f"metric: got {metric!r}, expected one of {list(METRICS)} or a callable(quantized, reference)")
 
 
@@ -206,7 +209,8 @@ class AutoMixedPrecision(QuantizerBase):
         data: evaluation samples (feed dicts or arrays), distinct from int8 calibration data.
         tolerance: the bound on the metric's error (``error <= tolerance``).
         metric: ``"rms"`` (largest MIGraphX RMS error over outputs), ``"top1"`` (1 - top-1 agreement),
-            ``"box_f1"`` (1 - box-set F1; needs ``boxes``), or ``callable(quantized_outs, reference_outs)``
+            ``"box_f1"`` (1 - box-set F1; needs ``boxes``), ``"cosine"`` (1 - the lowest mean cosine
+            similarity of a float output, e.g. sentence embeddings), or ``callable(quantized_outs, reference_outs)``
             over lists of output dicts, lower is better.
         boxes: box decoder for ``metric="box_f1"`` (see :func:`~amdinfer.quantize.evaluate`).
         reference: an engine giving the reference outputs (e.g. ``backend="reference", precision="fp64"``);
@@ -252,7 +256,9 @@ class AutoMixedPrecision(QuantizerBase):
         progress: bool | None = None,
     ) -> None:
         if not isinstance(quantizer, QuantizerBase) or isinstance(quantizer, AutoMixedPrecision):
-            raise OptionError(f"quantizer: got {quantizer!r}, expected an Fp16Quantizer or Int8Quantizer")
+            raise OptionError(
+                f"quantizer: got {quantizer!r}, expected an Fp16Quantizer, Int8Quantizer or DynamicInt8Quantizer"
+            )
         if (
             not isinstance(tolerance, (int, float))
             or isinstance(tolerance, bool)

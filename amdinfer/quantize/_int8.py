@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from ..errors import (
     StageError,
 )
 from ..model import ModelSource
+from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce, measure
 from ._base import QuantizationSpec, QuantizerBase
 from ._data import data_hash, input_specs, materialize, to_feeds
 from ._fp16 import _check_nodes, _str_list
@@ -34,7 +34,9 @@ from ._int8_checks import (
     save_for_quantizer,
 )
 from ._int8_reader import _import_quantization, _ort_prints_to_log, _ort_version, grouped_reader
+from ._options import choice, flag, resolve_cache
 from ._prepare import prepare_model, tail_nodes
+from ._transformer import float_readers_read_float, is_transformer, mask_path_nodes
 
 __all__ = ["CALIBRATION_METHODS", "INT8_KIND", "QUANT_FORMATS", "QUANT_TYPES", "Int8Quantizer"]
 
@@ -49,18 +51,8 @@ QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
 
 #: The ``kind`` part of the cache entries the quantizer writes (``amdinfer cache list`` shows it).
 INT8_KIND = "int8 quantized model"
-
-
-def _choice(name: str, value: Any, table: dict[str, str]) -> str:
-    if not isinstance(value, str) or value.lower() not in table:
-        raise OptionError(f"{name}: got {value!r}, expected one of {list(table)}")
-    return value.lower()
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise OptionError(f"{name}: got {value!r}, expected True or False")
-    return value
+#: What int8 quantizes in a Transformer by default: the linear layers, their outputs left in float.
+TRANSFORMER_OP_TYPES = ("MatMul", "Gemm")
 
 
 class _Shared:
@@ -83,7 +75,15 @@ class Int8Quantizer(QuantizerBase):
 
     Calibration data is required: int8 without it gives wrong answers. The defaults are the fastest
     configuration on an AVX2 CPU that keeps accuracy (see ``docs/quantization.md``): QDQ format,
-    per-channel int8 weights, uint8 activations, no range reduction, ``Softmax``/``Sigmoid`` in float.
+    per-channel int8 weights, uint8 activations, no range reduction, ``Softmax``/``Sigmoid`` in float. On a
+    Transformer (``transformer=None`` detects one) only ``MatMul``/``Gemm`` are quantized and their outputs
+    stay in float, and so do the nodes that read an attention-mask value (a float constant of magnitude
+    >= 1e4, e.g. ``-3.4e38``; see ``docs/quantization.md#transformers``).
+
+    The result is checked: the quantized and the float model run on (up to 16 of) the calibration samples and
+    each float output must keep a mean cosine similarity of at least ``min_cosine`` with the float model's,
+    else :meth:`quantize` raises :class:`~amdinfer.quantize.AgreementError` naming the output and the figure
+    (the figures are in :attr:`agreement`).
 
     Args:
         calibration: an iterable of samples: feed dicts, arrays (single-input models) or, with
@@ -116,6 +116,14 @@ class Int8Quantizer(QuantizerBase):
             (default) caches only when ``$AMDINFER_CACHE_DIR`` is set, ``True`` in the default cache folder,
             a folder path or a ``CompiledModelCache`` there, ``False`` never.
         prepare: run :func:`~amdinfer.quantize.prepare_model` first.
+        transformer: ``None`` (default) detects a Transformer (LayerNormalization, fused attention ops, or a
+            Softmax over a product of two activations); ``True``/``False`` force it. When on, ``op_types=None``
+            means ``("MatMul", "Gemm")`` and the outputs of those ops are not quantized (a layer whose output
+            has an outlier of 200 next to values of 1, BERT's second feed-forward layer, loses them otherwise).
+        min_cosine: the least mean cosine similarity each float output must keep with the float model on the
+            calibration samples; ``None`` skips the check.
+        low_accuracy: ``"raise"`` (default) refuses a model below ``min_cosine``; ``"warn"`` hands it over
+            with a WARNING on the ``amdinfer.quantize`` logger.
 
     On MIGraphX native the quantizer maps to ``migraphx.quantize_int8(prog, target, calibration=[...],
     ins_names=["dot", "convolution"])``, on the ONNX Runtime MIGraphX EP to ``migraphx_int8_enable`` with a
@@ -159,6 +167,9 @@ class Int8Quantizer(QuantizerBase):
         progress: bool | None = None,
         cache: Any = None,
         prepare: bool = True,
+        transformer: bool | None = None,
+        min_cosine: float | None = 0.98,
+        low_accuracy: str = "raise",
     ) -> None:
         if calibration is None:
             raise OptionError(
@@ -174,7 +185,7 @@ class Int8Quantizer(QuantizerBase):
         if input_name is not None and not isinstance(input_name, str):
             raise OptionError(f"input_name: got {input_name!r}, expected a string")
         self.input_name = input_name
-        self.method = _choice("method", method, CALIBRATION_METHODS)
+        self.method = choice("method", method, CALIBRATION_METHODS)
         if (
             not isinstance(percentile, (int, float))
             or isinstance(percentile, bool)
@@ -183,12 +194,12 @@ class Int8Quantizer(QuantizerBase):
         ):
             raise OptionError(f"percentile: got {percentile!r}, expected a float in (50, 100]")
         self.percentile = float(percentile)
-        self.per_channel = _flag("per_channel", per_channel)
-        self.symmetric_activations = _flag("symmetric_activations", symmetric_activations)
-        self.reduce_range = _flag("reduce_range", reduce_range)
-        self.activation_type = _choice("activation_type", activation_type, QUANT_TYPES)
-        self.weight_type = _choice("weight_type", weight_type, QUANT_TYPES)
-        self.format = _choice("format", format, QUANT_FORMATS)
+        self.per_channel = flag("per_channel", per_channel)
+        self.symmetric_activations = flag("symmetric_activations", symmetric_activations)
+        self.reduce_range = flag("reduce_range", reduce_range)
+        self.activation_type = choice("activation_type", activation_type, QUANT_TYPES)
+        self.weight_type = choice("weight_type", weight_type, QUANT_TYPES)
+        self.format = choice("format", format, QUANT_FORMATS)
         self.op_types = None if op_types is None else _str_list("op_types", op_types)
         self.exclude_nodes = _str_list("exclude_nodes", exclude_nodes)
         self.exclude_op_types = _str_list("exclude_op_types", exclude_op_types)
@@ -201,28 +212,15 @@ class Int8Quantizer(QuantizerBase):
             raise OptionError(f"max_samples: got {max_samples!r}, expected a positive int or None")
         self.max_samples = max_samples
         self.progress = check_progress(progress)
-        self.prepare = _flag("prepare", prepare)
-        self._cache = self._resolve_cache(cache)
+        self.prepare = flag("prepare", prepare)
+        self.transformer = None if transformer is None else flag("transformer", transformer)
+        self.min_cosine = check_min_cosine(min_cosine)
+        self.low_accuracy = check_low_accuracy(low_accuracy)
+        #: What the accuracy check measured on the last :meth:`quantize` (``None`` before it, or without a check).
+        self.agreement: AgreementCheck | None = None
+        self._cache = resolve_cache(cache)
         self._only: list[str] | None = None
         self._shared = _Shared()
-
-    @staticmethod
-    def _resolve_cache(cache: Any) -> Any:
-        if cache is False:
-            return None
-        from ..cache import CACHE_ENV, CompiledModelCache
-
-        if cache is None:  # opt-in: the environment's cache folder only (docs/cache.md)
-            return CompiledModelCache() if os.environ.get(CACHE_ENV) else None
-        if cache is True:
-            return CompiledModelCache()
-        if isinstance(cache, CompiledModelCache):
-            return cache
-        if isinstance(cache, (str, Path)):
-            from .._files import check_path
-
-            return CompiledModelCache(check_path(cache, "cache"))
-        raise OptionError(f"cache: got {cache!r}, expected None, True, False, a folder path or a CompiledModelCache")
 
     # ------------------------------------------------------------------ data
     def calibration_items(self) -> list[Any]:
@@ -301,6 +299,7 @@ class Int8Quantizer(QuantizerBase):
             "exclude_op_types": list(self.exclude_op_types),
             "keep_last_n": self.keep_last_n,
             "prepare": self.prepare,
+            "transformer": self.transformer,
         }
         if self._only is not None:
             out["only_nodes"] = list(self._only)
@@ -320,6 +319,9 @@ class Int8Quantizer(QuantizerBase):
                 Runtime failed running one (the message names the sample), or the calibration drives a
                 tensor of the model to inf or NaN (the message names the tensor).
             OptionError: ``exclude_nodes`` names a node the model does not have.
+            AgreementError: a float output's mean cosine similarity with the float model on the calibration
+                samples is below ``min_cosine`` (with ``low_accuracy="raise"``); the message names the output,
+                the figure and what to try.
 
         Example:
             >>> from amdinfer.testing.models import tiny_cnn, random_inputs
@@ -327,20 +329,40 @@ class Int8Quantizer(QuantizerBase):
             >>> sorted({i.type.tensor_type.elem_type for i in q.quantize(tiny_cnn()).graph.input})
             [1]
         """
-        return self._quantize_prepared(prepare_model(model, optimize=self.prepare))
+        prepared = prepare_model(model, optimize=self.prepare)
+        quantized = self._quantize_prepared(prepared)
+        if self.min_cosine is not None:
+            self.agreement = measure(quantized, prepared, self.calibration_feeds(prepared), self.min_cosine)
+            hints = (
+                "DynamicInt8Quantizer() (activations quantized at run time), op_types=['MatMul', 'Gemm'] "
+                "(and transformer=True for a Transformer), exclude_nodes= for the layers that lose most "
+                "(evaluate(..., per_layer=True) or AutoMixedPrecision find them), method='percentile', more "
+                "calibration samples, or Fp16Quantizer()"
+            )
+            name = prepared.graph.name or "<ModelProto>"
+            enforce(self.agreement, what="int8 (static)", model=name, low_accuracy=self.low_accuracy, hints=hints)
+        return quantized
+
+    def _transformer_on(self, prepared: onnx.ModelProto) -> bool:
+        return is_transformer(prepared) if self.transformer is None else self.transformer
+
+    def _op_types(self, prepared: onnx.ModelProto) -> list[str] | None:
+        if self.op_types is None and self._transformer_on(prepared):
+            return list(TRANSFORMER_OP_TYPES)
+        return self.op_types
 
     def _excluded(self, prepared: onnx.ModelProto) -> list[str]:
         _check_nodes("exclude_nodes", self.exclude_nodes, prepared)
-        out = list(self.exclude_nodes)
+        out = list(self.exclude_nodes) + (mask_path_nodes(prepared) if self._transformer_on(prepared) else [])
         out += [n.name for n in prepared.graph.node if n.op_type in self.exclude_op_types]
         out += tail_nodes(prepared, self.keep_last_n)
         return list(dict.fromkeys(out))
 
-    def _calibration_cache_path(self, sha: str, feeds_hash: str) -> Path:
+    def _calibration_cache_path(self, sha: str, feeds_hash: str, op_types: list[str] | None) -> Path:
         from ..cache import CompiledModelCache
 
         key = CompiledModelCache.key(
-            model=sha, data=feeds_hash, method=self.method, percentile=self.percentile, op_types=self.op_types
+            model=sha, data=feeds_hash, method=self.method, percentile=self.percentile, op_types=op_types
         )
         return self._shared.scratch() / f"ranges-{key}.json"
 
@@ -386,9 +408,13 @@ class Int8Quantizer(QuantizerBase):
         self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
     ) -> onnx.ModelProto:
         quantization = _import_quantization()
-        check_weights(src, quantized_nodes(src.proto, op_types=self.op_types, excluded=excluded, only=self._only))
-        ranges = self._calibration_cache_path(src.sha256, feeds_hash)
+        op_types = self._op_types(src.proto)
+        nodes = quantized_nodes(src.proto, op_types=op_types, excluded=excluded, only=self._only)
+        check_weights(src, nodes)
+        ranges = self._calibration_cache_path(src.sha256, feeds_hash, op_types)
         extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
+        if self._transformer_on(src.proto):  # outliers of 200 beside values of 1 after BERT's feed-forward layers
+            extra["OpTypesToExcludeOutputQuantization"] = list(TRANSFORMER_OP_TYPES)
         if self.method == "percentile":
             extra["CalibPercentile"] = self.percentile
         # ONNX Runtime >= 1.32 can keep the calibrated ranges (mixed precision reuses them); older ones
@@ -411,7 +437,7 @@ class Int8Quantizer(QuantizerBase):
                         str(out),
                         reader,
                         quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
-                        op_types_to_quantize=self.op_types,
+                        op_types_to_quantize=op_types,
                         per_channel=self.per_channel,
                         reduce_range=self.reduce_range,
                         activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
@@ -428,6 +454,8 @@ class Int8Quantizer(QuantizerBase):
             except Exception as exc:  # ONNX Runtime's pybind errors, its asserts, NumPy's ValueErrors
                 raise quantize_static_error(exc, src, reader, ranges if reuse else None, feeds) from exc
         check_scales(quantized, src.proto)
+        if self._transformer_on(src.proto):  # the residual stream stays float (format="qdq"; a no-op otherwise)
+            float_readers_read_float(quantized, {n.name for n in nodes})
         return quantized
 
     # ------------------------------------------------------------------ description
@@ -454,6 +482,7 @@ class Int8Quantizer(QuantizerBase):
             weight_type=self.weight_type,
             format=self.format,
             op_types=None if self.op_types is None else tuple(self.op_types),
+            notes=() if self.agreement is None else (f"int8 accuracy check: {self.agreement.summary()}",),
         )
 
     def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Int8Quantizer:

@@ -15,6 +15,8 @@ import importlib.util
 import logging
 import re
 import tempfile
+import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,10 @@ def _strip_unused_opsets(proto: onnx.ModelProto) -> None:
         proto.opset_import.extend(kept)
 
 
+#: What ONNX Runtime's symbolic shape inference writes to the working directory when it gives up.
+_SYMBOLIC_LEFTOVER = "sym_shape_infer_temp.onnx"
+
+
 def _shape_inference_only(src: str, dst: str, skip_optimization: bool, skip_symbolic_shape: bool) -> None:
     """ONNX shape inference: what ``quant_pre_process`` does after optimizing, without symbolic shapes."""
     onnx.shape_inference.infer_shapes_path(src, dst)
@@ -114,13 +120,45 @@ def _pre_process(quant_pre_process: Any, opt: Path, dst: Path, skip_symbolic: bo
     own shape inference (what runs without sympy) is enough for quantization, so the result does not depend on
     whether sympy happens to be installed.
     """
+    since = time.time()
     try:
         quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=skip_symbolic)
     except Exception as exc:
-        if skip_symbolic or "symbolic shape inference" not in str(exc).lower():
+        _remove_symbolic_leftover(since)
+        if skip_symbolic or not (
+            "symbolic shape inference" in str(exc).lower()
+            or (isinstance(exc, OSError) and _raised_in(exc, "symbolic_shape_infer.py"))  # cannot write its leftover
+        ):
             raise
         log.info("model %s: symbolic shape inference gave up (%s); using ONNX shape inference", name, exc)
         quant_pre_process(str(opt), str(dst), skip_optimization=True, skip_symbolic_shape=True)
+
+
+def _raised_in(exc: BaseException, filename: str) -> bool:
+    return any(frame.filename.endswith(filename) for frame in traceback.extract_tb(exc.__traceback__))
+
+
+def _remove_symbolic_leftover(since: float) -> None:
+    """Remove what ONNX Runtime's symbolic shape inference left in the working directory when it gave up.
+
+    It saves the graph it could not finish as ``sym_shape_infer_temp.onnx`` with its weights in a file named by
+    a UUID, in the process's working directory (the trained MiniLM: 69 MB per call). Only files written since
+    ``since`` (the call's start) are removed.
+    """
+    path = Path(_SYMBOLIC_LEFTOVER)
+    try:
+        if not path.is_file() or path.stat().st_mtime < since - 2.0:  # coarse file-system clocks
+            return
+        leftover = onnx.load_model(str(path), load_external_data=False)
+        for t in leftover.graph.initializer:
+            for entry in t.external_data:
+                data = Path(entry.value)
+                if entry.key == "location" and data.name == entry.value and data.is_file():
+                    if data.stat().st_mtime >= since - 2.0:
+                        data.unlink()
+        path.unlink()
+    except Exception as exc:  # best effort: a leftover that cannot be read or removed is only logged
+        log.debug("could not remove ONNX Runtime's %s: %s", _SYMBOLIC_LEFTOVER, exc)
 
 
 def _ort_preprocess(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:

@@ -322,6 +322,8 @@ class OrtEngine(Engine):
         key = (source.sha256, q.settings_hash() if hasattr(q, "settings_hash") else repr(q.settings()))
         if key not in self._variants:
             self._variants[key] = self._builder.rewrite(q, source, info)
+            # what quantizing found (e.g. the int8 accuracy check's figures): known only after it ran
+            info.notes.extend(n for n in q.describe().notes if n not in info.notes)
         return self._variants[key], {}
 
     def _workdir(self) -> Path:

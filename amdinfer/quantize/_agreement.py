@@ -1,0 +1,224 @@
+"""The accuracy guard of the int8 quantizers: cosine agreement of each float output with the float model.
+
+A quantized model that answers something unrelated to the float model must not be handed over silently
+(static activation quantization of a Transformer's attention mask did exactly that: sentence embeddings at a
+mean cosine of 0.67 to the float ones, 0.35 for the worst, no warning). After quantizing,
+:class:`~amdinfer.quantize.Int8Quantizer` and :class:`~amdinfer.quantize.DynamicInt8Quantizer` run the float
+and the quantized model on a few of their samples (:data:`CHECK_SAMPLES` at most, spread over the data) on
+ONNX Runtime CPU and compare each float output row by row (one row per batch item, the item's values
+flattened): the cosine similarity of the two rows. An output whose mean cosine is below ``min_cosine`` fails
+the check: an :class:`AgreementError` (a :class:`~amdinfer.errors.ModelError`) naming the output, the figure
+and what to try, or with ``low_accuracy="warn"`` a WARNING on the ``amdinfer.quantize`` logger. The figures
+stay on the quantizer (``q.agreement``) and in ``q.describe().notes``.
+
+Example:
+    >>> import numpy as np
+    >>> a = np.array([[1.0, 0.0], [0.0, 2.0]]); b = np.array([[1.0, 0.0], [2.0, 0.0]])
+    >>> [round(float(c), 3) for c in row_cosines(a, b)]
+    [1.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import AgreementError, ModelError, OptionError
+
+__all__ = [
+    "CHECK_SAMPLES",
+    "LOW_ACCURACY",
+    "AgreementCheck",
+    "AgreementError",
+    "OutputAgreement",
+    "cosine_error",
+    "row_cosines",
+]
+
+log = logging.getLogger("amdinfer.quantize")
+
+#: The check runs at most this many samples of the quantizer's data, evenly spread over it.
+CHECK_SAMPLES = 16
+#: ``low_accuracy=`` values: refuse the model, or hand it over with a logged warning.
+LOW_ACCURACY = ("raise", "warn")
+
+
+def row_cosines(quantized: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row (batch item, flattened) of ``quantized`` with ``reference``'s.
+
+    Two zero rows agree (1.0); a zero row against a non-zero one, or a non-finite value, gives 0.0.
+
+    Example:
+        >>> row_cosines(np.zeros((1, 3)), np.zeros((1, 3))).tolist(), row_cosines(np.ones((1, 2)), -np.ones((1, 2)))
+        ([1.0], array([-1.]))
+    """
+    a = np.asarray(quantized, np.float64)
+    b = np.asarray(reference, np.float64)
+    rows = a.shape[0] if a.ndim else 1
+    a, b = a.reshape(rows, -1), b.reshape(rows, -1)
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        cos = np.einsum("ij,ij->i", a, b) / (na * nb)
+    cos = np.where((na == 0) & (nb == 0), 1.0, cos)
+    return np.where(np.isfinite(cos), np.clip(cos, -1.0, 1.0), 0.0)
+
+
+@dataclass(frozen=True)
+class OutputAgreement:
+    """One float output's cosine agreement with the float model over the checked rows.
+
+    Example:
+        >>> OutputAgreement("emb", 0.995, 0.99, 8).to_dict()["mean_cosine"]
+        0.995
+    """
+
+    name: str
+    mean_cosine: float
+    min_cosine: float
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict."""
+        return {"name": self.name, "mean_cosine": self.mean_cosine, "min_cosine": self.min_cosine, "rows": self.rows}
+
+
+@dataclass(frozen=True)
+class AgreementCheck:
+    """What the accuracy guard measured: per float output, the cosine with the float model, and the verdict.
+
+    Attributes:
+        outputs: per float output (integer outputs are not compared).
+        samples: samples run.
+        threshold: the bound on each output's mean cosine.
+        failed: names of the outputs below it.
+
+    Example:
+        >>> c = AgreementCheck({"emb": OutputAgreement("emb", 0.5, 0.2, 4)}, 1, 0.98, ("emb",))
+        >>> c.passed, c.summary()
+        (False, "output 'emb' mean cosine 0.5000 (worst row 0.2000) < 0.98")
+    """
+
+    outputs: dict[str, OutputAgreement]
+    samples: int
+    threshold: float
+    failed: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        """No output below the threshold."""
+        return not self.failed
+
+    def summary(self) -> str:
+        """One line: the failing outputs' figures, else every output's."""
+        shown = self.failed or tuple(self.outputs)
+        sign = "<" if self.failed else ">="
+        parts = [
+            f"output {n!r} mean cosine {self.outputs[n].mean_cosine:.4f} "
+            f"(worst row {self.outputs[n].min_cosine:.4f}) {sign} {self.threshold:g}"
+            for n in shown
+        ]
+        return "; ".join(parts) if parts else "no float output to compare"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return {
+            "outputs": {k: v.to_dict() for k, v in self.outputs.items()},
+            "samples": self.samples,
+            "threshold": self.threshold,
+            "passed": self.passed,
+        }
+
+
+def check_min_cosine(value: Any) -> float | None:
+    """``min_cosine=``: ``None`` (no check) or a float in [-1, 1]."""
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or abs(value) > 1:
+        raise OptionError(f"min_cosine: got {value!r}, expected a float in [-1, 1] or None (no check)")
+    return float(value)
+
+
+def check_low_accuracy(value: Any) -> str:
+    """``low_accuracy=``: one of :data:`LOW_ACCURACY`."""
+    if value not in LOW_ACCURACY:
+        raise OptionError(f"low_accuracy: got {value!r}, expected one of {list(LOW_ACCURACY)}")
+    return str(value)
+
+
+def spread(feeds: Sequence[Mapping[str, np.ndarray]], n: int = CHECK_SAMPLES) -> list[Mapping[str, np.ndarray]]:
+    """At most ``n`` of ``feeds``, evenly spread (every shape group of sorted data gets its share)."""
+    if len(feeds) <= n:
+        return list(feeds)
+    return [feeds[i] for i in np.linspace(0, len(feeds) - 1, n).round().astype(int)]
+
+
+def _ort_outputs(proto: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """``proto``'s outputs on each feed, on a plain ONNX Runtime CPU session (no amdinfer preparation: the
+    check compares numerics, and a preparation such as the transformer fusion would only cost time)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(names, dict(f)))) for f in feeds]
+
+
+def measure(
+    quantized: onnx.ModelProto, reference: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], threshold: float
+) -> AgreementCheck:
+    """Run both models on ONNX Runtime CPU over ``feeds`` (spread to :data:`CHECK_SAMPLES`) and compare."""
+    chosen = spread(feeds)
+    try:
+        q_out, r_out = _ort_outputs(quantized, chosen), _ort_outputs(reference, chosen)
+    except Exception as exc:  # ONNX Runtime's errors: the quantized model does not load or run
+        text = str(exc).strip().splitlines()
+        raise ModelError(
+            f"model {reference.graph.name or '<ModelProto>'}: the accuracy check could not run the float and the "
+            f"quantized model on ONNX Runtime CPU ({type(exc).__name__}: {text[0] if text else 'no message'}); "
+            "pass min_cosine=None to skip it"
+        ) from exc
+    found: dict[str, OutputAgreement] = {}
+    for name in r_out[0]:
+        if np.asarray(r_out[0][name]).dtype.kind != "f":
+            continue
+        cos = np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(q_out, r_out)])
+        found[name] = OutputAgreement(name, float(cos.mean()), float(cos.min()), int(cos.size))
+    failed = tuple(n for n, a in found.items() if not a.mean_cosine >= threshold)
+    return AgreementCheck(found, len(chosen), threshold, failed)
+
+
+def enforce(check: AgreementCheck, *, what: str, model: str, low_accuracy: str, hints: str) -> None:
+    """Raise :class:`AgreementError` for a failed ``check`` (``low_accuracy="raise"``), else log a warning."""
+    if check.passed:
+        log.info("%s of %s: %s", what, model, check.summary())
+        return
+    text = (
+        f"{what} of model {model}: {check.summary()} against the float model on {check.samples} of its samples; "
+        f"the quantized model's answers differ from the float model's. Try: {hints}. To accept it anyway, pass "
+        "low_accuracy='warn' (the figures stay in quantizer.agreement) or min_cosine=None"
+    )
+    if low_accuracy == "raise":
+        raise AgreementError(text, check=check)
+    log.warning("%s (handed over: low_accuracy='warn')", text)
+
+
+def cosine_error(quantized: Sequence[Mapping[str, np.ndarray]], reference: Sequence[Mapping[str, np.ndarray]]) -> float:
+    """``1 -`` the lowest mean row cosine over the float outputs (``AutoMixedPrecision(metric="cosine")``).
+
+    Example:
+        >>> r = [{"e": np.array([[1.0, 0.0]])}]; q = [{"e": np.array([[1.0, 1.0]])}]
+        >>> round(cosine_error(q, r), 4)
+        0.2929
+    """
+    worst = 1.0
+    for name in reference[0]:
+        if np.asarray(reference[0][name]).dtype.kind != "f":
+            continue
+        cos = np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(quantized, reference)])
+        worst = min(worst, float(cos.mean()))
+    return 1.0 - worst
