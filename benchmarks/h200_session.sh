@@ -34,7 +34,7 @@ for part in ${PARTS:-study ocr cudashm serving}; do
     case $part in
     study)
         python3 benchmarks/precision_study.py --device cuda --minilm "$HOME/w/minilm/paraphrase-MiniLM-L3-v2.onnx" \
-            --mixed-nodes "${MIXED_NODES:-.up/mixed_nodes.json}" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
+            --mixed-nodes "$( [ -f .up/mixed_nodes.json ] && echo .up/mixed_nodes.json || echo skip )" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
     ocr)
         OUT="$OUT/ocr" OCR_SKIP_CPU=1 OCR_VARIANTS=1 OCR_REPEAT=${OCR_REPEAT:-2} bash benchmarks/ocr_h200.sh 2>&1 \
             | tee "$OUT/ocr.log" ;;

@@ -169,6 +169,8 @@ class Study:
             except Exception as exc:  # a form the quantizer refuses is a result too
                 out[form] = f"{type(exc).__name__}: {str(exc)[:240]}"
         base = Int8Quantizer(calibration=calib, progress=False, cache=False, **_static_options(name))
+        if self.args.mixed_nodes == "skip":
+            return out
         try:
             if self.args.mixed_nodes:  # the kept nodes another run's search found (the GPU run: no CPU search)
                 kept = json.loads(Path(self.args.mixed_nodes).read_text())[name]
@@ -375,7 +377,7 @@ def main() -> None:
     ap.add_argument("--sections", nargs="+", default=["resnet50", "minilm"], choices=["resnet50", "minilm"])
     ap.add_argument("--minilm", default=None, help="the MiniLM .onnx (default: the installed wheel's)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--mixed-nodes", default=None, help="JSON {model: kept nodes} from a run's mixed_nodes.json")
+    ap.add_argument("--mixed-nodes", default=None, help="JSON {model: kept nodes} from a run's mixed_nodes.json (no search here); 'skip': no mixed form")
     args = ap.parse_args()
     if args.device == "cuda":
         import torch
