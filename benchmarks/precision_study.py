@@ -377,7 +377,11 @@ def main() -> None:
     ap.add_argument("--sections", nargs="+", default=["resnet50", "minilm"], choices=["resnet50", "minilm"])
     ap.add_argument("--minilm", default=None, help="the MiniLM .onnx (default: the installed wheel's)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--mixed-nodes", default=None, help="JSON {model: kept nodes} from a run's mixed_nodes.json (no search here); 'skip': no mixed form")
+    ap.add_argument(
+        "--mixed-nodes",
+        default=None,
+        help="a mixed_nodes.json of another run (no search here), or skip",
+    )
     args = ap.parse_args()
     if args.device == "cuda":
         import torch
