@@ -492,15 +492,28 @@ class TestCommandLine:
                     load_recipe_workers(model, "yolo", recipe_options={"pipeline_threads": bad})
                 except OptionError as exc:
                     print("refused", exc)
+            from amdinfer.serve._serve_api import _target
+            try:
+                import cv2
+                cv2.setNumThreads(2)
+            except ImportError:
+                cv2 = None
+            workers, _ = _target(model, "yolo", {"imgsz": 64}, 0.0, None, providers=["CPUExecutionProvider"])
+            print("opencv threads", cv2.getNumThreads() if cv2 else "(no OpenCV)")
+            for w in workers:
+                w.pipeline.close()
         """
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = proc.stdout.strip().splitlines()
         assert lines[0] == "threads 3"
-        assert len(lines) == 4 and all(
+        assert len(lines) == 5 and all(
             re.fullmatch(r"refused recipe_options: pipeline_threads got .*, expected an int >= 1", line)
-            for line in lines[1:]
+            for line in lines[1:4]
         ), lines
+        # a server process serving a recipe turns OpenCV's own pool off (checked where OpenCV is installed)
+        has_cv2 = importlib.util.find_spec("cv2") is not None
+        assert lines[4] == ("opencv threads 1" if has_cv2 else "opencv threads (no OpenCV)")
 
     def test_per_gpu_processes_get_the_recipe_and_its_options(self):
         from amdinfer._executor import default_threads
