@@ -215,7 +215,7 @@ class TransformerFusion:
         >>> from amdinfer.testing.models import tiny_cnn
         >>> info = EngineInfo("ort")
         >>> src = ModelSource(tiny_cnn(), name="cnn.onnx")
-        >>> TransformerFusion("auto", cache=None).apply("CPUExecutionProvider", src, info) is src
+        >>> TransformerFusion("auto", cache=None).apply("CUDAExecutionProvider", src, info) is src
         True
         >>> info.settings["transformer_fusion"]["reason"]
         'no attention pattern (MatMul -> Softmax -> MatMul)'
