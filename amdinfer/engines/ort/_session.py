@@ -31,6 +31,7 @@ from ._errors import IR_RE
 from ._options import OrtOptions
 from ._plugins import add_plugin_providers, is_plugin_ep
 from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
+from ._rewrite_cache import cached_rewrite
 from ._tuning import drop_default_graphs, without_graphs
 
 __all__ = ["SessionBuilder", "compute_precision", "note_fp16_on_cpu", "optimized_model_cache", "specs_from_session"]
@@ -311,22 +312,13 @@ class SessionBuilder:
             "onnxruntime": self._ort.__version__,
             "onnx": onnx.__version__,
         }
-        key = cache.key(**parts)
-
-        def build(tmp: Path) -> ModelSource:
-            rewritten = source.derived(q.quantize(source.proto), check=False)
-            tmp.write_bytes(rewritten.to_bytes())
-            return rewritten
-
-        def load(path: Path) -> ModelSource:
-            stored = source.derived(path.read_bytes(), check=False)
-            if [s.name for s in stored.inputs] != [s.name for s in source.inputs]:
-                raise ModelError(f"stored {precision} model has inputs {[s.name for s in stored.inputs]}")
-            return stored
-
         try:
-            rewritten, hit = cache.get_or_build(
-                key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
+            rewritten, key, hit = cached_rewrite(
+                cache,
+                parts,
+                source,
+                lambda: source.derived(q.quantize(source.proto), check=False),
+                f"{precision} model",
             )
         except CacheError as exc:
             log.warning("%s; converting without the cache", exc)

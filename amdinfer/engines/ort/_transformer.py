@@ -36,6 +36,7 @@ from ...errors import BackendUnavailableError, CacheError, ModelError, OptionErr
 from ...model import ModelSource, graphs_of
 from .._info import EngineInfo
 from ._providers import CPU_EP, CUDA_EP, ROCM_EP
+from ._rewrite_cache import cached_rewrite
 
 __all__ = [
     "AUTO_PROVIDERS",
@@ -324,26 +325,13 @@ class TransformerFusion:
             "onnx": onnx.__version__,
         }
         cache = self.cache
-        key = cache.key(**parts)
-
-        def build(tmp: Path) -> ModelSource:
-            fused = _fuse(source, said)
-            tmp.write_bytes(fused.to_bytes())
-            return fused
-
-        def load(path: Path) -> ModelSource:
-            stored = source.derived(path.read_bytes(), check=False)
-            if [s.name for s in stored.inputs] != [s.name for s in source.inputs]:
-                raise ModelError(f"stored transformer-fused model has inputs {[s.name for s in stored.inputs]}")
-            return stored
-
         try:
-            fused, hit = cache.get_or_build(
-                key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
+            fused, key, hit = cached_rewrite(
+                cache, parts, source, lambda: _fuse(source, said), "transformer-fused model"
             )
         except CacheError as exc:
             log.warning("%s; fusing without the cache", exc)
-            fused, hit = _fuse(source, said), False
+            fused, key, hit = _fuse(source, said), None, False
         record = {"dir": str(cache.root), "key": key, "kind": parts["kind"], "hit": hit}
         return fused, fused_op_counts(source.proto, fused.proto), said, record
 
