@@ -31,6 +31,7 @@ from ..errors import InputError
 
 __all__ = [
     "HANDLE_BYTES",
+    "handle_struct",
     "IPC_ENV",
     "CudaRegionStatus",
     "DeviceIpc",
@@ -184,6 +185,20 @@ class _Handle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * HANDLE_BYTES)]
 
 
+def handle_struct(handle: bytes) -> _Handle:
+    """The ``cudaIpcMemHandle_t``/``hipIpcMemHandle_t`` passed by value: all 64 bytes, NUL bytes included.
+
+    (``_Handle(handle)`` would not do: a ``c_char`` array field set from bytes stops at the first NUL byte, and
+    the driver then refuses the handle with "invalid argument", as it did on an H200.)
+
+    Example:
+        >>> h = bytes([1, 0, 2]) + bytes(61)
+        >>> bytes(memoryview(handle_struct(h))) == h
+        True
+    """
+    return _Handle.from_buffer_copy(handle)
+
+
 def _candidates(runtime: _Runtime) -> list[str]:
     """Library paths to try: the copy the process already loaded (ORT's, torch's) first."""
     found = []
@@ -257,7 +272,7 @@ class RuntimeIpc:
     def open(self, where: str, handle: bytes, device_id: int, byte_size: int) -> DeviceMemory:
         self._call(where, "SetDevice", device_id)
         ptr = ctypes.c_void_p()
-        self._call(where, "IpcOpenMemHandle", ctypes.byref(ptr), _Handle(handle), 1)  # lazy peer access
+        self._call(where, "IpcOpenMemHandle", ctypes.byref(ptr), handle_struct(handle), 1)  # lazy peer access
         return _RuntimeMemory(self, where, device_id, int(ptr.value or 0))
 
 

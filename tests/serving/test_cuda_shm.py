@@ -303,3 +303,28 @@ def test_without_a_gpu_runtime_register_is_refused_clearly(tiny_path: Path, tmp_
             assert _listed(client.get_cuda_shared_memory_status()) == {}
             client.close()
         assert "Traceback" not in s.log.read_text()
+
+
+def test_the_ipc_handle_reaches_the_runtime_whole() -> None:
+    """All 64 handle bytes, NULs included, are passed by value (the H200 refused a handle cut at its first NUL)."""
+    import ctypes
+
+    from amdinfer.serve._cuda_shm import RuntimeIpc
+
+    handle = bytes([7, 0, 0, 9]) + bytes(range(60))
+    seen: list[bytes] = []
+
+    class FakeRuntime:  # the calls RuntimeIpc.open makes, recording the handle it passes
+        def cudaSetDevice(self, device: int) -> int:
+            return 0
+
+        def cudaIpcOpenMemHandle(self, ptr, struct, flags) -> int:
+            seen.append(bytes(memoryview(struct)))
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_void_p))[0] = 4096
+            return 0
+
+    ipc = object.__new__(RuntimeIpc)
+    ipc.name, ipc._p, ipc.path, ipc._lib = "CUDA runtime", "cuda", "fake", FakeRuntime()
+    memory = ipc.open("region 'r'", handle, 0, 64)
+    assert seen == [handle]
+    assert memory.ptr == 4096
