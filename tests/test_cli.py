@@ -400,6 +400,42 @@ def test_quantize_int8_from_npz_and_fp16(model_path, tmp_path, capsys, quiet_roo
     assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in onnx.load(q16).graph.initializer)
 
 
+def test_quantize_dynamic_int8_needs_no_calibration(tmp_path, capsys, quiet_root_logger) -> None:
+    from amdinfer.testing.models import transformer_encoder
+
+    path, out = tmp_path / "encoder.onnx", tmp_path / "encoder.int8.onnx"
+    onnx.save(transformer_encoder(), path)
+    argv = [
+        "quantize",
+        str(path),
+        "--precision",
+        "int8",
+        "--dynamic",
+        "--out",
+        str(out),
+        "--input-shapes",
+        "input:2x8x64",
+    ]
+    assert main([*argv, "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration_samples"] == 0 and "seeded random inputs" in doc["eval_data"]
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert ops & {
+        "DynamicQuantizeMatMul",
+        "MatMulInteger",
+        "DynamicQuantizeLinear",
+    }  # activations quantized at run time
+    assert "QuantizeLinear" not in ops  # no calibrated (static) activation ranges
+    for extra, message in (
+        (["--precision", "fp16"], "--dynamic: only used with --precision int8, got --precision fp16"),
+        (["--method", "entropy"], "--method: not an option of --dynamic"),
+        (["--keep-last", "1"], "--keep-last: not an option of --dynamic"),
+    ):
+        args = [a for a in argv if a not in ("--precision", "int8")] if extra[0] == "--precision" else argv
+        assert main([*args, *extra]) == 1
+        assert message in capsys.readouterr().err
+
+
 def test_int8_run_with_an_image_folder(model_path, tmp_path, capsys, quiet_root_logger) -> None:
     from PIL import Image
 

@@ -51,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_normalization_args(p)
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"], help="int8 calibrator")
     p.add_argument("--keep-last", type=int, default=0, metavar="N", help="keep the last N weighted layers in float")
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="int8 without calibration: MatMul weights in int8, activations quantized at run time "
+        "(DynamicInt8Quantizer; for Transformers on the CPU)",
+    )
     p.add_argument("--task", default="auto", choices=["auto", "classifier", "generic"], help="report metrics")
     p.add_argument("--per-layer", action="store_true", help="per-layer errors in the report (implied by --plot)")
     p.add_argument("--plot", metavar="OUT.png", help="per-layer error along the graph (matplotlib)")
@@ -90,6 +96,8 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
     """Calibration samples, held-out samples, where the held-out ones come from, and the quantizer."""
     from ..quantize import Fp16Quantizer, Int8Quantizer
 
+    if args.dynamic:
+        _check_dynamic(args)  # before any data is read: a misplaced flag fails at once
     overrides: dict[str, tuple[int | None, ...]] = {}
     for v in args.input_shapes or []:
         overrides.update(v)
@@ -105,7 +113,12 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
         held_out = load_samples(args.eval, source.inputs, shapes, "--eval", norm)
     data_note = f"--eval {args.eval}" if args.eval else ""
     _check_samples(source.proto, calib, held_out)
-    if args.precision == "int8":
+    quantizer: Any = None
+    if args.dynamic:
+        if held_out is None and calib:
+            held_out, data_note = calib, f"--calibration {args.calibration}"
+        calib = []
+    elif args.precision == "int8":
         if not calib:
             raise OptionError(
                 "--precision int8: give calibration data with --calibration FOLDER_OF_IMAGES or data.npz "
@@ -115,7 +128,7 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
             cut = len(calib) - max(1, len(calib) // 4)
             calib, held_out = calib[:cut], calib[cut:]
             data_note = f"the last {len(held_out)} of --calibration, held out of calibration"
-        quantizer: Any = Int8Quantizer(
+        quantizer = Int8Quantizer(
             calibration=calib,
             method=args.method,
             keep_last_n=args.keep_last,
@@ -133,7 +146,20 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
     if held_out is None:
         held_out = [make_feeds(source.inputs, shapes, args.seed + i) for i in range(8)]
         data_note = f"8 batches of seeded random inputs, --batch {args.batch or 1}"
+    if args.dynamic:  # its accuracy check runs on the samples the report uses
+        from ..quantize import DynamicInt8Quantizer
+
+        quantizer = DynamicInt8Quantizer(data=held_out)
     return calib, held_out, data_note, quantizer
+
+
+def _check_dynamic(args: argparse.Namespace) -> None:
+    """``--dynamic`` goes with ``--precision int8`` and without the calibration-only flags."""
+    if args.precision != "int8":
+        raise OptionError(f"--dynamic: only used with --precision int8, got --precision {args.precision}")
+    for flag, given in (("--method", args.method != "minmax"), ("--keep-last", args.keep_last != 0)):
+        if given:
+            raise OptionError(f"{flag}: not an option of --dynamic (dynamic int8 has no calibration to tune)")
 
 
 def _sample_warnings(rows: int, data_note: str) -> list[str]:
