@@ -21,6 +21,7 @@ from .engines._prepared import PreparedRun
 from .engines.base import Engine, EngineInfo
 from .engines.registry import backend_names, register_backend
 from .errors import (
+    AgreementError,
     AmdinferError,
     BackendUnavailableError,
     CacheError,
@@ -38,6 +39,7 @@ from .types import ShapeBounds, TensorSpec
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgreementError",
     "AmdinferError",
     "BackendUnavailableError",
     "CacheError",
