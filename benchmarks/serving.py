@@ -84,22 +84,7 @@ def free_port() -> int:
 # ---------------------------------------------------------------------------------------------- models
 def resnet50_uint8() -> onnx.ModelProto:
     """ResNet-50 taking ``uint8 (N, 224, 224, 3)`` images: Cast, NHWC->NCHW and 1/255 fused in front."""
-    model = models.resnet50()
-    g = model.graph
-    old = g.input[0].name
-    pre = [
-        helper.make_node("Cast", ["images"], ["images_f"], to=TensorProto.FLOAT),
-        helper.make_node("Transpose", ["images_f"], ["images_chw"], perm=[0, 3, 1, 2]),
-        helper.make_node("Mul", ["images_chw", "inv255"], [old]),
-    ]
-    g.initializer.append(onnx.numpy_helper.from_array(np.array(1 / 255, np.float32), "inv255"))
-    nodes = pre + list(g.node)
-    del g.node[:]
-    g.node.extend(nodes)
-    del g.input[0]
-    g.input.insert(0, helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", 224, 224, 3]))
-    onnx.checker.check_model(model)
-    return model
+    return uint8_front(models.resnet50(), 224)
 
 
 def trivial_uint8(size: int = 640) -> onnx.ModelProto:
