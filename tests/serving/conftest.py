@@ -84,3 +84,15 @@ def engine(tiny_path: Path) -> Iterator[Any]:
 
     with amdinfer.load(tiny_path, providers=["CPUExecutionProvider"]) as e:
         yield e
+
+
+def assert_output_in_region(result: Any, http: bool, region: str, nbytes: int) -> None:
+    """The response of a request whose output ``logits`` went to shared-memory ``region`` (system or CUDA) names
+    the region and holds no data for it (Triton's rule); ``http``: a tritonclient REST result, else gRPC."""
+    meta = result.get_output("logits")
+    if http:
+        assert "data" not in meta and meta["parameters"]["shared_memory_region"] == region
+        assert meta["parameters"]["shared_memory_byte_size"] == nbytes
+    else:
+        assert meta.parameters["shared_memory_region"].string_param == region
+        assert list(result.get_response().raw_output_contents) == [b""]

@@ -25,7 +25,7 @@ httpclient = pytest.importorskip("tritonclient.http", reason="needs tritonclient
 import tritonclient.utils.shared_memory as shm  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from .conftest import RunningServer, free_port, running_server  # noqa: E402
+from .conftest import RunningServer, assert_output_in_region, free_port, running_server  # noqa: E402
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 # every warning the server process could emit is shown, so that a deprecation at start or per request is seen
@@ -118,14 +118,7 @@ class TestInfer:
         )
         got = shm.get_contents_as_numpy(out, np.float32, [3, 10])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        # the response names the region and holds no data for that output (Triton's rule)
-        meta = result.get_output("logits")
-        if regions.mod is httpclient:
-            assert "data" not in meta and meta["parameters"]["shared_memory_region"] == regions.name("out")
-            assert meta["parameters"]["shared_memory_byte_size"] == want.nbytes
-        else:
-            assert meta.parameters["shared_memory_region"].string_param == regions.name("out")
-            assert list(result.get_response().raw_output_contents) == [b""]
+        assert_output_in_region(result, regions.mod is httpclient, regions.name("out"), want.nbytes)
 
     def test_tensors_at_offsets_of_one_region(self, regions: Regions, engine) -> None:
         """Two requests' inputs and outputs side by side in one region each: every access lands at its offset."""
