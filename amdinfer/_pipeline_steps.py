@@ -126,6 +126,16 @@ class PipelineSteps:
             err.stage = stage  # type: ignore[attr-defined]
             raise err from cause
 
+    def _infer_by_shape(self, first: int, samples: list[Sample]) -> list[Sample]:
+        """Items of several shapes (``first`` is the index of ``samples[0]``): one engine step per shape
+        (:meth:`_infer_group`), answers in the items' order."""
+        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
+        for group in _shape_groups(samples):
+            outs = self._infer_group([first + i for i in group], [samples[i] for i in group])
+            for i, out in zip(group, outs):
+                outputs[i] = out
+        return outputs
+
     def _infer(self, batch: np.ndarray) -> list[Any]:
         parts = []
         for chunk, size in self._chunks(batch):

@@ -26,13 +26,13 @@ from typing import Any
 
 from ._fuse_options import _auto_nms_mode, _auto_resize, _check_nms_backend, fused_load_options
 from ._pipeline_map import PipelineMap
-from ._pipeline_steps import PipelineSteps, _positive_int, _shape_groups
+from ._pipeline_steps import PipelineSteps, _positive_int
 from ._source_images import call, check_keep, takes_images
 from ._subpipeline import SubPipeline
 from .engines.base import Engine
 from .errors import OptionError
 from .preprocess import _hw
-from .stages import Postprocessor, Preprocessor, Sample, Stage
+from .stages import Postprocessor, Preprocessor, Stage
 
 __all__ = ["Pipeline", "PipelineMap", "SubPipeline"]
 
@@ -220,11 +220,7 @@ class Pipeline(PipelineSteps):
             >>> pipe.close(); any_size.close()
         """
         samples = [self._preprocess_one(i, item) for i, item in enumerate(images)]
-        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
-        for group in _shape_groups(samples):
-            outs = self._infer_group(group, [samples[i] for i in group])
-            for i, out in zip(group, outs):
-                outputs[i] = out
+        outputs = self._infer_by_shape(0, samples)
         return [self._postprocess_one(i, s) for i, s in enumerate(outputs)]
 
     def map(self, items: Iterable[Any], *, batch_size: int = 1, workers: int = 2) -> PipelineMap:

@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 
 from .._pipeline_map import MapSteps
-from .._pipeline_steps import _positive_int, _shape_groups
+from .._pipeline_steps import _positive_int
 from ..engines.base import Engine
 from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
-from ..stages import Sample
 from ..types import TensorSpec
 from ._embed_results import Embeddings
 from ._embed_stages import DEFAULT_BUCKETS, POOLINGS, Pool, Tokenize, load_tokenizer
@@ -189,15 +188,6 @@ class EmbedPipeline(Pipeline):
         n, step = batch.shape[0], self._batch_size
         return [(batch[i : i + step], min(step, n - i)) for i in range(0, n, step)]
 
-    def _infer_any_shapes(self, first: int, samples: list[Sample]) -> list[Sample]:
-        """Items of several buckets: one engine step per bucket, answers in order."""
-        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
-        for group in _shape_groups(samples):
-            outs = self._infer_group([first + i for i in group], [samples[i] for i in group])
-            for i, out in zip(group, outs):
-                outputs[i] = out
-        return outputs
-
     def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int = 0) -> PipelineMap:
         """Embed a stream of texts, in order: a window of texts is read, tokenized, grouped by length bucket
         (one engine call per bucket, at most :attr:`batch_size` texts each) and pooled before the next.
@@ -235,7 +225,7 @@ class EmbedPipeline(Pipeline):
             input_name=self._input.name,
             preprocess_one=self._preprocess_one,
             postprocess_one=self._postprocess_one,
-            infer_samples=self._infer_any_shapes,
+            infer_samples=self._infer_by_shape,
             chunks=self._chunks,
             cut=self._cut,
             split=self._split,
