@@ -182,12 +182,10 @@ def measure(
             f"quantized model on ONNX Runtime CPU ({type(exc).__name__}: {text[0] if text else 'no message'}); "
             "pass min_cosine=None to skip it"
         ) from exc
-    found: dict[str, OutputAgreement] = {}
-    for name in r_out[0]:
-        if np.asarray(r_out[0][name]).dtype.kind != "f":
-            continue
-        cos = np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(q_out, r_out)])
-        found[name] = OutputAgreement(name, float(cos.mean()), float(cos.min()), int(cos.size))
+    found = {
+        name: OutputAgreement(name, float(cos.mean()), float(cos.min()), int(cos.size))
+        for name, cos in _float_cosines(q_out, r_out).items()
+    }
     failed = tuple(n for n, a in found.items() if not a.mean_cosine >= threshold)
     return AgreementCheck(found, len(chosen), threshold, failed)
 
@@ -215,10 +213,15 @@ def cosine_error(quantized: Sequence[Mapping[str, np.ndarray]], reference: Seque
         >>> round(cosine_error(q, r), 4)
         0.2929
     """
-    worst = 1.0
-    for name in reference[0]:
-        if np.asarray(reference[0][name]).dtype.kind != "f":
-            continue
-        cos = np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(quantized, reference)])
-        worst = min(worst, float(cos.mean()))
-    return 1.0 - worst
+    return 1.0 - min((float(cos.mean()) for cos in _float_cosines(quantized, reference).values()), default=1.0)
+
+
+def _float_cosines(
+    quantized: Sequence[Mapping[str, np.ndarray]], reference: Sequence[Mapping[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """Each float output's row cosines (:func:`row_cosines`) over all samples; integer outputs are skipped."""
+    return {
+        name: np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(quantized, reference)])
+        for name in reference[0]
+        if np.asarray(reference[0][name]).dtype.kind == "f"
+    }
