@@ -47,6 +47,8 @@ class SubPipeline(Postprocessor):
         gather: the :class:`~amdinfer.stages.Gather`.
         batch_size: most pieces per engine call.
         order: ``"shape"`` or ``"aspect"`` (see above).
+        pad_batch: pad every engine call to ``batch_size`` rows (the last piece repeated, its extra answers
+            dropped), so that a GPU engine meets one batch size (:func:`~amdinfer.text.ocr`'s ``shape_buckets``).
 
     Raises:
         OptionError: bad arguments.
@@ -74,7 +76,14 @@ class SubPipeline(Postprocessor):
     """
 
     def __init__(
-        self, pipeline: PipelineSteps, *, fan_out: FanOut, gather: Gather, batch_size: int = 8, order: str = "shape"
+        self,
+        pipeline: PipelineSteps,
+        *,
+        fan_out: FanOut,
+        gather: Gather,
+        batch_size: int = 8,
+        order: str = "shape",
+        pad_batch: bool = False,
     ) -> None:
         if not isinstance(pipeline, PipelineSteps):
             raise OptionError(f"pipeline: got {type(pipeline).__name__}, expected an amdinfer.Pipeline")
@@ -89,12 +98,15 @@ class SubPipeline(Postprocessor):
         self.gather = gather
         self.batch_size = _positive_int("batch_size", batch_size)
         self.order = order
+        if not isinstance(pad_batch, bool):
+            raise OptionError(f"pad_batch: got {pad_batch!r}, expected True or False")
+        self.pad_batch = pad_batch
 
     def __repr__(self) -> str:
         inner = type(self.pipeline._engine).__name__
         return (
             f"SubPipeline({inner}, fan_out={self.fan_out!r}, gather={self.gather!r}, "
-            f"batch_size={self.batch_size}, order={self.order!r})"
+            f"batch_size={self.batch_size}, order={self.order!r}, pad_batch={self.pad_batch})"
         )
 
     def process(self, data: Any, meta: dict[str, Any]) -> Any:
@@ -156,7 +168,10 @@ class SubPipeline(Postprocessor):
             engine_calls.extend(by_shape.values())
         results: list[Any] = [None] * n
         for group in engine_calls:
-            outs = self._step(group[0], lambda g=group: sub._infer_samples(g[0], [prepared[i] for i in g]))
+            samples = [prepared[i] for i in group]
+            if self.pad_batch:  # one row count for the engine: the last piece repeated, its extra answers dropped
+                samples += [samples[-1]] * (self.batch_size - len(samples))
+            outs = self._step(group[0], lambda s=samples, g=group: sub._infer_samples(g[0], s))[: len(group)]
             for i, out in zip(group, outs):
                 results[i] = self._step(i, lambda i=i, out=out: sub._postprocess_one(i, out))
         return results

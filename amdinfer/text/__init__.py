@@ -37,7 +37,7 @@ Example:
 
 from __future__ import annotations
 
-from ._det import DbPostprocess, DetResize, ReadingOrder, db_boxes, reading_order
+from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder, db_boxes, reading_order
 from ._embed import EmbedPipeline, TextEmbedder, embed
 from ._embed_results import Embedding, Embeddings, Match, Matches
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, bucket_sizes, load_tokenizer, pool_tokens
@@ -50,6 +50,7 @@ __all__ = [
     "ClsRotate",
     "CtcDecode",
     "DbPostprocess",
+    "DetPad",
     "DetResize",
     "EmbedPipeline",
     "Embedding",

@@ -1,5 +1,5 @@
-"""Text detection stages: :class:`DetResize` (PP-OCR's resize), :class:`DbPostprocess` (DBNet) and
-:class:`ReadingOrder`.
+"""Text detection stages: :class:`DetResize` (PP-OCR's resize), :class:`DetPad` (a few canvas sizes),
+:class:`DbPostprocess` (DBNet) and :class:`ReadingOrder`.
 
 Example:
     >>> import numpy as np
@@ -21,7 +21,7 @@ from ..stages import Postprocessor, Preprocessor, compose_affine
 from ._clipper import offset_round
 from ._cv import cv2
 
-__all__ = ["DbPostprocess", "DetResize", "ReadingOrder", "db_boxes", "reading_order"]
+__all__ = ["DbPostprocess", "DetPad", "DetResize", "ReadingOrder", "db_boxes", "reading_order"]
 
 
 def _number(name: str, value: Any, low: float, high: float | None = None) -> float:
@@ -85,6 +85,43 @@ class DetResize(Preprocessor):
         meta.setdefault("orig_shape", (h, w))
         meta["input_shape"] = (th, tw)
         compose_affine(meta, tw / w, th / h, 0.0, 0.0)
+        return out
+
+
+class DetPad(Preprocessor):
+    """Pad a normalised ``(C, H, W)`` page on the bottom and right with ``value`` up to multiples of ``multiple``.
+
+    Pages then come in a few canvas sizes instead of one per page, so that a GPU engine meets few input shapes
+    (:func:`~amdinfer.text.ocr`'s ``shape_buckets``; ONNX Runtime's CUDA EP rebuilds its convolutions' state on
+    every new shape). ``value=0.0`` is PP-OCR's padding after normalising. :class:`DbPostprocess` reads only
+    the page's own part of the map (``meta["input_shape"]``, from :class:`DetResize`). ``multiple=1`` pads nothing.
+
+    Args:
+        multiple: both sides are padded up to a multiple of it (>= 1).
+        value: the fill value.
+
+    Example:
+        >>> s = DetPad(64)(np.ones((3, 40, 100), np.float32))
+        >>> s.data.shape, float(s.data[0, 39, 99]), float(s.data[0, 40, 100])
+        ((3, 64, 128), 1.0, 0.0)
+    """
+
+    def __init__(self, multiple: int = 256, value: float = 0.0) -> None:
+        if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
+            raise OptionError(f"multiple: got {multiple!r}, expected an int >= 1")
+        self.multiple = multiple
+        self.value = _number("value", value, -np.inf)
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        if not isinstance(data, np.ndarray) or data.ndim != 3:
+            raise InputError(f"DetPad: got {getattr(data, 'shape', type(data).__name__)}, expected a (C, H, W) array")
+        m = self.multiple
+        h, w = data.shape[1:]
+        size = (-(-h // m) * m, -(-w // m) * m)
+        if size == (h, w):
+            return data
+        out = np.full((data.shape[0], *size), self.value, data.dtype)
+        out[:, :h, :w] = data
         return out
 
 
@@ -244,6 +281,9 @@ class DbPostprocess(Postprocessor):
         if not isinstance(prob, np.ndarray):
             raise InputError(f"DbPostprocess: got {type(prob).__name__}, expected the (1, H, W) probability map")
         shape = meta.get("orig_shape") or prob.shape[-2:]
+        own = meta.get("input_shape")  # the page's part of a padded canvas (DetPad)
+        if own is not None and tuple(prob.shape[-2:]) != tuple(own):
+            prob = prob[..., : int(own[0]), : int(own[1])]
         quads, scores = db_boxes(
             prob,
             (int(shape[0]), int(shape[1])),

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InputError, OptionError
 from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
-from ._det import DbPostprocess, DetResize, ReadingOrder
+from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
@@ -27,6 +27,11 @@ __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
 #: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
 _CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
 _CASCADE_OPTIONS += ("cls_threshold", "text_score", "batch_size", "rec_height", "rec_width", "cls_width")
+_CASCADE_OPTIONS += ("shape_buckets",)
+
+#: ``shape_buckets``: the detector's canvas multiple and the recogniser's width step (text lines are 48 high)
+DET_CANVAS_MULTIPLE = 256
+REC_WIDTH_STEP = 160
 
 
 class OcrPipeline(Pipeline):
@@ -44,6 +49,9 @@ class OcrPipeline(Pipeline):
     """
 
     _inner: tuple[Pipeline, ...] = ()
+    #: what ``shape_buckets`` turned on: ``{"det_multiple": 256, "rec_width_step": 160, "batch_rows": 6}``, or
+    #: ``None`` (every page and line batch keeps its own shape, as RapidOCR feeds them)
+    shape_buckets: dict[str, int] | None = None
 
     @property
     def steps(self) -> tuple[Pipeline, ...]:
@@ -74,6 +82,7 @@ def ocr(
     rec_height: int = 48,
     rec_width: int = 320,
     cls_width: int = 192,
+    shape_buckets: bool | str = "auto",
     calibration: Iterable[Any] | None = None,
     det_quantizer: Any = None,
     cls_quantizer: Any = None,
@@ -103,6 +112,9 @@ def ocr(
         text_score: lines recognised with a lower score are dropped.
         batch_size: text lines per classifier/recogniser engine call (RapidOCR: 6).
         rec_height, rec_width, cls_width: the text-line input sizes (PP-OCR: 48, 320, 192).
+        shape_buckets: feed the engines a few shapes (pages padded to multiples of 256, line batches to multiples
+            of 160 wide and ``batch_size`` rows) so a GPU engine keeps a session per shape (docs/pipeline.md):
+            ``"auto"`` (on when the detector runs on a GPU), ``True``, ``False``; see ``pipe.shape_buckets``.
         calibration: with ``precision="int8"``: pages (paths, arrays, ...) to calibrate all three models on.
             The fp32 cascade runs on them first and every input its engines see becomes a calibration sample
             (:func:`ocr_calibration`: pages of several sizes, text lines of several widths); each model gets
@@ -209,6 +221,10 @@ def _build(
     charset = options["charset"]
     batch_size = options["batch_size"]
     rec_height, rec_width, cls_width = options["rec_height"], options["rec_width"], options["cls_width"]
+    if options["shape_buckets"] != "auto" and not isinstance(options["shape_buckets"], bool):
+        raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
+    det_pad, line_resize = DetPad(1), TextResize(rec_height, rec_width, grow=True)  # buckets set once loaded
+    subs: list[SubPipeline] = []
     chars = charset
     if chars is None:
         chars = charset_from_model(rec)
@@ -233,23 +249,17 @@ def _build(
             )
             inner.append(cls_pipe)
             rotate = ClsRotate(options["cls_threshold"])
-            steps.append(SubPipeline(cls_pipe, fan_out=QuadCrop(), gather=rotate, batch_size=batch_size))
+            subs.append(SubPipeline(cls_pipe, fan_out=QuadCrop(), gather=rotate, batch_size=batch_size))
         rec_pipe = inner_kind(
-            preprocess=[TextResize(rec_height, rec_width, grow=True), *line_pre],
+            preprocess=[line_resize, *line_pre],
             engine=rec,
             postprocess=[decode],
             **load_for("rec"),
         )
         inner.append(rec_pipe)
-        steps.append(
-            SubPipeline(
-                rec_pipe,
-                fan_out=QuadCrop(),
-                gather=AttachText(options["text_score"], keep_image=keep_image),
-                batch_size=batch_size,
-                order="aspect",
-            )
-        )
+        attach = AttachText(options["text_score"], keep_image=keep_image)
+        subs.append(SubPipeline(rec_pipe, fan_out=QuadCrop(), gather=attach, batch_size=batch_size, order="aspect"))
+        steps.extend(subs)
         pipe = outer(
             preprocess=[
                 LoadImage(),
@@ -257,6 +267,7 @@ def _build(
                 BgrToRgb(),
                 Normalize(mean=0.5, std=0.5, scale=1 / 255),
                 HwcToChw(),
+                det_pad,
             ],
             engine=det,
             postprocess=steps,
@@ -268,6 +279,15 @@ def _build(
             p.close()
         raise
     pipe._inner = tuple(inner)
+    buckets = options["shape_buckets"]
+    if buckets == "auto":
+        buckets = str(pipe.engine.info.device or "cpu").split(":")[0] != "cpu"
+    if buckets:
+        det_pad.multiple, line_resize.width_step = DET_CANVAS_MULTIPLE, REC_WIDTH_STEP
+        for sub in subs:
+            sub.pad_batch = True
+        pipe.shape_buckets = {"det_multiple": DET_CANVAS_MULTIPLE, "rec_width_step": REC_WIDTH_STEP}
+        pipe.shape_buckets["batch_rows"] = batch_size
     return pipe
 
 

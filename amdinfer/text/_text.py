@@ -109,18 +109,27 @@ class TextResize(Preprocessor):
       :class:`~amdinfer.pipeline.SubPipeline` with ``order="aspect"``) or, without it, the line's own ratio;
       lines wider than that are squeezed to it.
 
+    ``width_step`` rounds the padded width up to a multiple of it (the line itself is resized as without it),
+    so that a GPU engine meets a few widths instead of one per batch (:func:`~amdinfer.text.ocr`'s
+    ``shape_buckets``).
+
     Args:
         height: the model's input height (48 for PP-OCR).
         width: the fixed width (``grow=False``) or the smallest padded width (``grow=True``).
         grow: see above.
+        width_step: ``None`` (pad to the width above) or an int >= 1 the padded width is rounded up to.
 
     Example:
         >>> s = TextResize(48, 320, grow=True)(np.zeros((20, 400, 3), np.uint8))
         >>> s.data.shape, s.meta["pad_width"]
         ((48, 960, 3), 960)
+        >>> TextResize(48, 320, grow=True, width_step=160)(np.zeros((20, 430, 3), np.uint8)).meta["pad_width"]
+        1120
     """
 
-    def __init__(self, height: int = 48, width: int = 320, *, grow: bool = False) -> None:
+    def __init__(
+        self, height: int = 48, width: int = 320, *, grow: bool = False, width_step: int | None = None
+    ) -> None:
         for name, v in (("height", height), ("width", width)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise OptionError(f"{name}: got {v!r}, expected an int >= 1")
@@ -129,6 +138,11 @@ class TextResize(Preprocessor):
         self.height = int(height)
         self.width = int(width)
         self.grow = grow
+        if width_step is not None and (
+            not isinstance(width_step, int) or isinstance(width_step, bool) or width_step < 1
+        ):
+            raise OptionError(f"width_step: got {width_step!r}, expected None or an int >= 1")
+        self.width_step = width_step
 
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
         if not isinstance(data, np.ndarray) or data.ndim not in (2, 3) or data.dtype != np.uint8 or not data.size:
@@ -143,7 +157,8 @@ class TextResize(Preprocessor):
             pad = self.width
         new_w = pad if math.ceil(self.height * ratio) > pad else math.ceil(self.height * ratio)
         out = np.asarray(cv2("TextResize").resize(data, (new_w, self.height)))
-        meta["pad_width"] = pad
+        step = self.width_step
+        meta["pad_width"] = pad if step is None else -(-pad // step) * step
         return out.reshape(self.height, new_w, *data.shape[2:])
 
 

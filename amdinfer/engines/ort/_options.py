@@ -18,6 +18,7 @@ from typing import Any
 from ..._validate import check_bool, check_int, check_optional_bool
 from ...errors import OptionError
 from ._providers import resolve_provider_name
+from ._shape_sessions import check_shape_sessions
 from ._transformer import check_transformer_fusion
 from ._tuning import DataPathOptions
 
@@ -61,6 +62,8 @@ class OrtOptions:
         threads, inter_op_threads, spin_wait, graph_optimization, optimized_model_path,
         allow_cpu_nodes, cache_dir, use_cache: session options (see ``OrtEngine``).
         transformer_fusion: ``"auto"``, ``True`` or ``False`` (see :mod:`amdinfer.engines.ort._transformer`).
+        shape_sessions: ``"auto"`` or sessions per engine, one per input shape (see
+            :mod:`amdinfer.engines.ort._shape_sessions`).
         knobs: typed provider knob -> value (``None``: not set).
         ep_libraries: plugin EP libraries to register (``ep_library=``), checked to exist.
         datapath: the IO options (:class:`~amdinfer.engines.ort.DataPathOptions`).
@@ -80,6 +83,7 @@ class OrtOptions:
     cache_dir: str | os.PathLike | None = None
     use_cache: bool | None = None
     transformer_fusion: str | bool = "auto"
+    shape_sessions: int | str = "auto"
     knobs: Mapping[str, Any] = field(default_factory=dict)
     datapath: DataPathOptions = field(default_factory=DataPathOptions)
     ep_libraries: tuple[str, ...] = ()
@@ -110,6 +114,7 @@ class OrtOptions:
         fp16_io: bool = False,
         ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         transformer_fusion: str | bool = "auto",
+        shape_sessions: int | str = "auto",
         **knobs: Any,
     ) -> OrtOptions:
         """Validate and build (a misspelt keyword is a ``TypeError``, a bad value an ``OptionError``).
@@ -156,6 +161,7 @@ class OrtOptions:
             cache_dir=cache_dir,
             use_cache=use_cache,
             transformer_fusion=check_transformer_fusion(transformer_fusion),
+            shape_sessions=check_shape_sessions(shape_sessions),
             knobs={k: knobs.get(k) for k in KNOBS},
             datapath=datapath,
             ep_libraries=_check_ep_libraries(ep_library),

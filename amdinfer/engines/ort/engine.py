@@ -30,13 +30,12 @@ from ...model import ModelLike, ModelSource
 from ...types import TensorSpec
 from .._dlpack import device_feed, host_feeds
 from ..base import Engine, EngineInfo, Feeds, OutputSelection
+from ._candidates import Candidates, auto_candidates, check_available
 from ._errors import translate_run_error
 from ._options import OrtOptions, ProviderSpec
 from ._plugins import (
-    auto_provider_order,
     check_took_nodes,
     is_plugin_ep,
-    plugin_failure,
     plugin_settings,
     precision_note,
     register_plugins,
@@ -48,7 +47,6 @@ from ._providers import (
     PROVIDERS,
     fix_for,
     import_ort,
-    installed_ort_distributions,
     knob_applies,
     probe_provider,
     provider_options,
@@ -57,14 +55,13 @@ from ._providers import (
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
 from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu, specs_from_session
+from ._shape_sessions import ShapeSessions, resolve_shape_sessions
 from ._transformer import TransformerFusion
 from ._tuning import apply_tuning, control_flow_nodes, varying_inputs
 
 __all__ = ["OrtEngine"]
 
 log = logging.getLogger("amdinfer.ort")
-
-Candidates = list[tuple[str, dict[str, str]]]
 
 
 class OrtEngine(Engine):
@@ -119,6 +116,10 @@ class OrtEngine(Engine):
             contrib ops) before any precision rewrite: ``"auto"`` (default) where the provider takes the fused
             graph and it matches, ``True`` required, ``False`` off; what fused is in ``info.notes`` and
             ``info.settings["transformer_fusion"]`` (see :mod:`amdinfer.engines.ort._transformer`).
+        shape_sessions: sessions kept per input shape, so that a provider which rebuilds its kernels' state on
+            every shape change (the CUDA EP's convolutions) pays once per shape: ``"auto"`` (8 on the CUDA EP for
+            a model with an input varying beyond the batch axis, else off), an int, or 0 (one session); the
+            shapes served are in ``info.settings["shape_sessions"]`` (see :mod:`._shape_sessions`).
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
         precision_quantizer: what a bare ``precision="fp16"`` means on providers without a native fp16 knob
             (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
@@ -166,6 +167,7 @@ class OrtEngine(Engine):
         fp16_io: bool = False,
         ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
         transformer_fusion: str | bool = "auto",
+        shape_sessions: int | str = "auto",
         shapes: Mapping[str, Any] | None = None,
         batch_buckets: Sequence[int] | None = None,
         quantizer: Any = None,
@@ -195,6 +197,7 @@ class OrtEngine(Engine):
             fp16_io=fp16_io,
             ep_library=ep_library,
             transformer_fusion=transformer_fusion,
+            shape_sessions=shape_sessions,
             exhaustive_tune=exhaustive_tune,
             tunable_ops=tunable_ops,
             memory_limit=memory_limit,
@@ -236,10 +239,10 @@ class OrtEngine(Engine):
         available = list(ort.get_available_providers())
         t0 = time.perf_counter()
         if self._options.providers is None:
-            self._session = self._create_auto(source, self._auto_candidates(available, info), info)
+            self._session = self._create_auto(source, auto_candidates(ort, available, info), info)
         else:
             candidates = list(self._options.providers)
-            self._check_available(candidates, available)
+            check_available(ort, candidates, available)
             self._session = self._create_explicit(source, candidates, info)
         info.compile_seconds = time.perf_counter() - t0
         used = list(self._session.get_providers())
@@ -256,38 +259,24 @@ class OrtEngine(Engine):
                 info.notes.append(f"model already converted to {runs}: its float weights are {runs}")
         inputs = specs_from_session(self._session.get_inputs(), self._source.inputs)
         outputs = specs_from_session(self._session.get_outputs(), self._source.outputs)
-        self._run_fn = self._session.run
         self._runner = make_runner(
             ort, self._session, used, self._device, inputs, outputs, self._options.datapath, info
         )
+        limit = resolve_shape_sessions(self._options.shape_sessions, used[0], varying_inputs(self._source.proto))
+        record = info.settings.setdefault("shape_sessions", {})
+        self._shapes = ShapeSessions(limit, (self._session, self._runner), self._session_like, record)
         return inputs, outputs, info
 
-    def _check_available(self, candidates: Candidates, available: list[str]) -> None:
-        for name, _ in candidates:
-            if name not in available:
-                failed = plugin_failure(name)
-                if failed is not None:
-                    raise BackendUnavailableError(
-                        f"provider {name!r}: its plugin cannot be used: {failed}", backend=name
-                    )
-                dists = installed_ort_distributions()
-                raise BackendUnavailableError(
-                    f"provider {name!r} is not in this onnxruntime build (onnxruntime {self._ort.__version__}, "
-                    f"installed: {dists or 'none'}; it offers {available}). Fix: {fix_for(name)}",
-                    backend=name,
-                )
-
-    def _auto_candidates(self, available: list[str], info: EngineInfo) -> Candidates:
-        out = []  # type: ignore[var-annotated]
-        for name in auto_provider_order(available):
-            if name in available:
-                out.append((name, {}))
-            elif name != CPU_EP:
-                info.skipped[name] = (
-                    f"not in this onnxruntime build ({', '.join(installed_ort_distributions()) or 'onnxruntime'} "
-                    f"{self._ort.__version__}); needs {PROVIDERS[name].distribution}"
-                )
-        return out
+    def _session_like(self) -> tuple[Any, Any]:
+        """Another session and runner like the engine's own (``shape_sessions``): same model, providers, options."""
+        info = EngineInfo(backend="ort")
+        settings = self._info.settings["provider_options"]
+        info.settings["provider_options"] = settings
+        names, opts = list(settings), [dict(o) for o in settings.values()]
+        session, _ = self._builder.create(self._source, names, opts, info)
+        datapath = self._options.datapath
+        used = list(session.get_providers())
+        return session, make_runner(self._ort, session, used, self._device, self.inputs, self.outputs, datapath, info)
 
     def _model_for(self, provider: str, source: ModelSource, info: EngineInfo) -> tuple[ModelSource, dict[str, str]]:
         """The model and extra provider options for ``provider`` at this engine's precision.
@@ -460,9 +449,10 @@ class OrtEngine(Engine):
         return outputs is not None and (outputs == ["*"] or any(n not in self._output_names for n in outputs))
 
     def _prepared_call(self, feeds: dict[str, Any], outputs: list[str] | None) -> Any:
-        if self._runner is None or self._buckets or self._intermediate(outputs):
+        runner = self._shapes.pick(feeds)[1] if self._runner is not None else None
+        if runner is None or self._buckets or self._intermediate(outputs):
             return super()._prepared_call(feeds, outputs)
-        return self._runner.prepare(feeds, outputs, self._options.datapath.outputs_on)
+        return runner.prepare(feeds, outputs, self._options.datapath.outputs_on)
 
     def _accepts_device_tensor(self, value: Any) -> bool:
         return True  # _device_feed decides: host DLPack -> NumPy view, device tensor -> bound (or an error)
@@ -479,11 +469,12 @@ class OrtEngine(Engine):
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         if self._intermediate(outputs):
             return self._run_intermediate(host_feeds(feeds, "outputs= with intermediate tensors"), outputs)
-        if self._runner is not None:
-            return self._runner.run(feeds, outputs, self._options.datapath.outputs_on)
+        session, runner = self._shapes.pick(feeds)
+        if runner is not None:
+            return runner.run(feeds, outputs, self._options.datapath.outputs_on)
         names = outputs if outputs is not None else self._output_names
         try:
-            values = self._run_fn(names, feeds)
+            values = session.run(names, feeds)
         except Exception as exc:
             raise translate_run_error(exc) from None
         return dict(zip(names, values))
@@ -510,6 +501,7 @@ class OrtEngine(Engine):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+        if getattr(self, "_shapes", None) is not None:
+            self._shapes.close()
         self._session = None
         self._all_session = None
-        self._run_fn = None
