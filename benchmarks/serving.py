@@ -1036,6 +1036,20 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
                 ),
                 env=env_vars,
             )
+    if has["--pipeline-threads"] and want("jpeg-nvjpeg"):
+        # Issue 23's next step after jpeg-diagnosis: JPEG decoded by nvJPEG on the GPU (torchvision) instead of
+        # cv2.imdecode on the host cores, with a gRPC connection per client; 1 and --workers processes.
+        for workers in ("1", str(a.workers)):
+            label_n = f"classifier recipe, JPEG BYTES, nvjpeg, {workers} workers, a connection per client"
+            run_config(
+                label_n,
+                cls_path,
+                "classifier",
+                ("--recipe", "classify", "--decoder", "nvjpeg", "--workers-per-device", workers),
+                lambda s, label_n=label_n: measure(
+                    s, label_n, "classifier", jpeg_cls, "images", ["grpc"], top, ref_cls, True
+                ),
+            )
     if has["--workers-per-device"] and want("workers"):
         label = f"classifier, {a.workers} workers"
         run_config(
@@ -1160,7 +1174,7 @@ def main() -> None:
         nargs="+",
         default=None,
         help="gpu1: only these served configurations (noop cls1 canary workers workers-canary recipe "
-        "workers-recipe jpeg-diagnosis yolo yolo-recipe workers-yolo-recipe; default: all)",
+        "workers-recipe jpeg-diagnosis jpeg-nvjpeg yolo yolo-recipe workers-yolo-recipe; default: all)",
     )
     p.add_argument("--max-batch", type=int, default=64, help="gpu1: the server's --max-batch-size")
     p.add_argument("--engine-seconds", type=float, default=2.0, help="gpu1: seconds per engine-rate row")
