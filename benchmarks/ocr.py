@@ -194,6 +194,14 @@ def main() -> None:
         out["rapidocr_providers"] = rapid["providers"]
         out["rapidocr_pages_s"] = n / rapid["seconds"]
         out["same_lines"] = rapid["texts"] == ours["texts"]
+        if not out["same_lines"]:  # how far: exact lines and character error rate against RapidOCR's
+            from test_ocr_int8 import accuracy  # tests/ocr: the one definition of both figures
+
+            exact, cer = accuracy(rapid["texts"], ours["texts"])
+            out["exact_line_rate_vs_rapidocr"], out["cer_vs_rapidocr"] = round(exact, 3), round(cer, 4)
+            out["lines_differing"] = [
+                [a, b] for ra, rb in zip(rapid["texts"], ours["texts"]) for a, b in zip(ra, rb) if a != b
+            ]
         out["time_ratio_call"] = ours["call_s"] / rapid["seconds"]
         out["time_ratio_map"] = ours["map_s"] / rapid["seconds"]
     text = json.dumps(out, indent=1)

@@ -59,6 +59,19 @@ def test_prepared_runs_use_the_session_of_their_shape() -> None:
         assert len(engine.info.settings["shape_sessions"]["shapes"]) == 2
 
 
+def test_run_many_streams_each_batch_to_the_session_of_its_shape() -> None:
+    model = _fcn()
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal(s).astype(np.float32) for s in SHAPES[:4]]
+    with amdinfer.load(model, providers=["cpu"], shape_sessions=8, io_binding=True) as engine:
+        got = [
+            np.from_dlpack(o["y"]) if not isinstance(o["y"], np.ndarray) else o["y"] for o in engine.run_many(batches)
+        ]
+        for x, y in zip(batches, got):
+            np.testing.assert_allclose(y, oracle(model, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+        assert len(engine.info.settings["shape_sessions"]["shapes"]) == 4  # not all on the engine's own session
+
+
 def test_auto_is_off_on_the_cpu_and_for_batch_only_models() -> None:
     with amdinfer.load(_fcn(), providers=["cpu"]) as engine:
         engine.run(np.zeros((1, 3, 8, 8), np.float32))

@@ -419,7 +419,8 @@ class OrtEngine(Engine):
 
         Each batch is checked like :meth:`run`. On a GPU (IO bound) a loader thread copies batch k+1
         into device buffers and the caller's thread copies batch k-1's outputs back while batch k
-        computes; elsewhere the batches simply run in turn. Results come back in order.
+        computes; elsewhere, and with more than one session per shape (``shape_sessions``), the batches run
+        in turn, each on its shape's session. Results come back in order.
 
         Args:
             batches: feeds per batch (dicts, or one array each for a single-input model).
@@ -438,7 +439,8 @@ class OrtEngine(Engine):
             [(4, 10), (4, 10), (4, 10)]
         """
         names = self._check_run_many(outputs, prefetch)
-        if self._runner is None or self._buckets or self._intermediate(names):
+        if self._runner is None or self._buckets or self._intermediate(names) or self._shapes.active:
+            # a session per shape (shape_sessions): each batch goes to its shape's session, in turn
             return (self.run(batch, outputs=outputs) for batch in batches)
         return self._runner.run_many(
             batches, self._check_feeds, names, self._options.datapath.outputs_on, int(prefetch)
