@@ -117,6 +117,9 @@ def serve(session: nox.Session) -> None:
     """
     pins = ["-c", str(ROOT / "tests" / "constraints-serve.txt")]
     session.install(*pins, "-e", ".[cpu,serve,ray]", "pytest", "pytest-timeout", "tritonclient[http,grpc]")
+    # tests/serving/test_ocr_serving.py: the PP-OCR models (files only) and OpenCV, which the text stages need
+    session.install(*pins, "opencv-python-headless")
+    session.install(*pins, "--no-deps", RAPIDOCR3)
     # Two runs: KServe's gRPC protos (the doctests import KServe) and tritonclient's (the tests' client)
     # register the same names in protobuf's default pool, so they cannot share one process.
     # --timeout: a server or Ray job that hangs fails its test (with the stacks) instead of stalling CI.

@@ -22,10 +22,11 @@ import importlib
 import sys
 from typing import Any
 
+from ._answers import result_tensors
 from ._batcher import BatchWorker, DynamicBatcher, run_isolated
 from ._canary import Canary, load_reference
 from ._metrics import ServingMetrics
-from ._workers import EngineWorker, PipelineWorker, batch_axis, check_request, request_rows, result_tensors
+from ._workers import EngineWorker, PipelineWorker, batch_axis, check_request, request_rows
 
 __all__ = [
     "AmdinferModel",

@@ -15,6 +15,7 @@ _SHARED_MEMORY = {"auto": None, "on": True, "off": False}
 _RECIPE_FLAGS = {
     "yolo": ("conf", "iou", "imgsz", "max_det", "decoder", "pipeline_threads"),
     "classify": ("topk", "decoder", "pipeline_threads"),
+    "ocr": ("rec", "cls", "text_score", "pipeline_threads"),
 }
 
 NAME = "serve"
@@ -474,9 +475,12 @@ def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         "--recipe",
         choices=list(_RECIPE_FLAGS),
         default=None,
-        help="serve amdinfer.yolo / amdinfer.classify of the model: clients send JPEG/PNG files as a BYTES "
-        "input 'images' (see docs/serving.md); default: the bare model",
+        help="serve amdinfer.yolo / amdinfer.classify / amdinfer.ocr (the model: the text detector) of the model: "
+        "clients send JPEG/PNG files as a BYTES input 'images' (see docs/serving.md); default: the bare model",
     )
+    p.add_argument("--rec", default=None, help="ocr: the text recogniser model (.onnx)")
+    p.add_argument("--cls", default=None, help="ocr: the text direction classifier model (.onnx; default: none)")
+    p.add_argument("--text-score", type=float, default=None, help="ocr: lowest line score kept (default 0.5)")
     p.add_argument("--conf", type=float, default=None, help="yolo: confidence threshold (default 0.25)")
     p.add_argument("--iou", type=float, default=None, help="yolo: NMS IoU threshold (default 0.7)")
     p.add_argument("--imgsz", type=int, default=None, help="yolo: letterbox size (default 640)")

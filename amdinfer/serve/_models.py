@@ -51,7 +51,7 @@ def load_workers(
 
 
 #: The recipes ``serve(recipe=...)`` and ``amdinfer serve --recipe`` know.
-RECIPES = ("yolo", "classify")
+RECIPES = ("yolo", "classify", "ocr")
 
 
 def load_recipe_workers(
@@ -64,23 +64,26 @@ def load_recipe_workers(
     recipe_options: dict[str, Any] | None = None,
     **load_options: Any,
 ) -> list[PipelineWorker]:
-    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)`` or ``amdinfer.classify(model, ...)``.
+    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)``, ``amdinfer.classify(model, ...)``
+    or ``amdinfer.ocr(model, rec=..., cls=...)`` (``model`` the text detector).
 
     Requests send encoded images (input ``images``, datatype ``BYTES``, one JPEG/PNG file per element; uint8
     ``(N, H, W, 3)`` arrays work too); see docs/serving.md for the answer's layout.
 
     Args:
         model: the model (path, bytes or ModelProto), built once per device.
-        recipe: ``"yolo"`` or ``"classify"``.
+        recipe: ``"yolo"``, ``"classify"`` or ``"ocr"``.
         devices: GPU indices, one pipeline each.
         backend: ``amdinfer.load``'s backend.
         precision: ``amdinfer.load``'s precision.
-        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...), and
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
+            ``cls`` (the OCR recogniser and classifier models), ``text_score``; ``decoder`` ...), and
             ``pipeline_threads``: the threads that decode and resize (the pipeline's ``threads``; default its own).
         **load_options: other ``amdinfer.load`` options (``providers=``, ...).
 
     Raises:
-        OptionError: an unknown recipe, devices that are empty or repeated, or a bad ``pipeline_threads``.
+        OptionError: an unknown recipe, devices that are empty or repeated, a bad ``pipeline_threads``, or
+            ``"ocr"`` without ``rec``.
 
     Example:
         >>> from amdinfer.testing.models import yolov8
@@ -90,15 +93,17 @@ def load_recipe_workers(
         [('device0', 'images', True)]
         >>> for w in workers: w.pipeline.close()
     """
-    from .. import recipes
+    from .. import recipes, text
 
     if recipe not in RECIPES:
         raise OptionError(f"recipe: got {recipe!r}, expected one of {RECIPES}")
-    build = getattr(recipes, recipe)
+    build = getattr(text if recipe == "ocr" else recipes, recipe)
     devices = list(devices)
     if not devices or len(set(devices)) != len(devices):
         raise OptionError(f"devices: got {devices}, expected distinct device indices")
     options = dict(recipe_options or {})
+    if recipe == "ocr" and options.get("rec") is None:
+        raise OptionError("recipe_options: 'ocr' needs rec (the recogniser model; cls, the classifier, is optional)")
     threads = options.pop("pipeline_threads", None)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise OptionError(f"recipe_options: pipeline_threads got {threads!r}, expected an int >= 1")

@@ -153,9 +153,11 @@ def serve(
         verify_sample: the fraction of requests the numerical canary re-runs on ``verify_reference`` (0: off).
         verify_reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy reference), loaded from
             ``model`` as given; or an :class:`~amdinfer.Engine` (see :func:`build_model`).
-        recipe: serve ``amdinfer.yolo`` or ``amdinfer.classify`` of the model (``"yolo"``, ``"classify"``):
-            requests send encoded images (``BYTES``); ``None``: the bare model.
-        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``, ...).
+        recipe: serve ``amdinfer.yolo``, ``amdinfer.classify`` or ``amdinfer.ocr`` of the model (``"yolo"``,
+            ``"classify"``, ``"ocr"``: ``model`` is the text detector): requests send encoded images (``BYTES``);
+            ``None``: the bare model.
+        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
+            ``cls``, ``text_score`` ...).
         workers_per_device: server processes per device (1: this process serves, a worker thread per
             device). With more, ``model`` must be a path: ``amdinfer serve`` runs in
             ``len(devices) * workers_per_device`` child processes sharing the ports (:func:`serve_processes`),

@@ -17,7 +17,8 @@ from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import BackendUnavailableError, InputError, OptionError, StageError
 from ..types import TensorSpec
-from ._images import image_items, text_tensor
+from ._answers import assemble, is_ragged, result_tensors
+from ._images import image_items
 
 __all__ = [
     "EngineWorker",
@@ -25,7 +26,6 @@ __all__ = [
     "batch_axis",
     "check_request",
     "request_rows",
-    "result_tensors",
     "warm_sizes",
 ]
 
@@ -311,40 +311,6 @@ class EngineWorker:
         return buffers
 
 
-def result_tensors(result: Any) -> Tensors:
-    """The tensors of one pipeline result: an array, a dict of arrays, or a result object.
-
-    ``Detections`` give ``boxes``, ``scores`` and ``classes``; ``Classification`` gives ``indices`` and
-    ``scores``; both give ``labels`` (a ``BYTES`` tensor: UTF-8 class names) when they have class names.
-
-    Example:
-        >>> from amdinfer.results import Detections
-        >>> sorted(result_tensors(Detections(np.zeros((1, 4)), [0.5], [2])))
-        ['boxes', 'classes', 'scores']
-        >>> result_tensors(Detections(np.zeros((1, 4)), [0.5], [2], labels=["cat"]))["labels"]
-        array([b'cat'], dtype=object)
-    """
-    from ..results import Classification, Detections
-
-    if isinstance(result, (Detections, Classification)):
-        out: Tensors = (
-            {"boxes": result.boxes, "scores": result.scores, "classes": result.classes}
-            if isinstance(result, Detections)
-            else {"indices": np.asarray(result.indices), "scores": np.asarray(result.scores)}
-        )
-        if result.labels is not None:
-            out["labels"] = text_tensor(result.labels)
-        return out
-    if isinstance(result, dict):
-        return {str(k): np.asarray(v) for k, v in result.items()}
-    if isinstance(result, np.ndarray) or np.isscalar(result):
-        return {"output": np.asarray(result)}
-    raise InputError(
-        f"pipeline result: got {type(result).__name__}, expected an array, a dict of arrays, Detections or "
-        "Classification"
-    )
-
-
 class PipelineWorker:
     """Runs the items of several requests through ``run_batch`` of a :class:`~amdinfer.Pipeline` or a
     :class:`~amdinfer.fuse.FusedPipeline` (one engine call per batch; a fused pipeline places the items with
@@ -358,9 +324,11 @@ class PipelineWorker:
     (``Classification``: ``indices (n, k)``, ``scores (n, k)``, ``labels (n, k)``). ``Detections`` (a
     different box count per item) are concatenated instead: ``boxes (K, 4)``, ``scores (K,)``, ``classes (K,)``,
     ``labels (K,)`` and ``boxes_batch_index (K,)`` saying which item each box belongs to (the layout of ONNX
-    ``NonMaxSuppression``); so are other outputs whose shapes differ between items, each with its own
-    ``<name>_batch_index``. An item that fails (not an image, a truncated file) fails its request only, with
-    an :class:`~amdinfer.errors.InputError` naming the tensor and the item.
+    ``NonMaxSuppression``); ``TextLines`` (:func:`amdinfer.ocr`) likewise: ``quads (K, 4, 2)``, ``scores (K,)``,
+    ``texts (K,)`` and ``quads_batch_index (K,)``; so are other outputs whose shapes differ between items, each
+    with its own ``<name>_batch_index`` (:mod:`amdinfer.serve._answers`). An item that fails (not an image, a
+    truncated file) fails its request only, with an :class:`~amdinfer.errors.InputError` naming the tensor and
+    the item.
 
     Args:
         pipeline: the :class:`~amdinfer.Pipeline` or :class:`~amdinfer.fuse.FusedPipeline`.
@@ -479,8 +447,6 @@ class PipelineWorker:
         return list(arr)
 
     def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
-        from ..results import Detections
-
         items = [item for r in requests for item in self._items(r)]
         try:
             raw = self.pipeline.run_batch(items)
@@ -491,25 +457,11 @@ class PipelineWorker:
             raise
         if len(raw) != len(items):
             raise RuntimeError(f"pipeline: got {len(raw)} results for {len(items)} items, expected one per item")
-        ragged = bool(raw) and isinstance(raw[0], Detections)
+        ragged = bool(raw) and is_ragged(raw[0])
         results = [result_tensors(r) for r in raw]
         out, start = [], 0
         for r in requests:
             n = self.rows(r)
-            out.append(self._assemble(results[start : start + n], ragged))
+            out.append(assemble(results[start : start + n], ragged))
             start += n
         return out
-
-    @staticmethod
-    def _assemble(results: list[Tensors], ragged: bool) -> Tensors:
-        merged: Tensors = {}
-        for name in results[0]:
-            parts = [np.asarray(r[name]) for r in results]
-            if not ragged and all(p.shape == parts[0].shape for p in parts):
-                merged[name] = np.stack(parts)
-                continue
-            merged[name] = np.concatenate(parts, axis=0)
-            if not ragged or name == "boxes":
-                counts = [len(p) for p in parts]
-                merged[f"{name}_batch_index"] = np.repeat(np.arange(len(parts), dtype=np.int64), counts)
-        return merged
