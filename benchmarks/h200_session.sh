@@ -38,8 +38,9 @@ for part in ${PARTS:-ocr cudashm nvjpeg onegpu}; do
     study)
         python3 benchmarks/precision_study.py --device cuda --minilm "$HOME/w/minilm/paraphrase-MiniLM-L3-v2.onnx" \
             --mixed-nodes "$( [ -f .up/mixed_nodes.json ] && echo .up/mixed_nodes.json || echo skip )" --out "$OUT/study" 2>&1 | tee "$OUT/study.log" ;;
-    ocr)  # on the CUDA EP every new shape costs seconds (docs/performance.md, OCR): one round, and a part of its own
-        OUT="$OUT/ocr" OCR_SKIP_CPU=1 OCR_STAGES=1 OCR_REPEAT=${OCR_REPEAT:-2} bash benchmarks/ocr_h200.sh 2>&1 \
+    ocr)  # OCR_SKIP_CPU=0 adds the 2-pinned-core CPU comparison; the CUDA EP run with shape buckets (the default)
+        OUT="$OUT/ocr" OCR_SKIP_CPU=${OCR_SKIP_CPU:-1} OCR_STAGES=1 OCR_PLAIN_CTC=1 OCR_REPEAT=${OCR_REPEAT:-2} \
+            bash benchmarks/ocr_h200.sh 2>&1 \
             | tee "$OUT/ocr.log" ;;
     cudashm)  # tritonclient's cuda_shared_memory needs cuda-python (cuda.bindings), in its own site folder
         PYTHONPATH="$HOME/site:$HOME/servesite:$HOME/cudasite:$PWD" python3 benchmarks/serving_cuda_shm.py \

@@ -136,6 +136,11 @@ def main() -> None:
         "exhaustive_tune=False, prefer_nhwc=False, io_binding=False) and the time per stage (det, cls, rec)",
     )
     ap.add_argument("--stages", action="store_true", help="also the seconds per page in each engine (det, cls, rec)")
+    ap.add_argument(
+        "--plain-ctc",
+        action="store_true",
+        help="also amdinfer.ocr with fuse_ctc=False (the recogniser's probabilities decoded on the host)",
+    )
     args = ap.parse_args()
 
     from _models import DATA, PAGES, models  # tests/ocr/_models.py: the wheel's model files
@@ -165,7 +170,18 @@ def main() -> None:
     }
     if args.variants or args.stages:
         out["stages_s_per_page"] = _stage_times(pipe, paths, args.repeat)
+    out["ctc_in_graph"] = pipe.ctc_in_graph
     pipe.close()
+    if args.plain_ctc:
+        with amdinfer.ocr(m["det"], m["rec"], m["cls"], fuse_ctc=False, **load) as plain:
+            t = _time_cascade(plain, paths, args.repeat)
+            out["plain_ctc"] = {
+                "call_pages_s": n / t["call_s"],
+                "map_pages_s": n / t["map_s"],
+                "same_lines": t["texts"] == ours["texts"],
+                "stages_s_per_page": _stage_times(plain, paths, args.repeat),
+            }
+        print("plain_ctc", out["plain_ctc"], flush=True)
     if args.variants:
         out["variants"] = {}
         for label, extra in VARIANTS:

@@ -7,7 +7,8 @@
 # run time in .carry/ocr-wheels (no internet: installed --no-index --no-deps into ~/ocrsite). Within 5 minutes.
 #   run: bash benchmarks/ocr_h200.sh            (carry: .carry/ocr-wheels)
 #   env: OCR_REPEAT (3), OCR_CPUS (taskset list, "2,3"), OCR_PYTHON (python3), OCR_SKIP_CPU=1, OCR_SKIP_CUDA=1, OCR_INT8=1,
-#        OCR_VARIANTS=1 (CUDA run: each tuned default off in turn, and seconds per stage), OCR_STAGES=1 (seconds per stage)
+#        OCR_VARIANTS=1 (CUDA run: each tuned default off in turn, and seconds per stage), OCR_STAGES=1 (seconds per stage),
+#        OCR_PLAIN_CTC=1 (also fuse_ctc=False)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ocr-out}
@@ -32,10 +33,11 @@ int8=()
 variants=()
 [ "${OCR_VARIANTS:-0}" = 1 ] && variants=(--variants)
 [ "${OCR_STAGES:-0}" = 1 ] && variants+=(--stages)
+[ "${OCR_PLAIN_CTC:-0}" = 1 ] && variants+=(--plain-ctc)
 if [ "${OCR_SKIP_CPU:-0}" != 1 ]; then
     echo "== CPU, pinned to cores $CPUS"
     taskset -c "$CPUS" "$PY" benchmarks/ocr.py --rapidocr-python "$PY" --threads 2 --repeat "$REPEAT" --providers cpu \
-        "${int8[@]}" --json "$OUT/ocr_cpu.json" --markdown "$OUT/ocr.md"
+        "${int8[@]}" "${variants[@]}" --json "$OUT/ocr_cpu.json" --markdown "$OUT/ocr.md"
 fi
 if [ "${OCR_SKIP_CUDA:-0}" != 1 ]; then
     echo "== CUDA EP"

@@ -42,7 +42,18 @@ from ._embed import EmbedPipeline, TextEmbedder, embed
 from ._embed_results import Embedding, Embeddings, Match, Matches
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, bucket_sizes, load_tokenizer, pool_tokens
 from ._recipe import OcrCalibration, OcrPipeline, ocr, ocr_calibration
-from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, ctc_greedy, quad_crop
+from ._text import (
+    AttachText,
+    ClsRotate,
+    CtcDecode,
+    QuadCrop,
+    TextResize,
+    charset_from_model,
+    ctc_greedy,
+    ctc_steps,
+    fuse_ctc,
+    quad_crop,
+)
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -68,8 +79,10 @@ __all__ = [
     "bucket_sizes",
     "charset_from_model",
     "ctc_greedy",
+    "ctc_steps",
     "db_boxes",
     "embed",
+    "fuse_ctc",
     "load_tokenizer",
     "ocr",
     "ocr_calibration",

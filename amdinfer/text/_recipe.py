@@ -16,18 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from ..engines.base import Engine
 from ..errors import InputError, OptionError
 from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
 from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder
-from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model
+from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, fuse_ctc
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
 
 #: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
 _CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
 _CASCADE_OPTIONS += ("cls_threshold", "text_score", "batch_size", "rec_height", "rec_width", "cls_width")
-_CASCADE_OPTIONS += ("shape_buckets",)
+_CASCADE_OPTIONS += ("shape_buckets", "fuse_ctc")
 
 #: ``shape_buckets``: the detector's canvas multiple and the recogniser's width step (text lines are 48 high)
 DET_CANVAS_MULTIPLE = 256
@@ -52,6 +53,8 @@ class OcrPipeline(Pipeline):
     #: what ``shape_buckets`` turned on: ``{"det_multiple": 256, "rec_width_step": 160, "batch_rows": 6}``, or
     #: ``None`` (every page and line batch keeps its own shape, as RapidOCR feeds them)
     shape_buckets: dict[str, int] | None = None
+    #: whether the recogniser's graph ends in greedy CTC's per-step argmax (``ocr(fuse_ctc=True)``)
+    ctc_in_graph: bool = False
 
     @property
     def steps(self) -> tuple[Pipeline, ...]:
@@ -83,6 +86,7 @@ def ocr(
     rec_width: int = 320,
     cls_width: int = 192,
     shape_buckets: bool | str = "auto",
+    fuse_ctc: bool = True,
     calibration: Iterable[Any] | None = None,
     det_quantizer: Any = None,
     cls_quantizer: Any = None,
@@ -112,9 +116,9 @@ def ocr(
         text_score: lines recognised with a lower score are dropped.
         batch_size: text lines per classifier/recogniser engine call (RapidOCR: 6).
         rec_height, rec_width, cls_width: the text-line input sizes (PP-OCR: 48, 320, 192).
-        shape_buckets: feed the engines a few shapes (pages padded to multiples of 256, line batches to multiples
-            of 160 wide and ``batch_size`` rows) so a GPU engine keeps a session per shape (docs/pipeline.md):
-            ``"auto"`` (on when the detector runs on a GPU), ``True``, ``False``; see ``pipe.shape_buckets``.
+        shape_buckets: feed the engines a few shapes (pages padded to multiples of 256, line batches to 160-wide
+            steps and ``batch_size`` rows; docs/pipeline.md): ``"auto"`` (on a GPU), ``True``, ``False``.
+        fuse_ctc: greedy CTC's argmax in the recogniser's graph (:func:`~amdinfer.text.fuse_ctc`; not int8).
         calibration: with ``precision="int8"``: pages (paths, arrays, ...) to calibrate all three models on.
             The fp32 cascade runs on them first and every input its engines see becomes a calibration sample
             (:func:`ocr_calibration`: pages of several sizes, text lines of several widths); each model gets
@@ -224,6 +228,8 @@ def _build(
     if options["shape_buckets"] != "auto" and not isinstance(options["shape_buckets"], bool):
         raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
     det_pad, line_resize = DetPad(1), TextResize(rec_height, rec_width, grow=True)  # buckets set once loaded
+    int8_rec = quantizers.get("rec") is not None or load_options.get("precision") == "int8"
+    rec_model = fuse_ctc(rec) if options["fuse_ctc"] and not int8_rec and not isinstance(rec, Engine) else rec
     subs: list[SubPipeline] = []
     chars = charset
     if chars is None:
@@ -252,7 +258,7 @@ def _build(
             subs.append(SubPipeline(cls_pipe, fan_out=QuadCrop(), gather=rotate, batch_size=batch_size))
         rec_pipe = inner_kind(
             preprocess=[line_resize, *line_pre],
-            engine=rec,
+            engine=rec_model,
             postprocess=[decode],
             **load_for("rec"),
         )
@@ -279,7 +285,15 @@ def _build(
             p.close()
         raise
     pipe._inner = tuple(inner)
-    buckets = options["shape_buckets"]
+    pipe.ctc_in_graph = rec_model is not rec
+    _shape_buckets(pipe, options["shape_buckets"], det_pad, line_resize, subs)
+    return pipe
+
+
+def _shape_buckets(
+    pipe: OcrPipeline, buckets: bool | str, det_pad: DetPad, line_resize: TextResize, subs: list[SubPipeline]
+) -> None:
+    """Turn ``shape_buckets`` on in the built cascade (``"auto"``: when the detector's engine is not on the CPU)."""
     if buckets == "auto":
         buckets = str(pipe.engine.info.device or "cpu").split(":")[0] != "cpu"
     if buckets:
@@ -287,8 +301,7 @@ def _build(
         for sub in subs:
             sub.pad_batch = True
         pipe.shape_buckets = {"det_multiple": DET_CANVAS_MULTIPLE, "rec_width_step": REC_WIDTH_STEP}
-        pipe.shape_buckets["batch_rows"] = batch_size
-    return pipe
+        pipe.shape_buckets["batch_rows"] = subs[-1].batch_size
 
 
 @dataclass(frozen=True)

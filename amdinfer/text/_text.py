@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from ..errors import InputError, ModelError, OptionError
 from ..results import TextLines
@@ -31,6 +32,8 @@ __all__ = [
     "TextResize",
     "charset_from_model",
     "ctc_greedy",
+    "ctc_steps",
+    "fuse_ctc",
     "quad_crop",
 ]
 
@@ -181,8 +184,22 @@ def ctc_greedy(probs: np.ndarray, charset: Sequence[str]) -> tuple[str, float]:
             f"ctc_greedy: the model has {probs.shape[1]} classes, the character set {len(charset)} (+ blank); "
             "pass the dictionary the model was trained with"
         )
-    idx = probs.argmax(axis=1)
-    best = probs.max(axis=1)
+    return ctc_steps(probs.argmax(axis=1), probs.max(axis=1), charset)
+
+
+def ctc_steps(idx: np.ndarray, best: np.ndarray, charset: Sequence[str]) -> tuple[str, float]:
+    """:func:`ctc_greedy` from each step's best class and its probability (what :func:`fuse_ctc`'s graph gives).
+
+    Example:
+        >>> ctc_steps(np.array([1, 1, 0, 2]), np.array([0.9, 0.8, 1.0, 0.7]), ["a", "b"])
+        ('ab', 0.8)
+    """
+    idx, best = np.asarray(idx).reshape(-1), np.asarray(best).reshape(-1)
+    if idx.size and int(idx.max()) > len(charset):
+        raise InputError(
+            f"ctc: class {int(idx.max())} decoded, the character set has {len(charset)} (+ blank); pass the "
+            "dictionary the model was trained with"
+        )
     keep = np.ones(len(idx), bool)
     keep[1:] = idx[1:] != idx[:-1]
     keep &= idx != 0
@@ -261,8 +278,72 @@ class CtcDecode(Postprocessor):
         self.output = output
 
     def process(self, data: Any, meta: dict[str, Any]) -> tuple[str, float]:
+        if isinstance(data, dict) and CTC_INDEX in data and CTC_BEST in data and self.output is None:
+            return ctc_steps(data[CTC_INDEX], data[CTC_BEST], self.charset)  # a fuse_ctc graph's outputs
         probs = self._select_output(self, data, self.output)
         return ctc_greedy(probs, self.charset)
+
+
+#: the outputs of a recogniser after :func:`fuse_ctc`: each step's best class (int64) and its probability
+CTC_INDEX, CTC_BEST = "ctc_index", "ctc_best"
+
+
+def fuse_ctc(model: Any) -> onnx.ModelProto:
+    """The recogniser with greedy CTC's per-step work in its graph: ``ArgMax`` and ``ReduceMax`` over the classes
+    of its ``(N, T, classes)`` output, which it replaces by ``ctc_index`` (int64 ``(N, T)``) and ``ctc_best``
+    (``(N, T)``). :class:`CtcDecode` reads them and gives what it gives on the probabilities (ONNX ``ArgMax``
+    takes the first of equal maxima, as NumPy does), while the engine hands back ``T`` values per line instead of
+    ``T x classes`` (6,625 for PP-OCR): on a GPU, a copy 3,000 times smaller and no host pass over it.
+
+    Args:
+        model: the recogniser (path, bytes, ``onnx.ModelProto``), one ``(N, T, classes)`` output.
+
+    Raises:
+        ModelError: the model does not have exactly one output of rank 3.
+
+    Example:
+        >>> from onnx import TensorProto, helper
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, 3])
+        >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, 3])
+        >>> m = helper.make_model(helper.make_graph([helper.make_node("Softmax", ["x"], ["y"])], "g", [x], [y]))
+        >>> [o.name for o in fuse_ctc(m).graph.output]
+        ['ctc_index', 'ctc_best']
+    """
+    from onnx import TensorProto, helper
+
+    from ..model import ModelSource
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(ModelSource.from_any(model).proto)
+    outputs = list(proto.graph.output)
+    dims = outputs[0].type.tensor_type.shape.dim if len(outputs) == 1 else []
+    if len(outputs) != 1 or len(dims) != 3:
+        raise ModelError(f"fuse_ctc: got outputs {[o.name for o in outputs]}, expected one (N, T, classes) output")
+    probs = outputs[0].name
+    n, t = (d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[:2])
+    proto.graph.node.extend(
+        [
+            helper.make_node("ArgMax", [probs], [CTC_INDEX], axis=2, keepdims=0, name="amdinfer_ctc_argmax"),
+            helper.make_node("ReduceMax", [probs], [CTC_BEST], axes=[2], keepdims=0, name="amdinfer_ctc_max")
+            if _opset(proto) < 18
+            else helper.make_node("ReduceMax", [probs, "amdinfer_ctc_axes"], [CTC_BEST], keepdims=0),
+        ]
+    )
+    if _opset(proto) >= 18:
+        proto.graph.initializer.append(helper.make_tensor("amdinfer_ctc_axes", TensorProto.INT64, [1], [2]))
+    del proto.graph.output[:]
+    elem = outputs[0].type.tensor_type.elem_type
+    proto.graph.output.extend(
+        [
+            helper.make_tensor_value_info(CTC_INDEX, TensorProto.INT64, [n, t]),
+            helper.make_tensor_value_info(CTC_BEST, elem, [n, t]),
+        ]
+    )
+    return proto
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 class ClsRotate(Gather):

@@ -58,3 +58,15 @@ def test_without_classifier_the_upright_lines_still_read():
     with amdinfer.ocr(m["det"], m["rec"], providers=["CPUExecutionProvider"]) as p:
         lines = p(str(DATA / PAGES[0]))
     assert lines.texts == golden()[PAGES[0]]["texts"]
+
+
+def test_ctc_in_the_graph_gives_the_lines_and_scores_of_the_probabilities(pipe):
+    m = models()
+    assert m is not None and pipe.ctc_in_graph  # the default
+    assert [o.name for o in pipe.steps[-1].engine.outputs] == ["ctc_index", "ctc_best"]
+    with amdinfer.ocr(m["det"], m["rec"], m["cls"], fuse_ctc=False, providers=["CPUExecutionProvider"]) as plain:
+        assert not plain.ctc_in_graph
+        for name in PAGES:
+            a, b = pipe(str(DATA / name)), plain(str(DATA / name))
+            assert a.texts == b.texts
+            np.testing.assert_array_equal(a.scores, b.scores)

@@ -28,6 +28,7 @@ from amdinfer.text import (
     charset_from_model,
     ctc_greedy,
     db_boxes,
+    fuse_ctc,
     quad_crop,
     reading_order,
 )
@@ -309,3 +310,43 @@ def test_fuse_keeps_the_threads_of_an_engine_passed_in():
     finally:
         fused.close()
         engine.close()
+
+
+# ---------------------------------------------------------------- greedy CTC in the recogniser's graph
+def _softmax_model(classes: int = 7) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", classes])
+    y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", "T", classes])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["probs"], axis=2)], "rec", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+def test_fuse_ctc_decodes_like_ctc_greedy_on_the_probabilities(opset):
+    model = _softmax_model()
+    model.opset_import[0].version = opset
+    rng = np.random.default_rng(0)
+    logits = rng.integers(-3, 3, (4, 30, 7)).astype(np.float32)  # integers: equal maxima in many steps
+    logits[0, :5] = 0.0  # a whole step tied: the first class wins, as in NumPy
+    charset = list("abcdef")
+    with amdinfer.load(model, **CPU) as plain, amdinfer.load(fuse_ctc(model), **CPU) as fused:
+        probs = plain.run(logits)["probs"]
+        out = fused.run(logits)
+    assert out["ctc_index"].dtype == np.int64 and out["ctc_index"].shape == (4, 30)
+    decode = CtcDecode(charset)
+    for row in range(4):
+        got = decode(Sample({"ctc_index": out["ctc_index"][row], "ctc_best": out["ctc_best"][row]})).data
+        assert got == ctc_greedy(probs[row], charset)
+
+
+def test_fuse_ctc_refuses_other_outputs_and_decode_checks_the_charset():
+    from onnx import TensorProto, helper
+
+    two = _softmax_model()
+    two.graph.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 7]))
+    with pytest.raises(ModelError, match=r"fuse_ctc: got outputs \['probs', 'x'\], expected one \(N, T, classes\)"):
+        fuse_ctc(two)
+    decode = CtcDecode(["a"])
+    with pytest.raises(InputError, match=r"ctc: class 5 decoded, the character set has 1 \(\+ blank\)"):
+        decode(Sample({"ctc_index": np.array([5]), "ctc_best": np.array([0.9], np.float32)}))
