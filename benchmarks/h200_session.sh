@@ -7,7 +7,7 @@
 # cudapy/*.whl (cuda-python for tritonclient.utils.cuda_shared_memory); and, carried in the last call,
 # .up/mixed_nodes.json (AutoMixedPrecision's kept nodes from the CPU run of precision_study.py: no search on the GPU).
 # minilm/ is needed by the study part only.
-#   PARTS="study ocr cudashm serving nvjpeg onegpu" bash benchmarks/h200_session.sh   (repository root; writes $OUT)
+#   PARTS="study ocr cudashm serving nvjpeg onegpu multigpu" bash benchmarks/h200_session.sh   (repo root; writes $OUT)
 set -euo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT" "$HOME/w"
@@ -51,6 +51,9 @@ for part in ${PARTS:-ocr cudashm nvjpeg onegpu}; do
     nvjpeg)  # issue 23: JPEG requests decoded on the GPU
         OUT="$OUT/nvjpeg" bash benchmarks/serving_h200.sh --configs jpeg-nvjpeg \
             --gpu-clients 64 --client-procs 4 --seconds 4 --engine-seconds 1 2>&1 | tail -20 ;;
+    multigpu)  # issue 25, item 2 on this machine's GPUs: a pipeline per GPU, mixed-size host images, device tensors
+        sets="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && sets="0 0,1"
+        python3 benchmarks/pipeline_gpu.py --devices $sets --out "$OUT/multigpu" 2>&1 | tail -8 ;;
     onegpu)  # issue 25 on a one-GPU machine: the two-GPU script's served rows with --devices 0 only
         PYTHONPATH="$HOME/site:$HOME/servesite:$PWD" python3 benchmarks/serving.py gpu --device-sets 0 \
             --gpu-clients 16 64 --client-procs 4 --seconds 4 --out "$OUT/onegpu" 2>&1 | tail -20 ;;

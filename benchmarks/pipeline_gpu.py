@@ -20,8 +20,13 @@ and at batch 1: ``engine.run`` with device IO and ``engine.prepare(...)()`` agai
 NumPy IO against a plain ``InferenceSession.run``. Throughput is images/s from the median time per call.
 Results: stdout, and ``pipeline_gpu.md``/``.jsonl`` (+ profiles) under ``--out`` (or ``$OUT``).
 
+``--devices 0 0,1`` (issue 25) runs instead, per device set: one stage-by-stage pipeline per GPU (a thread each) over
+host images of mixed sizes, and each GPU's engine fed device tensors on its own GPU; items/s, the ratio to the first
+set, and whether every GPU's answers equal the first GPU's on the same images.
+
     python benchmarks/pipeline_gpu.py --trained yolov8n-doclaynet.onnx --pages pages.npz   # GPU + torch
     AMDINFER_BENCH_QUICK=1 python benchmarks/pipeline_gpu.py --provider cpu   # smoke run anywhere
+    python benchmarks/pipeline_gpu.py --devices 0 0,1 --out /tmp/out           # two GPUs (issue 25)
 """
 
 # ruff: noqa: B023  (the timed lambdas run before the loop moves on)
@@ -65,7 +70,7 @@ def per_call(fn: Callable[[], Any], *, warmup: int = 3, min_iters: int = 10, min
     return statistics.median(times)
 
 
-def pipeline_for(name: str, model: Any, providers: list[str], precision: str) -> amdinfer.Pipeline:
+def pipeline_for(name: str, model: Any, providers: list[str], precision: str, device: int = 0) -> amdinfer.Pipeline:
     if name == "yolov8":
         size = 64 if QUICK else 640
         pre = [Letterbox(size), Normalize(scale=1 / 255), HwcToChw()]
@@ -76,8 +81,115 @@ def pipeline_for(name: str, model: Any, providers: list[str], precision: str) ->
         pre += [Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], scale=1 / 255), HwcToChw()]
         post = [Softmax(), TopK(5)]
     return amdinfer.Pipeline(
-        preprocess=pre, engine=model, postprocess=post, backend="ort", providers=providers, precision=precision
+        preprocess=pre,
+        engine=model,
+        postprocess=post,
+        backend="ort",
+        providers=providers,
+        precision=precision,
+        device=device,
     )
+
+
+def _answers(result: Any) -> dict[str, np.ndarray]:
+    from amdinfer.serve._answers import result_tensors  # the served layout: one comparable dict per answer
+
+    return result_tensors(result)
+
+
+def _same_answers(a: list[Any], b: list[Any], atol: float = 1e-3) -> bool:
+    for x, y in zip(a, b, strict=True):
+        tx, ty = _answers(x), _answers(y)
+        if tx.keys() != ty.keys():
+            return False
+        for k in tx:
+            u, v = np.asarray(tx[k]), np.asarray(ty[k])
+            if u.shape != v.shape or not np.allclose(u.astype(np.float64), v.astype(np.float64), atol=atol):
+                return False
+    return True
+
+
+def _rate_threads(devices: list[int], work: Callable[[int, int], int], seconds: float) -> float:
+    """Items/s of one thread per device, each calling ``work(device, k)`` (k = its call count) for ``seconds``."""
+    import threading
+
+    done = dict.fromkeys(devices, 0)
+    errors: list[str] = []
+    stop = time.perf_counter() + seconds
+
+    def loop(d: int) -> None:
+        k = 0
+        try:
+            while time.perf_counter() < stop:
+                done[d] += work(d, k)
+                k += 1
+        except Exception as exc:  # reported, not raised in a thread
+            errors.append(f"device {d}: {type(exc).__name__}: {str(exc)[:200]}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=loop, args=(d,)) for d in devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return sum(done.values()) / (time.perf_counter() - t0)
+
+
+def multi_device(
+    device_sets: list[list[int]], ep: str, precision: str, torch: Any, batch: int, seconds: float, record: Any
+) -> None:
+    """Issue 25, item 2: a pipeline per GPU (a thread each) over host images of mixed sizes, and each GPU's engine
+    fed device tensors on its own GPU; items/s per device set, its ratio to the first set, answers against
+    device ``first``'s on the same images."""
+    rng = np.random.default_rng(1)
+    sizes = [(48, 64), (60, 100), (40, 40)] if QUICK else [(480, 640), (720, 1280), (1080, 1920)]
+    images = [rng.integers(0, 256, (*sizes[i % len(sizes)], 3), np.uint8) for i in range(3 * batch)]
+    chunks = [images[k : k + batch] for k in range(0, len(images), batch)]
+    everyone = sorted({d for s in device_sets for d in s})
+    for name in ("resnet50", "yolov8"):
+        model = models.resnet50() if name == "resnet50" else models.yolov8(image_size=64 if QUICK else 640)
+        pipes = {d: pipeline_for(name, model, [ep], precision, device=d) for d in everyone}
+        try:
+            first = everyone[0]
+            reference = [pipes[first].run_batch(c) for c in chunks]
+            engine0 = pipes[first].engine
+            spec = engine0.inputs[0]
+            shape = (batch, *(int(x) if isinstance(x, int) else 640 for x in spec.shape[1:]))
+            dev = {d: rng.random(shape, dtype=np.float32) for d in everyone}
+            if torch is not None:
+                dev = {d: torch.from_numpy(x).to(f"cuda:{d}") for d, x in dev.items()}
+            base = None
+            for devs in device_sets:
+                row: dict[str, Any] = {"case": "multi-device", "model": name, "devices": devs, "batch": batch}
+                row["same_answers_as_device_" + str(first)] = all(
+                    _same_answers(pipes[d].run_batch(c), ref) for d in devs for c, ref in zip(chunks, reference)
+                )
+                for d in devs:  # warm every chunk shape once per device
+                    for c in chunks:
+                        pipes[d].run_batch(c)
+
+                def host(d: int, k: int) -> int:
+                    chunk = chunks[(k + d) % len(chunks)]
+                    pipes[d].run_batch(chunk)
+                    return len(chunk)
+
+                def device(d: int, k: int) -> int:
+                    pipes[d].engine.run({spec.name: dev[d]})
+                    return batch
+
+                row["host_mixed_img_s"] = round(_rate_threads(devs, host, seconds), 1)
+                row["device_tensors_img_s"] = round(_rate_threads(devs, device, seconds), 1)
+                if base is None:
+                    base = row
+                else:
+                    for k in ("host_mixed_img_s", "device_tensors_img_s"):
+                        row[k + "_vs_first_set"] = round(row[k] / base[k], 2)
+                record(row)
+        finally:
+            for p in pipes.values():
+                p.close()
 
 
 def trained_pipeline(path: str, providers: list[str], precision: str) -> amdinfer.Pipeline:
@@ -116,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trained", default=None, help="a trained Ultralytics YOLO export (batch 1 is made dynamic)")
     p.add_argument("--pages", default=None, help=".npz of uint8 RGB images per size key 'HxW' for --trained")
     p.add_argument("--only", default=None, help="comma-separated model names to run (yolov8,resnet50,trained)")
+    p.add_argument(
+        "--devices",
+        nargs="+",
+        default=None,
+        help="instead of the one-GPU table: a pipeline and an engine per listed GPU, e.g. --devices 0 0,1 "
+        "(issue 25: host images of mixed sizes and device tensors on each GPU, answers against the first GPU's)",
+    )
+    p.add_argument("--seconds", type=float, default=1.0 if QUICK else 5.0, help="--devices: seconds per rate")
     args = p.parse_args(argv)
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -152,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             row[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
     b = args.batch
+    if args.devices:
+        sets = [[int(d) for d in text.split(",")] for text in args.devices]
+        multi_device(sets, ep, precision, torch, b, args.seconds, record)
+        return 0
     sizes = [(48, 64), (60, 100)] if QUICK else [(480, 640), (1080, 1920)]
     rng = np.random.default_rng(0)
     names = ["yolov8", "resnet50"] + (["trained"] if args.trained else [])
