@@ -54,8 +54,10 @@ for part in ${PARTS:-ocr cudashm nvjpeg onegpu}; do
     multigpu)  # issue 25, item 2 on this machine's GPUs: a pipeline per GPU, mixed-size host images, device tensors
         sets="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && sets="0 0,1"
         python3 benchmarks/pipeline_gpu.py --devices $sets --out "$OUT/multigpu" 2>&1 | tail -8 ;;
-    onegpu)  # issue 25 on a one-GPU machine: the two-GPU script's served rows with --devices 0 only
-        PYTHONPATH="$HOME/site:$HOME/servesite:$PWD" python3 benchmarks/serving.py gpu --device-sets 0 \
+    onegpu)  # issue 25: the served rows with --devices 0 (and 0,1 where the machine has two GPUs)
+        sets="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && sets="0 0,1"
+        yolo=(); [ -f .carry/yolov8n-doclaynet.onnx ] && yolo=(--yolo .carry/yolov8n-doclaynet.onnx)
+        PYTHONPATH="$HOME/site:$HOME/servesite:$PWD" python3 benchmarks/serving.py gpu --device-sets $sets "${yolo[@]}" \
             --gpu-clients 16 64 --client-procs 4 --seconds 4 --out "$OUT/onegpu" 2>&1 | tail -20 ;;
     esac
     echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"

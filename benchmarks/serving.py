@@ -10,7 +10,8 @@ Three commands:
   fed to the engine on device 1 while device 0 is current (DLPack export under the tensor's device);
   (2) two engines with CUDA graphs run from two threads at once (the capture gate), against each one's
   own results; (3) ResNet-50 fp16 (uint8 NHWC in) engine rate on host batches of 64, against the rate
-  served over gRPC with batching, on one GPU and on two (``--devices 0`` vs ``0,1``).
+  served with batching over gRPC and gRPC with system shared memory, on each ``--device-sets`` entry (``0`` vs
+  ``0,1``), and the same for the trained YOLOv8n of ``--yolo PATH`` (issue 25).
 
 * ``gpu1``: one GPU, one run (``benchmarks/serving_h200.sh`` on the H200): the engine's own rate
   (``engine.run`` on host batches at each ``--batch-buckets`` size and 64; the YOLO engine and its JPEG
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -690,40 +692,52 @@ def cmd_gpu(a: argparse.Namespace) -> None:
             record(row)
     if "serve" in a.parts:
         x = np.random.default_rng(0).integers(0, 255, (a.request_items, 224, 224, 3), dtype=np.uint8)
-        for devices in a.device_sets:
+        served: list[tuple[str, Path, Any, str]] = [("resnet50", path, x, "images")]
+        if a.yolo:  # issue 25: the trained YOLOv8n too (its own fixed batch: one page per request)
+            graph_input = onnx.load(a.yolo, load_external_data=False).graph.input[0]
+            dims = [d.dim_value or 1 for d in graph_input.type.tensor_type.shape.dim]
+            xy = np.random.default_rng(1).random(dims, dtype=np.float32)
+            served.append(("yolo", Path(a.yolo), xy, graph_input.name))
+        for (model_name, model_path, xm, input_name), devices in itertools.product(served, a.device_sets):
+            _serve_gpu_rows(a, model_name, model_path, xm, input_name, devices, torch is not None)
+
+
+def _serve_gpu_rows(
+    a: argparse.Namespace, name: str, path: Path, x: Any, input_name: str, devices: str, preload_torch: bool
+) -> None:
+    """``gpu``: one served model on ``devices``, over plain gRPC and gRPC with system shared memory."""
+    try:
+        server = ServerProcess(
+            path,
+            name,
+            providers=a.provider,
+            precision="fp16",
+            devices=devices,
+            max_batch_size=64,
+            max_delay_ms=a.delay_ms,
+            preload_torch=preload_torch,
+            extra=("--batch-buckets", a.batch_buckets) if a.batch_buckets and name == "resnet50" else (),
+        )
+    except Exception as exc:
+        record(
+            {"case": "served", "model": name, "devices": devices, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+        )
+        return
+    try:
+        for protocol, clients in itertools.product(["grpc", "grpc-shm"], a.gpu_clients):
+            row = {"case": "served", "model": name, "devices": devices, "protocol": protocol, "clients": clients}
+            row["items_per_request"] = len(x)
             try:
-                server = ServerProcess(
-                    path,
-                    "resnet50",
-                    providers=a.provider,
-                    precision="fp16",
-                    devices=devices,
-                    max_batch_size=64,
-                    max_delay_ms=a.delay_ms,
-                    preload_torch=torch is not None,
-                    extra=("--batch-buckets", a.batch_buckets) if a.batch_buckets else (),
+                outs = output_specs(server, name, len(x)) if protocol.endswith("-shm") else ()
+                row.update(
+                    load(server, protocol, name, x, input_name, clients, a.seconds, a.client_procs, a.warmup, outs)
                 )
+                row["mean_batch"] = round(server.mean_batch(name), 1)
             except Exception as exc:
-                record({"case": "served", "devices": devices, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"})
-                continue
-            try:
-                for clients in a.gpu_clients:
-                    row = {
-                        "case": "served",
-                        "devices": devices,
-                        "protocol": "grpc",
-                        "clients": clients,
-                        "items_per_request": a.request_items,
-                    }
-                    row.update(
-                        load(server, "grpc", "resnet50", x, "images", clients, a.seconds, a.client_procs, a.warmup)
-                    )
-                    row["mean_batch"] = round(server.mean_batch("resnet50"), 1)
-                    record(row)
-            except Exception as exc:
-                record({"case": "served", "devices": devices, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            finally:
-                server.stop()
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            record(row)
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------ gpu1
@@ -1165,7 +1179,7 @@ def main() -> None:
     p.add_argument("--device-sets", nargs="+", default=["0", "0,1"], help="gpu: --devices of each served run")
     p.add_argument("--engine-batch", type=int, default=64, help="gpu: batch of the engine-rate loop")
     p.add_argument("--batch-buckets", default="8,16,32,64", help="gpu: the server's --batch-buckets ('' for none)")
-    p.add_argument("--yolo", help="gpu1: the trained YOLOv8n .onnx (tests/_trained.model_path())")
+    p.add_argument("--yolo", help="gpu, gpu1: the trained YOLOv8n .onnx (tests/_trained.model_path())")
     p.add_argument("--cpu-smoke", action="store_true", help="gpu1: every row on the CPU with a tiny CNN")
     p.add_argument("--workers", type=int, default=4, help="gpu1: N of --workers-per-device N (when the flag exists)")
     p.add_argument("--canary", type=float, default=0.01, help="gpu1: --verify-sample of the canary rows")
