@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from ..engines.base import Engine
-from ..errors import InputError, OptionError
+from ..errors import InputError, ModelError, OptionError
 from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
 from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, fuse_ctc
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
+
+log = logging.getLogger(__name__)
 
 #: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
 _CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
@@ -229,7 +232,12 @@ def _build(
         raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
     det_pad, line_resize = DetPad(1), TextResize(rec_height, rec_width, grow=True)  # buckets set once loaded
     int8_rec = quantizers.get("rec") is not None or load_options.get("precision") == "int8"
-    rec_model = fuse_ctc(rec) if options["fuse_ctc"] and not int8_rec and not isinstance(rec, Engine) else rec
+    rec_model = rec
+    if options["fuse_ctc"] and not int8_rec and not isinstance(rec, Engine):
+        try:
+            rec_model = fuse_ctc(rec)
+        except ModelError as exc:  # an output layout fuse_ctc does not know: CtcDecode decodes the probabilities
+            log.info("ocr: the recogniser runs without CTC in its graph (%s)", exc)
     subs: list[SubPipeline] = []
     chars = charset
     if chars is None:

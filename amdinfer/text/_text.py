@@ -317,26 +317,26 @@ def fuse_ctc(model: Any) -> onnx.ModelProto:
     proto.CopyFrom(ModelSource.from_any(model).proto)
     outputs = list(proto.graph.output)
     dims = outputs[0].type.tensor_type.shape.dim if len(outputs) == 1 else []
-    if len(outputs) != 1 or len(dims) != 3:
+    if len(dims) != 3:
         raise ModelError(f"fuse_ctc: got outputs {[o.name for o in outputs]}, expected one (N, T, classes) output")
-    probs = outputs[0].name
-    n, t = (d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[:2])
-    proto.graph.node.extend(
-        [
-            helper.make_node("ArgMax", [probs], [CTC_INDEX], axis=2, keepdims=0, name="amdinfer_ctc_argmax"),
-            helper.make_node("ReduceMax", [probs], [CTC_BEST], axes=[2], keepdims=0, name="amdinfer_ctc_max")
-            if _opset(proto) < 18
-            else helper.make_node("ReduceMax", [probs, "amdinfer_ctc_axes"], [CTC_BEST], keepdims=0),
-        ]
+    probs, opset = outputs[0].name, _opset(proto)
+    steps = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[:2]]
+    reduce_max = (
+        helper.make_node("ReduceMax", [probs], [CTC_BEST], axes=[2], keepdims=0, name="amdinfer_ctc_max")
+        if opset < 18
+        else helper.make_node(
+            "ReduceMax", [probs, "amdinfer_ctc_axes"], [CTC_BEST], keepdims=0, name="amdinfer_ctc_max"
+        )
     )
-    if _opset(proto) >= 18:
+    argmax = helper.make_node("ArgMax", [probs], [CTC_INDEX], axis=2, keepdims=0, name="amdinfer_ctc_argmax")
+    proto.graph.node.extend([argmax, reduce_max])
+    if opset >= 18:
         proto.graph.initializer.append(helper.make_tensor("amdinfer_ctc_axes", TensorProto.INT64, [1], [2]))
     del proto.graph.output[:]
-    elem = outputs[0].type.tensor_type.elem_type
     proto.graph.output.extend(
         [
-            helper.make_tensor_value_info(CTC_INDEX, TensorProto.INT64, [n, t]),
-            helper.make_tensor_value_info(CTC_BEST, elem, [n, t]),
+            helper.make_tensor_value_info(CTC_INDEX, TensorProto.INT64, steps),
+            helper.make_tensor_value_info(CTC_BEST, outputs[0].type.tensor_type.elem_type, steps),
         ]
     )
     return proto

@@ -350,3 +350,15 @@ def test_fuse_ctc_refuses_other_outputs_and_decode_checks_the_charset():
     decode = CtcDecode(["a"])
     with pytest.raises(InputError, match=r"ctc: class 5 decoded, the character set has 1 \(\+ blank\)"):
         decode(Sample({"ctc_index": np.array([5]), "ctc_best": np.array([0.9], np.float32)}))
+
+
+def test_ocr_keeps_the_probabilities_of_a_recogniser_fuse_ctc_does_not_know():
+    from onnx import TensorProto, helper
+
+    two = _softmax_model()
+    two.graph.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 7]))
+    with amdinfer.ocr(tiny_cnn(), two, charset=list("abcdef"), **CPU) as pipe:
+        assert not pipe.ctc_in_graph
+    with amdinfer.ocr(tiny_cnn(), _softmax_model(), charset=list("abcdef"), **CPU) as pipe:
+        assert pipe.ctc_in_graph
+        assert [o.name for o in pipe.steps[-1].engine.outputs] == ["ctc_index", "ctc_best"]
