@@ -24,7 +24,7 @@ from ._files import check_path, read_regular
 from .errors import ModelError, OptionError
 from .types import Dim, TensorSpec
 
-__all__ = ["ModelLike", "ModelSource", "graphs_of", "min_ir_version", "onnx_dtype_to_numpy"]
+__all__ = ["ModelLike", "ModelSource", "ai_onnx_opset", "graphs_of", "min_ir_version", "onnx_dtype_to_numpy"]
 
 log = logging.getLogger("amdinfer.model")
 
@@ -50,6 +50,17 @@ def graphs_of(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
             for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 out += graphs_of(sub)
     return out
+
+
+def ai_onnx_opset(model: onnx.ModelProto) -> int:
+    """The model's opset of the default ONNX domain (``""`` or ``"ai.onnx"``); 0 when it imports none.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> ai_onnx_opset(tiny_cnn()) > 0
+        True
+    """
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def onnx_dtype_to_numpy(elem_type: int) -> np.dtype:

@@ -25,7 +25,7 @@ import onnx
 
 from .._install import pip_extra
 from ..errors import BackendUnavailableError, ModelError, OptionError
-from ..model import ModelSource
+from ..model import ModelSource, ai_onnx_opset
 
 __all__ = ["WEIGHTED_OPS", "fix_negative_dims", "prepare_model", "tail_nodes", "weighted_layers"]
 
@@ -38,10 +38,6 @@ WEIGHTED_OPS: tuple[str, ...] = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 MIN_QDQ_OPSET = 13
 
 _IR_RE = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
-
-
-def _ai_onnx_opset(proto: onnx.ModelProto) -> int:
-    return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def _name_nodes(proto: onnx.ModelProto) -> int:
@@ -235,7 +231,7 @@ def prepare_model(model: Any, *, min_opset: int = MIN_QDQ_OPSET, optimize: bool 
         raise OptionError(f"min_opset: got {min_opset!r}, expected a positive int")
     proto = onnx.ModelProto()
     proto.CopyFrom(src.proto)
-    opset = _ai_onnx_opset(proto)
+    opset = ai_onnx_opset(proto)
     if opset == 0:
         raise ModelError(f"model {src.name}: imports no ai.onnx opset; expected a standard ONNX model")
     if any(n.op_type == "Constant" for n in proto.graph.node) and not optimize:

@@ -311,7 +311,7 @@ def fuse_ctc(model: Any) -> onnx.ModelProto:
     """
     from onnx import TensorProto, helper
 
-    from ..model import ModelSource
+    from ..model import ModelSource, ai_onnx_opset
 
     proto = onnx.ModelProto()
     proto.CopyFrom(ModelSource.from_any(model).proto)
@@ -319,7 +319,7 @@ def fuse_ctc(model: Any) -> onnx.ModelProto:
     dims = outputs[0].type.tensor_type.shape.dim if len(outputs) == 1 else []
     if len(dims) != 3:
         raise ModelError(f"fuse_ctc: got outputs {[o.name for o in outputs]}, expected one (N, T, classes) output")
-    probs, opset = outputs[0].name, _opset(proto)
+    probs, opset = outputs[0].name, ai_onnx_opset(proto)
     steps = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[:2]]
     reduce_max = (
         helper.make_node("ReduceMax", [probs], [CTC_BEST], axes=[2], keepdims=0, name="amdinfer_ctc_max")
@@ -340,10 +340,6 @@ def fuse_ctc(model: Any) -> onnx.ModelProto:
         ]
     )
     return proto
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 class ClsRotate(Gather):
