@@ -172,27 +172,20 @@ def main() -> None:
         out["stages_s_per_page"] = _stage_times(pipe, paths, args.repeat)
     out["ctc_in_graph"] = pipe.ctc_in_graph
     pipe.close()
+
+    def variant(label: str, extra: dict[str, Any]) -> dict[str, Any]:
+        """amdinfer.ocr with ``extra`` options: its rates, whether its lines are the defaults', time per stage."""
+        with amdinfer.ocr(m["det"], m["rec"], m["cls"], **load, **extra) as v:
+            t = _time_cascade(v, paths, args.repeat)
+            row = {"call_pages_s": n / t["call_s"], "map_pages_s": n / t["map_s"]}
+            row.update(same_lines=t["texts"] == ours["texts"], stages_s_per_page=_stage_times(v, paths, args.repeat))
+        print(label, row, flush=True)
+        return row
+
     if args.plain_ctc:
-        with amdinfer.ocr(m["det"], m["rec"], m["cls"], fuse_ctc=False, **load) as plain:
-            t = _time_cascade(plain, paths, args.repeat)
-            out["plain_ctc"] = {
-                "call_pages_s": n / t["call_s"],
-                "map_pages_s": n / t["map_s"],
-                "same_lines": t["texts"] == ours["texts"],
-                "stages_s_per_page": _stage_times(plain, paths, args.repeat),
-            }
-        print("plain_ctc", out["plain_ctc"], flush=True)
+        out["plain_ctc"] = variant("plain_ctc", {"fuse_ctc": False})
     if args.variants:
-        out["variants"] = {}
-        for label, extra in VARIANTS:
-            with amdinfer.ocr(m["det"], m["rec"], m["cls"], **load, **extra) as v:
-                t = _time_cascade(v, paths, args.repeat)
-                out["variants"][label] = {
-                    "call_pages_s": n / t["call_s"],
-                    "same_lines": t["texts"] == ours["texts"],
-                    "stages_s_per_page": _stage_times(v, paths, args.repeat),
-                }
-            print(label, out["variants"][label], flush=True)
+        out["variants"] = {label: variant(label, extra) for label, extra in VARIANTS}
     if args.int8:
         with amdinfer.ocr(m["det"], m["rec"], m["cls"], precision="int8", calibration=paths, **load) as q:
             int8 = _time_cascade(q, paths, args.repeat)
