@@ -31,6 +31,7 @@ export PYTHONPATH="$HOME/site:$HOME/tsite:$PWD"
 export AMDINFER_CACHE_DIR=${AMDINFER_CACHE_DIR:-$HOME/amdinfer-cache}
 export ORT_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+SETS="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && SETS="0 0,1"  # issue 25's device sets: both where two GPUs are
 set +e  # one part failing must not stop the others
 for part in ${PARTS:-ocr cudashm nvjpeg onegpu}; do
     start=$(date +%s)
@@ -52,12 +53,10 @@ for part in ${PARTS:-ocr cudashm nvjpeg onegpu}; do
         OUT="$OUT/nvjpeg" bash benchmarks/serving_h200.sh --configs jpeg-nvjpeg \
             --gpu-clients 64 --client-procs 4 --seconds 4 --engine-seconds 1 2>&1 | tail -20 ;;
     multigpu)  # issue 25, item 2 on this machine's GPUs: a pipeline per GPU, mixed-size host images, device tensors
-        sets="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && sets="0 0,1"
-        python3 benchmarks/pipeline_gpu.py --devices $sets --out "$OUT/multigpu" 2>&1 | tail -8 ;;
+        python3 benchmarks/pipeline_gpu.py --devices $SETS --out "$OUT/multigpu" 2>&1 | tail -8 ;;
     onegpu)  # issue 25: the served rows with --devices 0 (and 0,1 where the machine has two GPUs)
-        sets="0"; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && sets="0 0,1"
         yolo=(); [ -f .carry/yolov8n-doclaynet.onnx ] && yolo=(--yolo .carry/yolov8n-doclaynet.onnx)
-        PYTHONPATH="$HOME/site:$HOME/servesite:$PWD" python3 benchmarks/serving.py gpu --device-sets $sets "${yolo[@]}" \
+        PYTHONPATH="$HOME/site:$HOME/servesite:$PWD" python3 benchmarks/serving.py gpu --device-sets $SETS "${yolo[@]}" \
             --gpu-clients 16 64 --client-procs 4 --seconds 4 --out "$OUT/onegpu" 2>&1 | tail -20 ;;
     esac
     echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"

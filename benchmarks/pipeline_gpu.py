@@ -163,12 +163,9 @@ def multi_device(
             base = None
             for devs in device_sets:
                 row: dict[str, Any] = {"case": "multi-device", "model": name, "devices": devs, "batch": batch}
-                row["same_answers_as_device_" + str(first)] = all(
-                    _same_answers(pipes[d].run_batch(c), ref) for d in devs for c, ref in zip(chunks, reference)
-                )
-                for d in devs:  # warm every chunk shape once per device
-                    for c in chunks:
-                        pipes[d].run_batch(c)
+                # every chunk on every device once: the answers to compare, and each device's warm-up
+                answers = [(pipes[d].run_batch(c), ref) for d in devs for c, ref in zip(chunks, reference)]
+                row["same_answers_as_device_" + str(first)] = all(_same_answers(a, ref) for a, ref in answers)
 
                 def host(d: int, k: int) -> int:
                     chunk = chunks[(k + d) % len(chunks)]
