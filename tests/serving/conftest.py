@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from _servers import free_port, wait_until_ready
 
-__all__ = ["RunningServer", "free_port", "running_server"]
+__all__ = ["RunningServer", "bytes_input", "free_port", "running_server"]
 
 # Ray (2.60) turns token authentication on and, without a token in the environment, writes a new one to
 # ~/.ray/auth_token. Give every Ray process of this session a fresh token through the environment instead,
@@ -96,3 +97,18 @@ def assert_output_in_region(result: Any, http: bool, region: str, nbytes: int) -
     else:
         assert meta.parameters["shared_memory_region"].string_param == region
         assert list(result.get_response().raw_output_contents) == [b""]
+
+
+def bytes_input(client: Any, items: list[bytes], name: str = "images", column: bool = False) -> Any:
+    """A tritonclient ``BYTES`` input holding one encoded file per element, shape ``[N]`` (``[N, 1]`` with
+    ``column``): REST (``tritonclient.http``) as binary data, gRPC as length-prefixed ``raw_input_contents``."""
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    if column:
+        arr = arr[:, None]
+    inp = client.InferInput(name, list(arr.shape), "BYTES")
+    if client.__name__.endswith(".http"):
+        inp.set_data_from_numpy(arr, binary_data=True)
+    else:
+        inp.set_data_from_numpy(arr)
+    return inp

@@ -32,7 +32,7 @@ Image = pytest.importorskip("PIL.Image", reason="needs Pillow to encode the test
 
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from .conftest import free_port, running_server  # noqa: E402
+from .conftest import bytes_input, free_port, running_server  # noqa: E402
 
 # Built the same way in the server and here (seeded models, Pillow as the decoder on both sides).
 RECIPES = textwrap.dedent(
@@ -134,24 +134,12 @@ FILES = [
 ]
 
 
-def _bytes(items: list[bytes], column: bool = False) -> np.ndarray:
-    arr = np.empty(len(items), dtype=object)
-    arr[:] = items
-    return arr[:, None] if column else arr
-
-
 def _http(items: list[bytes], name: str = "images", column: bool = False):
-    arr = _bytes(items, column)
-    inp = httpclient.InferInput(name, list(arr.shape), "BYTES")
-    inp.set_data_from_numpy(arr, binary_data=True)
-    return inp
+    return bytes_input(httpclient, items, name, column)
 
 
 def _grpc(items: list[bytes], name: str = "images", column: bool = False):
-    arr = _bytes(items, column)
-    inp = grpcclient.InferInput(name, list(arr.shape), "BYTES")
-    inp.set_data_from_numpy(arr)  # raw_input_contents, length-prefixed
-    return inp
+    return bytes_input(grpcclient, items, name, column)
 
 
 def _check_detections(result: Any, pipe: Any, files: list[bytes]) -> None:

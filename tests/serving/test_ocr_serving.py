@@ -24,23 +24,12 @@ pytest.importorskip("cv2", reason="the OCR stages need OpenCV (the serve session
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ocr"))
 from _models import DATA, PAGES, golden, models  # noqa: E402
 
-from .conftest import free_port, running_server  # noqa: E402
+from .conftest import bytes_input, free_port, running_server  # noqa: E402
 
 MODELS = models()
 pytestmark = pytest.mark.skipif(MODELS is None, reason="needs rapidocr==3.10.0 installed --no-deps (nox -s serve)")
 #: two pages of different sizes per request, with lines on both
 FILES = [(DATA / name).read_bytes() for name in PAGES[:2]]
-
-
-def _items(kind, files: list[bytes]):
-    arr = np.empty(len(files), dtype=object)
-    arr[:] = files
-    inp = kind.InferInput("images", [len(files)], "BYTES")
-    if kind is httpclient:
-        inp.set_data_from_numpy(arr, binary_data=True)
-    else:
-        inp.set_data_from_numpy(arr)
-    return inp
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +75,11 @@ def test_metadata_says_pages_in_as_bytes(server) -> None:
 
 def test_rest_answers_the_lines_of_each_page_in_reading_order(server, local) -> None:
     assert sum(len(p) for p in local) >= 10  # the pages have lines
-    _check(httpclient.InferenceServerClient(server.http).infer("ocr", [_items(httpclient, FILES)]), local)
+    _check(httpclient.InferenceServerClient(server.http).infer("ocr", [bytes_input(httpclient, FILES)]), local)
 
 
 def test_grpc_answers_the_same(server, local) -> None:
-    _check(grpcclient.InferenceServerClient(server.grpc).infer("ocr", [_items(grpcclient, FILES)]), local)
+    _check(grpcclient.InferenceServerClient(server.grpc).infer("ocr", [bytes_input(grpcclient, FILES)]), local)
 
 
 def test_ocr_without_rec_is_a_one_line_error() -> None:
