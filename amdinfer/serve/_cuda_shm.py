@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
-import mmap
 import os
 import sys
 import threading
@@ -41,6 +40,8 @@ __all__ = [
     "RuntimeIpc",
     "host_handle",
     "load_device_ipc",
+    "pread_exact",
+    "pwrite_all",
 ]
 
 #: ``CUDA_IPC_HANDLE_SIZE`` (and ``HIP_IPC_HANDLE_SIZE``).
@@ -123,9 +124,9 @@ class DeviceRegion:
         ...     def read(self, offset, size): return memoryview(bytes(range(offset, offset + size)))
         ...     def close(self): pass
         >>> region = DeviceRegion(CudaRegionStatus("g", bytes(64), 0, 16), (0, 0), Fake())
-        >>> bytes(region.read(region.window("input 'x'", 4, 4)[0], 4))
+        >>> bytes(region.read("input 'x'", 4, 4))
         b'\\x04\\x05\\x06\\x07'
-        >>> region.window("input 'x'", 12, 8)
+        >>> region.read("input 'x'", 12, 8)
         Traceback (most recent call last):
         ...
         amdinfer.errors.InputError: input 'x': offset 12 + byte_size 8 = 20 runs past region 'g' (16 bytes)
@@ -143,23 +144,71 @@ class DeviceRegion:
             )
         return offset, offset + size
 
-    def read(self, start: int, size: int) -> memoryview:
-        with self._lock:
-            if self.memory is None:
-                raise InputError(f"CUDA shared-memory region {self.spec.name!r} was unregistered")
-            return self.memory.read(start, size)
+    def check(self, where: str, offset: int, size: int) -> None:
+        self.window(where, offset, size)
 
-    def write(self, start: int, array: np.ndarray) -> None:
+    def read(self, where: str, offset: int, size: int) -> memoryview:
+        start, _ = self.window(where, offset, size)
         with self._lock:
-            if self.memory is None:
-                raise InputError(f"CUDA shared-memory region {self.spec.name!r} was unregistered")
-            self.memory.write(start, array)
+            return self._memory(where).read(start, size)
+
+    def write(self, where: str, offset: int, size: int, array: np.ndarray) -> None:
+        start, _ = self.window(where, offset, size)
+        with self._lock:
+            self._memory(where).write(start, array)
+
+    def _memory(self, where: str) -> Any:
+        if self.memory is None:
+            raise InputError(f"{where}: CUDA shared-memory region {self.spec.name!r} was unregistered")
+        return self.memory
 
     def close(self) -> None:
         with self._lock:
             memory, self.memory = self.memory, None
         if memory is not None:
             memory.close()
+
+
+def pread_exact(fd: int, offset: int, size: int) -> tuple[np.ndarray, int]:
+    """``size`` bytes at ``offset`` of the file ``fd`` read into a fresh buffer, and how many bytes were there.
+
+    A read system call never faults: from a file that shrank (a shared-memory object its owner truncated)
+    it returns short. A mapping of the same file is no such thing: touching a page past its new end is
+    SIGBUS, which kills the whole server, every other client's requests with it.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryFile() as f:
+        ...     _ = f.write(bytes(range(10))); f.flush()
+        ...     buf, got = pread_exact(f.fileno(), 6, 8)
+        >>> got, buf[:got].tolist()
+        (4, [6, 7, 8, 9])
+    """
+    buf = np.empty(size, np.uint8)
+    view, got = memoryview(buf), 0
+    while got < size:  # a regular file reads short only at its end; large reads come in pieces of 2 GiB
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            break
+        got += n
+    return buf, got
+
+
+def pwrite_all(fd: int, offset: int, data: np.ndarray) -> None:
+    """Write ``data``'s bytes at ``offset`` of the file ``fd`` (a write past a shrunk end grows the file
+    again, it never faults, unlike a store through a mapping).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryFile() as f:
+        ...     pwrite_all(f.fileno(), 2, np.array([7, 8], np.uint8))
+        ...     _ = f.seek(0); f.read()
+        b'\\x00\\x00\\x07\\x08'
+    """
+    raw = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(raw):
+        done += os.pwrite(fd, raw[done:], offset + done)
 
 
 @dataclass(frozen=True)
@@ -341,24 +390,42 @@ class HostIpc:
         try:
             if os.fstat(fd).st_size < byte_size:
                 raise InputError(f"{where}: byte_size {byte_size} is larger than the memory of raw_handle")
-            return _HostMemory(mmap.mmap(fd, byte_size))
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return _HostMemory(fd, where, byte_size)
 
 
 class _HostMemory:
-    def __init__(self, mm: mmap.mmap) -> None:
-        self.mm = mm
+    """The stand-in's memory: ``pread``/``pwrite`` of the object (no mapping: a shrink must not be SIGBUS)."""
+
+    def __init__(self, fd: int, where: str, byte_size: int) -> None:
+        self.fd, self.where, self.byte_size = fd, where, byte_size
+
+    def _check(self) -> None:
+        size = os.fstat(self.fd).st_size
+        if size < self.byte_size:
+            raise InputError(
+                f"{self.where}: registered as {self.byte_size} bytes, but the memory of raw_handle has shrunk to "
+                f"{size} bytes"
+            )
 
     def read(self, offset: int, size: int) -> memoryview:
-        return memoryview(self.mm[offset : offset + size]).toreadonly()
+        self._check()
+        buf, got = pread_exact(self.fd, offset, size)
+        if got < size:
+            raise InputError(
+                f"{self.where}: registered as {self.byte_size} bytes, but the memory of raw_handle has shrunk to "
+                f"{offset + got} bytes"
+            )
+        return memoryview(buf).toreadonly()
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        self.mm[offset : offset + raw.nbytes] = raw.tobytes()
+        self._check()
+        pwrite_all(self.fd, offset, data)
 
     def close(self) -> None:
-        self.mm.close()
+        os.close(self.fd)
 
 
 def load_device_ipc() -> DeviceIpc:

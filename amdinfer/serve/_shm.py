@@ -2,26 +2,33 @@
 
 A client creates a POSIX shared-memory object (``tritonclient.utils.shared_memory``), registers a window of
 it under a name, and then names that region (with an offset and a byte size) instead of sending a tensor's
-bytes. The server maps the object read/write, checks every access against the registered window, views
-inputs with ``np.frombuffer`` (read-only, no copy) and writes outputs into it.
+bytes. The server opens the object, checks every access against the registered window, reads each input
+into a fresh buffer with ``pread`` (one copy, no socket) and writes outputs with ``pwrite``.
+
+Why not a mapping, which would save that copy: the client owns the object and can shrink it at any time
+(``ftruncate``); a mapped page past the new end is SIGBUS on first touch, and the engine touches input pages
+long after any size check, so one client could kill the server and every other client's requests. A read or
+write system call cannot fault that way: a shrunk object reads short, and that request alone is refused
+(``InputError``, 400 / ``INVALID_ARGUMENT``) naming the tensor, the region and its registered and current
+sizes.
 
 The registrations live in a folder (one small file per region), so that every server process of
-``amdinfer serve --devices 0,1`` sees what a client registered through any of them; each process maps a
-region on first use and notices an unregistration at the next access. CUDA regions (Triton's CUDA
+``amdinfer serve --devices 0,1`` sees what a client registered through any of them; each process opens a
+region's object on first use and notices an unregistration at the next access. CUDA regions (Triton's CUDA
 shared-memory extension, :mod:`._cuda_shm`) share the folder and the names: a name is one region of either
 kind, and a tensor names either the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import mmap
 import os
 import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +36,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ._cuda_shm import CudaRegionStatus, DeviceIpc, DeviceRegion, load_device_ipc
+from ._cuda_shm import CudaRegionStatus, DeviceIpc, DeviceRegion, load_device_ipc, pread_exact, pwrite_all
 
 __all__ = [
     "REGION",
+    "MAX_NAME_BYTES",
     "REGISTRY_ENV",
     "RegionStatus",
     "SharedMemoryRegistry",
+    "check_region_name",
     "read_shared_inputs",
     "shm_reference",
     "uses_shm",
@@ -47,6 +56,7 @@ REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "sha
 #: The folder of registrations shared by the server processes of one ``amdinfer serve`` (set by the supervisor).
 REGISTRY_ENV = "AMDINFER_SHM_REGISTRY"
 SHM_FOLDER = Path("/dev/shm")
+#: The longest region name (UTF-8 bytes); a registration is a file named by the name in hex.
 MAX_NAME_BYTES = 100
 _DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
            "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
@@ -105,8 +115,13 @@ def _object_path(key: Any) -> Path:
     return SHM_FOLDER / name
 
 
-class _Mapped:
-    """One process's read/write mapping of a registered region (``offset + byte_size`` bytes of the object)."""
+class _Opened:
+    """One process's descriptor of a registered region's object (``offset + byte_size`` bytes of it).
+
+    Reads and writes are ``pread``/``pwrite`` under a lock (so that a close never meets a copy in flight and
+    a reused descriptor number is never read), each after an ``fstat`` that the object still holds the
+    registered window; a read that comes back short is an object that shrank meanwhile.
+    """
 
     def __init__(self, spec: RegionStatus, token: tuple[int, int]) -> None:
         path = _object_path(spec.key)
@@ -114,7 +129,7 @@ class _Mapped:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             raise InputError(
-                f"region {spec.name!r}: no shared-memory object {spec.key!r} ({path}); create it first, e.g. "
+                f"region {spec.name!r}: no shared-memory object {spec.key!r}; create it first, e.g. "
                 "with tritonclient.utils.shared_memory.create_shared_memory_region"
             ) from None
         except OSError as exc:
@@ -129,11 +144,13 @@ class _Mapped:
                     f"region {spec.name!r}: offset {spec.offset} + byte_size {spec.byte_size} = {end} runs past "
                     f"the end of {spec.key!r} ({info.st_size} bytes)"
                 )
-            self.mm = mmap.mmap(fd, end, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)  # mmap keeps its own descriptor
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd: int | None = fd
         self.spec = spec
         self.token = token
+        self._lock = threading.Lock()
 
     def window(self, where: str, offset: int, size: int) -> tuple[int, int]:
         """The absolute byte range of ``size`` bytes at ``offset`` into the region, bounds-checked."""
@@ -143,27 +160,61 @@ class _Mapped:
                 f"{where}: offset {offset} + byte_size {size} = {offset + size} runs past region {spec.name!r} "
                 f"({spec.byte_size} bytes)"
             )
-        # the object may have shrunk since registration: touching pages past its end would kill the server
-        if self.mm.size() < spec.offset + spec.byte_size:
-            raise InputError(
-                f"{where}: the shared-memory object {spec.key!r} of region {spec.name!r} shrank to "
-                f"{self.mm.size()} bytes after registration"
-            )
         return spec.offset + offset, spec.offset + offset + size
 
-    def read(self, start: int, size: int) -> memoryview:
-        return memoryview(self.mm)[start : start + size].toreadonly()
+    def _shrank(self, where: str, size: int, *, during: bool = False) -> InputError:
+        spec = self.spec
+        now = f"shrank during the read (it ended after {size} bytes)" if during else f"has shrunk to {size} bytes"
+        return InputError(
+            f"{where}: region {spec.name!r} was registered as {spec.offset + spec.byte_size} bytes of "
+            f"{spec.key!r} (offset {spec.offset} + byte_size {spec.byte_size}), but the object {now}"
+        )
 
-    def write(self, start: int, arr: np.ndarray) -> None:
-        target = np.ndarray(arr.shape, arr.dtype, buffer=self.mm, offset=start)
-        target[...] = arr
-        del target
+    def _checked_fd(self, where: str) -> int:
+        """The descriptor, once ``fstat`` says the object still holds the registered window (lock held)."""
+        if self.fd is None:
+            raise InputError(f"{where}: shared-memory region {self.spec.name!r} was unregistered")
+        size = os.fstat(self.fd).st_size
+        if size < self.spec.offset + self.spec.byte_size:
+            raise self._shrank(where, size)
+        return self.fd
+
+    def check(self, where: str, offset: int, size: int) -> None:
+        self.window(where, offset, size)
+        with self._lock:
+            self._checked_fd(where)
+
+    def read(self, where: str, offset: int, size: int) -> memoryview:
+        start, _ = self.window(where, offset, size)
+        with self._lock:
+            buf, got = pread_exact(self._checked_fd(where), start, size)
+        if got < size:  # shrunk between the fstat and the read
+            raise self._shrank(where, start + got, during=True)
+        return memoryview(buf).toreadonly()
+
+    def write(self, where: str, offset: int, size: int, arr: np.ndarray) -> None:
+        # a shrink after the fstat only makes pwrite grow the client's object again: no fault, no one else's bytes
+        start, _ = self.window(where, offset, size)
+        with self._lock:
+            pwrite_all(self._checked_fd(where), start, arr)
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except BufferError:  # a request still views it; the mapping goes when its last view does
-            pass
+        with self._lock:
+            fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _no_paths() -> Iterator[None]:
+    """A fault of the registry folder (full disk, removed folder) as an ``OSError`` without the file name: the
+    folder is the server's temporary path, which clients must not see."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        raise OSError(exc.errno, f"shared-memory registry: {exc.strerror}") from None
 
 
 class SharedMemoryRegistry:
@@ -190,8 +241,13 @@ class SharedMemoryRegistry:
         Traceback (most recent call last):
         ...
         amdinfer.errors.InputError: input 'x': offset 60 + byte_size 16 = 76 runs past region 'in0' (64 bytes)
+        >>> os.truncate("/dev/shm/" + block.name, 0)  # the client shrinks its object: this request fails alone
+        >>> registry.read("input 'x'", "in0", 0, 16)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': region 'in0' was registered as 64 bytes of '/...' (offset 0 + byte_size 64), but the object has shrunk to 0 bytes
         >>> registry.close(); block.close(); block.unlink()
-    """
+    """  # noqa: E501
 
     def __init__(
         self,
@@ -206,7 +262,7 @@ class SharedMemoryRegistry:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.enabled = bool(enabled)
         self.disabled_reason = disabled_reason or "system shared memory is turned off on this server"
-        self._mapped: dict[str, _Mapped | DeviceRegion] = {}
+        self._mapped: dict[str, _Opened | DeviceRegion] = {}
         self._lock = threading.Lock()
         self._ipc = device_ipc
 
@@ -235,14 +291,14 @@ class SharedMemoryRegistry:
                 too small for the window, or a name that is already registered.
         """
         self._check_enabled()
-        _check_name(name)
+        check_region_name("", name)
         for label, value, low in (("offset", offset, 0), ("byte_size", byte_size, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"region {name!r}: got {label}={value!r}, expected an int >= {low}")
         spec = RegionStatus(name, key, offset, byte_size)
         _object_path(key)
-        with self._lock:
-            self._record(spec, _Mapped(spec, (0, 0)))  # opens and size-checks the object first
+        with self._lock, _no_paths():
+            self._record(spec, _Opened(spec, (0, 0)))  # opens and size-checks the object first
         return spec
 
     def register_cuda(self, name: Any, raw_handle: Any, device_id: Any, byte_size: Any) -> CudaRegionStatus:
@@ -254,13 +310,13 @@ class SharedMemoryRegistry:
                 device this server does not see, a handle the runtime cannot open, a name already registered.
         """
         self._check_enabled()
-        _check_name(name)
+        check_region_name("", name)
         spec = CudaRegionStatus.check(name, raw_handle, device_id, byte_size)
-        with self._lock:
+        with self._lock, _no_paths():
             self._record(spec, self._open_device(spec, (0, 0)))
         return spec
 
-    def _record(self, spec: RegionStatus | CudaRegionStatus, mapped: _Mapped | DeviceRegion) -> None:
+    def _record(self, spec: RegionStatus | CudaRegionStatus, mapped: _Opened | DeviceRegion) -> None:
         """Write the registration (atomically, refusing a taken name) and keep this process's opening."""
         name = spec.name
         record = spec.to_record() if isinstance(spec, CudaRegionStatus) else spec.to_json()
@@ -303,11 +359,16 @@ class SharedMemoryRegistry:
 
         Returns:
             The names unregistered.
+
+        Raises:
+            InputError: the extension is off, or a name that no region can have (see :func:`check_region_name`).
         """
         self._check_enabled()
+        if name:
+            check_region_name("", name)
         names = [name] if name else [s.name for s in self.status(cuda=cuda)]
         gone = []
-        with self._lock:
+        with self._lock, _no_paths():
             for n in names:
                 if isinstance(self._read(n), CudaRegionStatus) != cuda:
                     continue
@@ -324,29 +385,35 @@ class SharedMemoryRegistry:
         one only.
 
         Raises:
-            InputError: ``name`` is not registered as a region of the kind.
+            InputError: ``name`` is not registered as a region of the kind, or no region can have it.
         """
         self._check_enabled()
         kind = CudaRegionStatus if cuda else RegionStatus
         if name:
-            spec = self._read(name)
+            check_region_name("", name)
+            with _no_paths():
+                spec = self._read(name)
             if not isinstance(spec, kind):
                 label = "a CUDA" if cuda else "a system"
                 raise InputError(f"region {name!r}: not registered as {label} shared-memory region; registered: "
                                  f"{self._names()}")  # fmt: skip
             return [spec]
-        specs = [self._read(bytes.fromhex(p.stem).decode()) for p in sorted(self.folder.glob("*.json"))]
+        with _no_paths():
+            specs = [self._read(bytes.fromhex(p.stem).decode()) for p in sorted(self.folder.glob("*.json"))]
         return [s for s in specs if isinstance(s, kind)]
 
     def read(self, where: str, region: str, offset: int, size: int) -> memoryview:
-        """A read-only view of ``size`` bytes at ``offset`` into ``region`` (no copy)."""
-        mapped = self._lookup(where, region)
-        start, _ = mapped.window(where, offset, size)
-        return mapped.read(start, size)
+        """``size`` bytes at ``offset`` into ``region``, read into a fresh buffer (a read-only view of it).
+
+        Raises:
+            InputError: the region is not registered, the window is outside it, or its object has shrunk
+                since registration (before or during the read).
+        """
+        return self._lookup(where, region).read(where, offset, size)
 
     def check(self, where: str, region: str, offset: int, size: int) -> None:
         """Check that ``region`` is registered and holds ``size`` bytes at ``offset`` (before a run)."""
-        self._lookup(where, region).window(where, offset, size)
+        self._lookup(where, region).check(where, offset, size)
 
     def write(self, where: str, region: str, offset: int, size: int, array: np.ndarray) -> int:
         """Copy ``array`` into ``region`` at ``offset``; the bytes written.
@@ -355,18 +422,18 @@ class SharedMemoryRegistry:
             InputError: the array is larger than ``size``, or the window is outside the region.
         """
         arr = np.ascontiguousarray(array)
+        if arr.dtype.hasobject:
+            raise InputError(f"{where}: a {arr.dtype} output cannot be written to shared memory region {region!r}")
         if arr.nbytes > size:
             raise InputError(
                 f"{where}: got {arr.nbytes} bytes (shape {list(arr.shape)}, {arr.dtype}), but "
                 f"shared_memory_byte_size is {size} in region {region!r}"
             )
-        mapped = self._lookup(where, region)
-        start, _ = mapped.window(where, offset, size)
-        mapped.write(start, arr)
+        self._lookup(where, region).write(where, offset, size, arr)
         return arr.nbytes
 
     def close(self) -> None:
-        """Unmap every region of this process (and remove the folder if this registry made it)."""
+        """Close every region of this process (and remove the folder if this registry made it)."""
         with self._lock:
             for name in list(self._mapped):
                 self._drop(name)
@@ -391,12 +458,17 @@ class SharedMemoryRegistry:
         if mapped is not None:
             mapped.close()
 
-    def _lookup(self, where: str, region: str) -> _Mapped | DeviceRegion:
-        """The mapping of ``region`` as registered now (re-mapped if it was registered again elsewhere)."""
+    def _lookup(self, where: str, region: str) -> _Opened | DeviceRegion:
+        """The opening of ``region`` as registered now (opened again if it was registered again elsewhere)."""
         self._check_enabled()
+        check_region_name(f"{where}: ", region)
+        with _no_paths():
+            return self._lookup_checked(where, region)
+
+    def _lookup_checked(self, where: str, region: str) -> _Opened | DeviceRegion:
         try:
             info = os.stat(self._file(region))
-        except (FileNotFoundError, ValueError, UnicodeError):
+        except FileNotFoundError:
             with self._lock:
                 self._drop(region)
             raise InputError(
@@ -410,14 +482,43 @@ class SharedMemoryRegistry:
                 spec = self._read(region)
                 if spec is None:
                     raise InputError(f"{where}: shared-memory region {region!r} is not registered")
-                opened = self._open_device(spec, token) if isinstance(spec, CudaRegionStatus) else _Mapped(spec, token)
+                opened = self._open_device(spec, token) if isinstance(spec, CudaRegionStatus) else _Opened(spec, token)
                 mapped = self._mapped[region] = opened
             return mapped
 
 
-def _check_name(name: Any) -> None:
-    if not isinstance(name, str) or not name or "\0" in name or len(name.encode()) > MAX_NAME_BYTES:
-        raise InputError(f"region name: got {name!r}, expected 1 to {MAX_NAME_BYTES} bytes of text")
+def check_region_name(where: str, name: Any) -> str:
+    """``name`` if a region can have it (1 to :data:`MAX_NAME_BYTES` bytes of UTF-8 text without NUL), the
+    one check of every call that names a region: register, status, unregister and each tensor of an infer.
+
+    Args:
+        where: the start of the message (``"input 'x': "``; ``""`` for the shared-memory calls).
+        name: the name the client sent.
+
+    Raises:
+        InputError: any other name (a long one is shown cut, with its length).
+
+    Example:
+        >>> check_region_name("", "in0")
+        'in0'
+        >>> check_region_name("input 'x': ", "a" * 128)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'x': region name: got 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (128 bytes), expected 1 to 100 bytes of text
+    """  # noqa: E501
+    if isinstance(name, str):
+        try:
+            size = len(name.encode())
+        except UnicodeEncodeError:  # a lone surrogate from a JSON escape
+            size = -1
+        if 0 < size <= MAX_NAME_BYTES and "\0" not in name:
+            return name
+        shown = repr(name) if len(name) <= 40 else f"{name[:32]!r}... ({size} bytes)"
+        if size < 0:
+            shown += " (not UTF-8)"
+    else:
+        shown = repr(name)[:40]
+    raise InputError(f"{where}region name: got {shown}, expected 1 to {MAX_NAME_BYTES} bytes of text")
 
 
 def uses_shm(request: Any) -> bool:
@@ -433,8 +534,8 @@ def uses_shm(request: Any) -> bool:
 
 
 def read_shared_inputs(registry: SharedMemoryRegistry, request: Any) -> list[tuple[str, tuple[str, int, int]]]:
-    """Point each shared-memory input of an ``InferRequest`` at its bytes (a read-only view, no copy) and
-    check the output regions before anything runs.
+    """Read each shared-memory input of an ``InferRequest`` into its own buffer (see the module's docstring
+    for why a copy) and check the output regions before anything runs.
 
     Returns:
         ``(output name, (region, offset, byte size))`` of each output asked for in shared memory.
