@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["amd_gpu_archs", "cpu_signature", "visible_gpu_arch"]
+__all__ = ["amd_gpu_archs", "cpu_description", "cpu_info", "cpu_signature", "visible_gpu_arch"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -111,3 +111,46 @@ def visible_gpu_arch(
         return "unknown"
     a = archs[order[device]]
     return f"{a['gfx']}:{a['cu']}cu"
+
+
+#: Instruction-set extensions named by :func:`cpu_description` (those ONNX Runtime, OpenVINO and OpenCV pick kernels by).
+_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def cpu_info(path: PathLike = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's vendor id, model name and the instruction-set extensions of :data:`_ISA_FLAGS` it has.
+
+    Example:
+        >>> sorted(cpu_info())
+        ['isa', 'model', 'vendor']
+        >>> cpu_info("/nonexistent")["vendor"]
+        'unknown'
+    """
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("vendor_id", "model name", "flags") and key not in fields:
+                    fields[key] = value.strip()
+                if len(fields) == 3:
+                    break
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id", "unknown"),
+        "model": fields.get("model name", platform.processor() or platform.machine()),
+        "isa": [f for f in _ISA_FLAGS if f in flags],
+    }
+
+
+def cpu_description(path: PathLike = "/proc/cpuinfo") -> str:
+    """One line naming the CPU: model, vendor id and the extensions that change kernels (for messages, benchmarks).
+
+    Example:
+        >>> cpu_description("/nonexistent").endswith("(unknown; no listed extensions)")
+        True
+    """
+    info = cpu_info(path)
+    isa = " ".join(info["isa"]) or "no listed extensions"
+    return f"{info['model']} ({info['vendor']}; {isa})"

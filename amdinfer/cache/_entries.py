@@ -20,7 +20,9 @@ __all__ = ["RUNTIME_DIRS", "CacheEntry"]
 log = logging.getLogger("amdinfer.cache")
 
 #: Folders inside the cache root that runtimes manage themselves (no manifest; cleared by ``clear``).
-RUNTIME_DIRS = {"ort-migraphx-ep": "ort-migraphx-ep"}
+#: Folders inside a cache that a runtime manages itself: the MIGraphX EP's compiled programs (built into
+#: ``onnxruntime-migraphx``, ``migraphx_model_cache_dir``; AMD's plugin ``onnxruntime-ep-migraphx``, ``cache_dir``).
+RUNTIME_DIRS = {"ort-migraphx-ep": "ort-migraphx-ep", "ort-migraphx-plugin-ep": "ort-migraphx-plugin-ep"}
 
 _TRASH_RE = re.compile(r"^\.trash-[0-9a-f]{32}-[0-9a-f]{8}$")
 _LOCK_RE = re.compile(r"^[0-9a-f]{32}\.lock$")
@@ -173,6 +175,6 @@ def clear_folder(root: Path, remove: Callable[[str], bool]) -> int:
                                     f.unlink()
             with contextlib.suppress(OSError):
                 p.rmdir()  # only when empty
-        elif p.is_dir() and p.name == RUNTIME_DIRS["ort-migraphx-ep"]:
+        elif p.is_dir() and p.name in RUNTIME_DIRS.values():
             shutil.rmtree(p, ignore_errors=True)
     return n

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import BackendUnavailableError
 from ..base import EngineInfo
-from ._plugins import auto_provider_order, plugin_failure
+from ._plugins import auto_provider_order, plugin_failure, plugin_missing, unusable_plugins
 from ._providers import CPU_EP, PROVIDERS, fix_for, installed_ort_distributions
 
 __all__ = ["Candidates", "auto_candidates", "check_available"]
@@ -33,9 +33,9 @@ def check_available(ort: Any, candidates: Candidates, available: list[str]) -> N
     """
     for name, _ in candidates:
         if name not in available:
-            failed = plugin_failure(name)
+            failed = plugin_failure(name) or plugin_missing(name)
             if failed is not None:
-                raise BackendUnavailableError(f"provider {name!r}: its plugin cannot be used: {failed}", backend=name)
+                raise BackendUnavailableError(failed, backend=name)
             dists = installed_ort_distributions()
             raise BackendUnavailableError(
                 f"provider {name!r} is not in this onnxruntime build (onnxruntime {ort.__version__}, "
@@ -48,10 +48,12 @@ def auto_candidates(ort: Any, available: list[str], info: EngineInfo) -> Candida
     """The providers of the auto order that this build has; why each other one is passed over goes to
     ``info.skipped``."""
     out: Candidates = []
+    for name, why in unusable_plugins():
+        info.skipped.setdefault(name, why)
     for name in auto_provider_order(available):
         if name in available:
             out.append((name, {}))
-        elif name != CPU_EP:
+        elif name != CPU_EP and name not in info.skipped:
             info.skipped[name] = (
                 f"not in this onnxruntime build ({', '.join(installed_ort_distributions()) or 'onnxruntime'} "
                 f"{ort.__version__}); needs {PROVIDERS[name].distribution}"

@@ -65,4 +65,10 @@ def _plugins(ort: Any, problems: list[str]) -> dict[str, str]:
     for p in found:
         if p.state == "failed":
             problems.append(f"plugin EP {p.source} cannot be used: {p.error}")
+        elif p.state == "no device":
+            listed = "; ".join(p.listed) or "no device"
+            problems.append(
+                f"plugin EP {p.source} offers no device on this machine (ONNX Runtime lists only: {listed}). "
+                "Fix: run it on hardware the plugin serves (`amdinfer.load(..., providers=[...])` says which)"
+            )
     return {p.source + (f" ({p.library})" if p.source.startswith("$") else ""): p.line() for p in found}

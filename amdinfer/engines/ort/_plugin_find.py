@@ -21,6 +21,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..._hardware import cpu_description
+
 __all__ = [
     "AMD_MARKERS",
     "LIBRARIES_ENV",
@@ -41,7 +43,7 @@ SELECT_ENV = "AMDINFER_EP_PLUGINS"
 #: An EP or package whose name holds one of these (case-insensitive) is AMD's: ``backend="auto"`` tries it first.
 AMD_MARKERS = ("migraphx", "rocm", "amd")
 #: The states an :class:`EpPlugin` can be in.
-STATES = ("found", "registered", "placeholder", "failed", "not selected")
+STATES = ("found", "registered", "no device", "placeholder", "failed", "not selected")
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,19 @@ class EpPlugin:
         version: the distribution's version (``None`` for a bare library path).
         library: the plugin library's path (``None`` when the package gives none).
         ep_names: the EPs it brings: as the package declares them, then as ONNX Runtime lists them.
-        state: ``"found"`` (not registered yet), ``"registered"``, ``"placeholder"`` (a release without a
-            library), ``"failed"`` or ``"not selected"`` (left out by ``$AMDINFER_EP_PLUGINS``).
+        state: ``"found"`` (not registered yet), ``"registered"`` (it offers at least one device),
+            ``"no device"`` (registered, but it offers no device on this machine), ``"placeholder"`` (a release
+            without a library), ``"failed"`` or ``"not selected"`` (left out by ``$AMDINFER_EP_PLUGINS``).
         error: why it is not registered, in full.
         devices: one line per EP device ONNX Runtime offers for it.
+        listed: for ``"no device"``: every EP device ONNX Runtime lists on this machine (what it does offer).
 
     Example:
         >>> EpPlugin("onnxruntime-ep-rocm", "0.0.0", None, (), "placeholder").amd
+        True
+        >>> p = EpPlugin("onnxruntime-ep-x", "1.0", "/x.so", ("XExecutionProvider",), "no device",
+        ...              listed=("CPUExecutionProvider on CPU (AMD)",))
+        >>> "XExecutionProvider offers no device on this machine" in p.line()
         True
     """
 
@@ -70,6 +78,7 @@ class EpPlugin:
     state: str
     error: str | None = None
     devices: tuple[str, ...] = field(default_factory=tuple)
+    listed: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def amd(self) -> bool:
@@ -81,7 +90,13 @@ class EpPlugin:
         """One line for ``amdinfer doctor``."""
         what = f"{self.source} {self.version}" if self.version else self.source
         if self.state == "registered":
-            return f"{what}: registered; " + ("; ".join(self.devices) or f"{self.ep_names or 'no EP'} on no device")
+            return f"{what}: registered; " + "; ".join(self.devices)
+        if self.state == "no device":
+            eps = ", ".join(self.ep_names) or "its EP"
+            return (
+                f"{what}: registered, but {eps} offers no device on this machine ({cpu_description()}); "
+                f"ONNX Runtime lists only: {'; '.join(self.listed) or 'no device'}"
+            )
         if self.state == "placeholder":
             return f"{what}: placeholder package without a plugin library (the EP has not been released yet)"
         if self.state == "not selected":

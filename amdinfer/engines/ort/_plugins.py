@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..._hardware import cpu_description
 from ...errors import BackendUnavailableError, OptionError
 from ..registry import ConformanceKind
 from ._plugin_find import (
@@ -54,11 +55,13 @@ from ._plugin_find import (
 )
 from ._providers import (
     _DERIVED,
-    AMD_PROVIDERS,
+    AMD_ORDER,
     CPU_EP,
     CUDA_EP,
+    PLUGIN_DISTRIBUTIONS,
     PLUGIN_PROVIDERS,
     PROVIDER_ORDER,
+    PROVIDERS,
     ExecutionProvider,
     provider_record,
 )
@@ -80,8 +83,11 @@ __all__ = [
     "node_counts",
     "plugin_failure",
     "plugin_kind",
+    "plugin_missing",
+    "unusable_plugins",
     "plugin_kinds",
     "plugin_of",
+    "plugin_version",
     "plugin_settings",
     "plugin_short_names",
     "precision_note",
@@ -130,8 +136,17 @@ def _register(ort: Any, plugin: EpPlugin) -> EpPlugin:
         if "already registered" not in str(exc):
             log.warning("plugin EP library %s (%s) failed to load: %s", plugin.library, plugin.source, exc)
             return replace(plugin, state="failed", error=f"{plugin.library}: {exc}")
-    devices = [d for d in ort.get_ep_devices() if d.ep_name not in before or d.ep_name in plugin.ep_names]
+    listed = ort.get_ep_devices()
+    devices = [d for d in listed if d.ep_name not in before or d.ep_name in plugin.ep_names]
     names = tuple(dict.fromkeys([*(d.ep_name for d in devices), *plugin.ep_names]))
+    if not devices:
+        # The library loaded and its factories registered, but none of them took a device of this machine
+        # (OpenVINO's CPU device on a non-Intel CPU, a GPU EP without its GPU): say so, never "not in this build".
+        plugin = replace(
+            plugin, state="no device", ep_names=names, listed=tuple(f"{d.ep_name} on {describe_device(d)}" for d in listed)
+        )
+        log.info("plugin EP %s registered but offers no device here", plugin.source)
+        return plugin
     plugin = replace(
         plugin,
         state="registered",
@@ -140,7 +155,10 @@ def _register(ort: Any, plugin: EpPlugin) -> EpPlugin:
     )
     for name in names:
         _BY_EP.setdefault(name, plugin)
-        if provider_record(name) is None:
+        known = PLUGIN_PROVIDERS.get(name)
+        if known is not None:
+            _DERIVED[name] = known  # amdinfer's record of the plugin wins over a built-in EP of the same name
+        elif name not in PROVIDERS and name not in _DERIVED:
             _DERIVED[name] = ExecutionProvider(
                 name=name,
                 short=_short(name),
@@ -171,8 +189,19 @@ def plugin_of(name: str) -> EpPlugin | None:
     return _BY_EP.get(name)
 
 
+def plugin_version(name: str) -> str | None:
+    """The version of the registered plugin package that brings EP ``name`` (``None``: a bare library, or none)."""
+    plugin = _BY_EP.get(name)
+    return plugin.version if plugin is not None else None
+
+
 def plugin_failure(name: str) -> str | None:
-    """Why the plugin that would bring EP ``name`` (by declared name or short name) is not usable, or None.
+    """Why EP ``name`` (full or short name) cannot be used as a plugin here, with the fix; ``None`` when no plugin
+    package or library that would bring it is in a failed state (it runs, or amdinfer knows no plugin of it).
+
+    One message per state of the plugin: installed but it failed to load, registered but no device on this machine
+    (naming the devices ONNX Runtime does list), a placeholder release, left out by ``$AMDINFER_EP_PLUGINS``.
+    The "not installed" state is :func:`plugin_missing`.
 
     Example:
         >>> plugin_failure("NoSuchExecutionProvider") is None
@@ -180,10 +209,77 @@ def plugin_failure(name: str) -> str | None:
     """
     record = provider_record(name)
     for p in _PLUGINS.values():
-        declared = name in p.ep_names or (record is not None and record.distribution == p.source)
+        by_package = PLUGIN_DISTRIBUTIONS.get(p.source)
+        declared = name in p.ep_names or (by_package is not None and by_package.name == name)
+        declared = declared or (record is not None and record.distribution == p.source)
         if declared and p.state != "registered":
-            return p.line()
+            return _problem(name, p, by_package or record)
     return None
+
+
+def _problem(name: str, p: EpPlugin, record: ExecutionProvider | None) -> str:
+    what = f"{p.source} {p.version}" if p.version else p.source
+    fix = record.fix if record is not None and record.plugin else f"check the plugin package {p.source}"
+    if p.state == "no device":
+        serves = f" It serves {record.serves}." if record is not None and record.serves else ""
+        return (
+            f"provider {name!r}: its plugin {what} is installed and registered, but offers no device on this machine "
+            f"({cpu_description()}); ONNX Runtime lists only {list(p.listed)}.{serves} Fix: run it on hardware the "
+            "plugin supports, or choose a provider that runs here (`amdinfer doctor` lists them)"
+        )
+    if p.state == "placeholder":
+        return (
+            f"provider {name!r}: {what} is a placeholder release without a plugin library (the EP has not been "
+            f"published on the package index yet). Fix: {fix}"
+        )
+    if p.state == "not selected":
+        return (
+            f"provider {name!r}: {what} is installed but ${SELECT_ENV} leaves it out. Fix: add {p.source} to "
+            f"${SELECT_ENV}, or unset it"
+        )
+    if p.state == "failed":
+        needs = f"; it needs onnxruntime >= {record.ort_min}" if record is not None and record.ort_min else ""
+        return (
+            f"provider {name!r}: its plugin {what} is installed but cannot be loaded: {p.error}{needs}. "
+            f"Fix: reinstall {p.source} in a version built for the installed onnxruntime; {fix}"
+        )
+    return f"provider {name!r}: its plugin {what} is {p.state}. Fix: {fix}"
+
+
+def unusable_plugins() -> list[tuple[str, str]]:
+    """``(EP name, why)`` for each EP of a plugin found in this process that cannot be used here (for
+    ``backend="auto"``'s ``info.skipped``).
+
+    Example:
+        >>> all(isinstance(name, str) and why.startswith("provider ") for name, why in unusable_plugins())
+        True
+    """
+    out = []
+    for p in _PLUGINS.values():
+        if p.state in ("registered", "found"):
+            continue
+        record = PLUGIN_DISTRIBUTIONS.get(p.source)
+        for name in p.ep_names or ((record.name,) if record is not None else ()):
+            out.append((name, _problem(name, p, record)))
+    return out
+
+
+def plugin_missing(name: str) -> str | None:
+    """The message for a plugin EP amdinfer knows (``providers=["openvino"]``) whose package is not installed.
+
+    Example:
+        >>> "onnxruntime-ep-amdgpu is not installed" in plugin_missing("AMDGPUExecutionProvider")
+        True
+        >>> plugin_missing("CUDAExecutionProvider") is None
+        True
+    """
+    record = PLUGIN_PROVIDERS.get(name) if name not in PROVIDERS else None
+    if record is None or any(p.source == record.distribution for p in _PLUGINS.values()):
+        return None
+    return (
+        f"provider {name!r} is a plugin EP and its package {record.distribution} is not installed (nor named by "
+        f"${LIBRARIES_ENV} or ep_library=). Fix: {record.fix}"
+    )
 
 
 def ep_devices(ort: Any, name: str) -> list[Any]:
@@ -194,18 +290,19 @@ def ep_devices(ort: Any, name: str) -> list[Any]:
 def auto_provider_order(available: Sequence[str]) -> list[str]:
     """``backend="auto"``'s provider order with the registered plugin EPs placed in it.
 
-    Built-in AMD EPs first, then AMD's plugin EPs, the CUDA EP, the other plugin EPs, the CPU EP last;
-    only EPs in ``available`` (and built-in EPs missing there, which the engine reports as skipped).
+    AMD's EPs first in :data:`AMD_ORDER` (MIGraphX, built-in or plugin; AMD's umbrella plugin; ROCm), then other
+    AMD plugin EPs, the CUDA EP, the other plugin EPs, the CPU EP last; only EPs in ``available`` (and built-in
+    EPs missing there, which the engine reports as skipped).
 
     Example:
         >>> auto_provider_order(["CUDAExecutionProvider", "CPUExecutionProvider"])[-2:]
         ['CUDAExecutionProvider', 'CPUExecutionProvider']
     """
     plugins = [n for n in available if n in _BY_EP and n not in PROVIDER_ORDER]
-    amd = [n for n in plugins if _BY_EP[n].amd or any(m in n.lower() for m in AMD_MARKERS)]
-    rest = [n for n in plugins if n not in amd]
-    builtin_amd = [n for n in PROVIDER_ORDER if n in AMD_PROVIDERS]
-    return [*builtin_amd, *amd, CUDA_EP, *rest, CPU_EP]
+    amd_named = [n for n in AMD_ORDER if n in PROVIDER_ORDER or n in plugins]
+    amd = [n for n in plugins if n not in amd_named and (_BY_EP[n].amd or any(m in n.lower() for m in AMD_MARKERS))]
+    rest = [n for n in plugins if n not in amd_named and n not in amd]
+    return [*amd_named, *amd, CUDA_EP, *rest, CPU_EP]
 
 
 def add_plugin_providers(ort: Any, so: Any, names: list[str], opts: list[dict[str, str]], device: int) -> bool:

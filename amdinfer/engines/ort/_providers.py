@@ -34,8 +34,10 @@ __all__ = [
     "CPU_EP",
     "CUDA_EP",
     "GPU_PROVIDERS",
+    "AMD_ORDER",
     "MIGRAPHX_EP",
     "ORT_DISTRIBUTIONS",
+    "PLUGIN_DISTRIBUTIONS",
     "PLUGIN_PROVIDERS",
     "PROVIDERS",
     "PROVIDER_ORDER",
@@ -43,6 +45,7 @@ __all__ = [
     "ExecutionProvider",
     "Option",
     "TunedDefault",
+    "check_declared",
     "installed_ort_distributions",
     "ort_device_type",
     "probe_provider",
@@ -58,6 +61,10 @@ def _exhaustive_cudnn(value: Any) -> str:
 
 def _as_int(value: Any) -> str:
     return str(int(value))
+
+
+def _batches(value: Any) -> str:
+    return ",".join(str(int(b)) for b in value)
 
 
 @dataclass(frozen=True)
@@ -118,10 +125,21 @@ class ExecutionProvider:
             the wheel; see :mod:`amdinfer.engines.ort._plugins`).
         lowers: what the provider does to a float32 model by default when that is less than float32
             (``precision["fp32"]`` then holds the options that keep float32).
+        serves: the hardware the provider runs on (named when a plugin offers no device on this machine).
+        ort_min: the oldest onnxruntime that loads it (plugin EPs: the EP ABI they are built against).
+        declared: every provider option the EP recognises (``None``: amdinfer has no record of its vocabulary and
+            passes options through). Any other key is refused before the session is made, since the EP would
+            drop it without an error.
+        aliases: old option names the EP still accepts, mapped to its own.
+        renamed: old option names the EP does **not** accept, mapped to the option that replaced them (the
+            refusal names the replacement).
+        vocabulary_of: which release of the EP the ``declared`` list was taken from.
 
     Example:
         >>> PROVIDERS["MIGraphXExecutionProvider"].precision["fp16"]
         {'migraphx_fp16_enable': '1'}
+        >>> PLUGIN_PROVIDERS["MIGraphXExecutionProvider"].option_names("model_cache_dir")
+        ('cache_dir',)
     """
 
     name: str
@@ -136,6 +154,12 @@ class ExecutionProvider:
     tuned: Mapping[str, TunedDefault] = field(default_factory=dict)
     plugin: bool = False
     lowers: str | None = None
+    serves: str = ""
+    ort_min: str | None = None
+    declared: frozenset[str] | None = None
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    vocabulary_of: str = ""
 
     @property
     def gpu(self) -> bool:
@@ -171,6 +195,10 @@ _MIGRAPHX = ExecutionProvider(
             Option("migraphx_int8_calibration_table_name", str),
             Option("migraphx_int8_use_native_calibration_table", fixed="0"),
         ),
+        # ROCm 7.2's EP (onnxruntime-migraphx 1.23.2) added migraphx_hip_graph_enable, migraphx_max_dynamic_batch and
+        # migraphx_compile_batches; older built-in EPs refuse unknown keys, so only the graph knob is mapped, and only
+        # when asked for (gpu_graphs=True). The plugin EP's record maps all three.
+        "gpu_graphs": (Option("migraphx_hip_graph_enable"),),
     },
     precision={
         "fp16": {"migraphx_fp16_enable": "1"},
@@ -185,11 +213,14 @@ _MIGRAPHX = ExecutionProvider(
             "model_cache_dir so it happens once)",
         ),
         "gpu_graphs": TunedDefault(
-            None, "the MIGraphX EP runs one compiled program per shape; it has no graph-capture option"
+            None,
+            "HIP graph capture (migraphx_hip_graph_enable, ROCm 7.2+) is left at the EP's default (off): not "
+            "measured on AMD hardware here; pass gpu_graphs=True to turn it on",
         ),
         "tunable_ops": TunedDefault(None, _NOT_OFFERED),
         "tf32": TunedDefault(None, _NOT_OFFERED),
     },
+    serves="AMD Instinct and Radeon GPUs through ROCm's MIGraphX",
 )
 
 _ROCM = ExecutionProvider(
@@ -198,6 +229,7 @@ _ROCM = ExecutionProvider(
     label="rocm",
     library="libonnxruntime_providers_rocm.so",
     distribution="onnxruntime-rocm",
+    serves="AMD GPUs through ROCm (MIOpen, rocBLAS)",
     fix="install ROCm (libamdhip64, MIOpen, rocBLAS on the loader path, e.g. /opt/rocm/lib) and "
     f"`{pip_extra('rocm')}` (the ROCm EP exists up to onnxruntime 1.22); check with `amdinfer doctor`",
     device_type="cuda",
@@ -230,6 +262,7 @@ _CUDA = ExecutionProvider(
     label="cuda",
     library="libonnxruntime_providers_cuda.so",
     distribution="onnxruntime-gpu",
+    serves="NVIDIA GPUs through CUDA and cuDNN",
     fix="install the CUDA and cuDNN libraries onnxruntime-gpu was built for (or `import torch` first) and "
     f"`{pip_extra('cuda')}`; check with `amdinfer doctor`",
     device_type="cuda",
@@ -291,10 +324,115 @@ _OPENVINO = ExecutionProvider(
     plugin=True,
     lowers="OpenVINO runs float32 models in bf16 on CPUs with bf16 units and in fp16 on GPUs unless "
     "INFERENCE_PRECISION_HINT says f32",
+    serves="Intel CPUs, GPUs and NPUs (its factory offers no device for other vendors' CPUs)",
+    ort_min="1.23",
+)
+
+_WEBGPU = ExecutionProvider(
+    name="WebGpuExecutionProvider",
+    short="webgpu",
+    label="webgpu",
+    library=None,
+    distribution="onnxruntime-ep-webgpu",
+    fix="`pip install onnxruntime-ep-webgpu` and a Vulkan loader (libvulkan.so.1) on a machine with a GPU; "
+    "check with `amdinfer doctor`",
+    device_type="gpu",
+    plugin=True,
+    serves="GPUs that ONNX Runtime's device discovery lists, through Dawn (Vulkan on Linux); a software Vulkan "
+    "driver such as Mesa's lavapipe is not offered as a device",
+    ort_min="1.24",
+)
+
+#: The option keys of AMD's MIGraphX plugin EP (``src/migraphx/mgx_options.h`` of onnxruntime/onnxruntime-ep-amdgpu).
+_MIGRAPHX_PLUGIN_KEYS = frozenset(
+    """device_id fp16_enable bf16_enable fp8_enable int8_enable int8_calibration_table_name
+    int8_use_native_calibration_table disable_caching force_recompile compute_mode cache_dir exhaustive_tune
+    dump_subgraphs hip_graph_enable coresident_programs max_resident_programs max_dynamic_batch compile_batches
+    precompile_at_load coalesce_io mlss_use_specific_ops cpu_control_flow model_arch user_compute_stream
+    has_user_compute_stream static_pad_seq static_pad_seq_len static_pad_inputs static_pad_outputs""".split()
+)
+
+_MIGRAPHX_PLUGIN = ExecutionProvider(
+    name=MIGRAPHX_EP,
+    short="migraphx",
+    label="migraphx",
+    library=None,
+    distribution="onnxruntime-ep-migraphx",
+    fix="install AMD's MIGraphX plugin EP for your ROCm release (`pip install onnxruntime-ep-migraphx` once AMD "
+    "publishes it; PyPI holds a 0.0.0 placeholder today) with onnxruntime >= 1.24, or the built-in EP: "
+    f"`{pip_extra('migraphx')}`; check with `amdinfer doctor`",
+    device_type="gpu",
+    options={
+        "exhaustive_tune": (Option("exhaustive_tune"),),
+        "model_cache_dir": (Option("cache_dir", str),),
+        "int8_calibration_table": (
+            Option("int8_calibration_table_name", str),
+            Option("int8_use_native_calibration_table", fixed="0"),
+        ),
+        "gpu_graphs": (Option("hip_graph_enable"),),
+        "max_dynamic_batch": (Option("max_dynamic_batch", _as_int),),
+        "compile_batches": (Option("compile_batches", _batches),),
+    },
+    precision={"fp16": {"fp16_enable": "1"}, "bf16": {"bf16_enable": "1"}, "int8": {"int8_enable": "1"}},
+    tuned=_MIGRAPHX.tuned,
+    plugin=True,
+    serves=_MIGRAPHX.serves,
+    ort_min="1.24",
+    declared=_MIGRAPHX_PLUGIN_KEYS,
+    aliases={
+        f"migraphx_{k}": k
+        for k in (
+            "fp16_enable bf16_enable fp8_enable int8_enable int8_calibration_table_name "
+            "int8_use_native_calibration_table exhaustive_tune user_compute_stream has_user_compute_stream"
+        ).split()
+    },
+    renamed={
+        "migraphx_model_cache_dir": "cache_dir",
+        "migraphx_hip_graph_enable": "hip_graph_enable",
+        "migraphx_max_dynamic_batch": "max_dynamic_batch",
+        "migraphx_compile_batches": "compile_batches",
+        "migraphx_mem_limit": "",
+        "migraphx_arena_extend_strategy": "",
+        "migraphx_external_alloc": "",
+        "migraphx_external_free": "",
+        "migraphx_external_empty_cache": "",
+    },
+    vocabulary_of="onnxruntime-ep-migraphx 1.0.0 (onnxruntime/onnxruntime-ep-amdgpu sources, 2026)",
+)
+
+_AMDGPU = ExecutionProvider(
+    name="AMDGPUExecutionProvider",
+    short="amdgpu",
+    label="amdgpu",
+    library=None,
+    distribution="onnxruntime-ep-amdgpu",
+    fix="install AMD's umbrella plugin EP (`pip install onnxruntime-ep-amdgpu` once AMD publishes it; PyPI holds "
+    "a 0.0.0 placeholder today) with onnxruntime >= 1.24; check with `amdinfer doctor`",
+    device_type="gpu",
+    plugin=True,
+    serves="AMD GPUs (AMD's umbrella EP, which picks a MIGraphX or hipDNN backend)",
+    ort_min="1.24",
+)
+
+_NV_TENSORRT_RTX = ExecutionProvider(
+    name="NvTensorRTRTXExecutionProvider",
+    short="nvtensorrtrtx",
+    label="nvtensorrtrtx",
+    library=None,
+    distribution="onnxruntime-ep-nv-tensorrt-rtx",
+    fix="`pip install onnxruntime-ep-nv-tensorrt-rtx` on a machine with an NVIDIA RTX GPU; check with `amdinfer doctor`",
+    device_type="cuda",
+    plugin=True,
+    serves="NVIDIA RTX GPUs (GeForce/RTX professional; not data-centre GPUs such as the H200)",
+    ort_min="1.23",
 )
 
 #: Plugin execution providers amdinfer has a record for (any other plugin EP gets a plain derived record).
-PLUGIN_PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_OPENVINO,)}
+PLUGIN_PROVIDERS: Mapping[str, ExecutionProvider] = {
+    p.name: p for p in (_MIGRAPHX_PLUGIN, _AMDGPU, _OPENVINO, _NV_TENSORRT_RTX, _WEBGPU)
+}
+#: Plugin records by distribution (``onnxruntime-ep-migraphx`` -> its record), for packages that did not register.
+PLUGIN_DISTRIBUTIONS: Mapping[str, ExecutionProvider] = {p.distribution: p for p in PLUGIN_PROVIDERS.values()}
 
 #: Every provider amdinfer knows, in the order ``backend="auto"`` tries them.
 PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_MIGRAPHX, _ROCM, _CUDA, _CPU)}
@@ -302,17 +440,17 @@ PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_MIGRAPHX, _RO
 #: The order ``backend="auto"`` tries providers in.
 PROVIDER_ORDER: tuple[str, ...] = tuple(PROVIDERS)
 AMD_PROVIDERS: tuple[str, ...] = (MIGRAPHX_EP, ROCM_EP)
+#: ``backend="auto"``'s order among AMD's EPs, built-in or plugin: the compiled MIGraphX path first (amdinfer maps
+#: its cache, precision and batch options), AMD's umbrella EP next, the ROCm EP (ONNX Runtime <= 1.22) last.
+AMD_ORDER: tuple[str, ...] = (MIGRAPHX_EP, "AMDGPUExecutionProvider", ROCM_EP)
 #: Providers whose memory is on a GPU (IO bound on the device by default).
 GPU_PROVIDERS: tuple[str, ...] = tuple(p.name for p in PROVIDERS.values() if p.gpu)
 
 _SHORT_NAMES = {p.short: p.name for p in (*PROVIDERS.values(), *PLUGIN_PROVIDERS.values())}
-#: Records of plugin EPs registered in this process that amdinfer has no record for (filled by ``_plugins``).
+#: The records of the EPs that plugins registered in this process (filled by ``_plugins``): amdinfer's plugin
+#: record where it has one (the MIGraphX plugin shares the built-in EP's name but not its option names), else a
+#: plain derived record. They win over the built-in records of the same name.
 _DERIVED: dict[str, ExecutionProvider] = {}
-#: typed knob -> the providers that have it (derived from the records)
-_KNOB_PROVIDERS: dict[str, set[str]] = {}
-for _p in PROVIDERS.values():
-    for _knob in _p.options:
-        _KNOB_PROVIDERS.setdefault(_knob, set()).add(_p.name)
 
 #: The distributions that each install a module named ``onnxruntime`` (two at once overwrite each other).
 ORT_DISTRIBUTIONS: tuple[str, ...] = tuple(
@@ -327,7 +465,7 @@ def provider_record(provider: str) -> ExecutionProvider | None:
         >>> provider_record("OpenVINOExecutionProvider").plugin, provider_record("NoSuchEP") is None
         (True, True)
     """
-    return PROVIDERS.get(provider) or PLUGIN_PROVIDERS.get(provider) or _DERIVED.get(provider)
+    return _DERIVED.get(provider) or PROVIDERS.get(provider) or PLUGIN_PROVIDERS.get(provider)
 
 
 def fix_for(provider: str) -> str:
@@ -447,6 +585,8 @@ def provider_options(
     gpu_graphs: bool | None = None,
     prefer_nhwc: bool | None = None,
     int8_calibration_table: str | None = None,
+    max_dynamic_batch: int | None = None,
+    compile_batches: tuple[int, ...] | None = None,
 ) -> dict[str, str]:
     """Map amdinfer's typed options to one provider's option dict (ONNX Runtime's own option names).
 
@@ -468,6 +608,12 @@ def provider_options(
         gpu_graphs: ``enable_hip_graph`` (ROCm) / ``enable_cuda_graph`` (CUDA).
         prefer_nhwc: ``prefer_nhwc`` (CUDA).
         int8_calibration_table: ``migraphx_int8_calibration_table_name`` (+ native table flag off).
+        max_dynamic_batch: the largest batch of a dynamic-batch ``shapes=`` -> ``max_dynamic_batch`` (MIGraphX plugin).
+        compile_batches: ``batch_buckets=`` -> ``compile_batches`` (the MIGraphX plugin compiles each ahead).
+
+    The MIGraphX *plugin* EP (``onnxruntime-ep-migraphx``, registered in this process) takes the same knobs
+    under its own names: ``fp16_enable``, ``cache_dir``, ``exhaustive_tune``, ``hip_graph_enable``,
+    ``max_dynamic_batch``, ``compile_batches``.
 
     Example:
         >>> provider_options("MIGraphXExecutionProvider", device=1, precision="fp16", exhaustive_tune=True)
@@ -476,6 +622,8 @@ def provider_options(
         {'device_id': '0', 'tunable_op_enable': '1', 'tunable_op_tuning_enable': '1', 'enable_hip_graph': '1'}
         >>> provider_options("OpenVINOExecutionProvider")["load_config"]
         '{"CPU": {"INFERENCE_PRECISION_HINT": "f32"}, "GPU": {"INFERENCE_PRECISION_HINT": "f32"}}'
+        >>> provider_options("MIGraphXExecutionProvider", compile_batches=(1, 8), gpu_graphs=True)
+        {'device_id': '0', 'migraphx_hip_graph_enable': '1'}
     """
     record = provider_record(provider)
     if record is None or not (record.gpu or record.plugin):
@@ -493,6 +641,8 @@ def provider_options(
         "gpu_graphs": gpu_graphs,
         "prefer_nhwc": prefer_nhwc,
         "int8_calibration_table": int8_calibration_table,
+        "max_dynamic_batch": max_dynamic_batch,
+        "compile_batches": compile_batches,
     }
     for knob, typed in knobs.items():
         if typed is None:
@@ -509,4 +659,47 @@ def knob_applies(provider: str, knob: str) -> bool:
         >>> knob_applies("CUDAExecutionProvider", "prefer_nhwc"), knob_applies("ROCMExecutionProvider", "prefer_nhwc")
         (True, False)
     """
-    return provider in _KNOB_PROVIDERS.get(knob, set())
+    record = provider_record(provider)
+    return record is not None and knob in record.options
+
+
+def check_declared(provider: str, options: Mapping[str, str], version: str | None = None) -> None:
+    """Refuse provider options that ``provider`` would drop without an error (its record's ``declared`` list).
+
+    Keys the EP accepts under an old name (``aliases``) pass. Records without a vocabulary (``declared=None``)
+    accept anything.
+
+    Raises:
+        OptionError: naming the key, the EP and its version, and the option that replaced it.
+
+    Example:
+        >>> check_declared("OpenVINOExecutionProvider", {"anything": "1"})
+        >>> rec = PLUGIN_PROVIDERS["MIGraphXExecutionProvider"]
+        >>> _DERIVED[rec.name] = rec
+        >>> check_declared(rec.name, {"fp16_enable": "1", "migraphx_exhaustive_tune": "1"}, "1.0.0")
+        >>> check_declared(rec.name, {"migraphx_model_cache_dir": "/c"}, "1.0.0")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: provider option 'migraphx_model_cache_dir': MIGraphXExecutionProvider from onnxruntime-ep-migraphx 1.0.0 does not recognise it ... use 'cache_dir' ...
+        >>> del _DERIVED[rec.name]
+    """
+    record = provider_record(provider)
+    if record is None or record.declared is None:
+        return
+    unknown = [k for k in options if k not in record.declared and k not in record.aliases]
+    if not unknown:
+        return
+    key = unknown[0]
+    replacement = record.renamed.get(key)
+    if replacement:
+        hint = f"use {replacement!r} (this EP renamed it)"
+    elif key in record.renamed:
+        hint = "this EP has no such setting"
+    else:
+        hint = f"the options it recognises are {sorted(record.declared)}"
+    what = f"{record.distribution} {version}" if version else record.distribution
+    raise OptionError(
+        f"provider option {key!r}: {provider} from {what} does not recognise it and would ignore it without an "
+        f"error; {hint}. amdinfer refuses it so that no setting is dropped silently (vocabulary from "
+        f"{record.vocabulary_of or record.distribution})"
+    )

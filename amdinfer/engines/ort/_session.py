@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ from ..base import EngineInfo
 from ._errors import IR_RE
 from ._options import OrtOptions
 from ._plugins import add_plugin_providers, is_plugin_ep
-from ._providers import CPU_EP, CUDA_EP, MIGRAPHX_EP, ROCM_EP
+from ._providers import CPU_EP, CUDA_EP, ROCM_EP, provider_record
 from ._rewrite_cache import cached_rewrite
 from ._tuning import drop_default_graphs, without_graphs
 
@@ -163,6 +164,9 @@ class SessionBuilder:
                 # silent CPU kernel with copies around it.
                 so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
+                ep_cache = self._ep_cache(names, opts, info)
+                if ep_cache is not None:
+                    return self._in_ep_cache(ep_cache, lambda: self.new_session(model_arg, so, names, opts), info), source
                 if self.cache is not None and not any(is_plugin_ep(n) for n in names):
                     return self._cached(source, model_arg, so, names, opts, info), source
                 if self.cache is not None:
@@ -213,15 +217,6 @@ class SessionBuilder:
         """A session through the compiled-model cache (``docs/cache.md``); sets ``info.cache_hit``."""
         cache = self.cache
         new = self._ort.InferenceSession
-        if MIGRAPHX_EP in names:
-            # ORT cannot serialize a graph holding compiled EP nodes; the EP stores its compiled programs itself.
-            ep_opts = opts[names.index(MIGRAPHX_EP)]
-            ep_opts.setdefault("migraphx_model_cache_dir", str(cache.runtime_dir("ort-migraphx-ep")))
-            info.settings["cache"] = {"dir": str(cache.root), "kind": "migraphx_model_cache_dir (managed by the EP)"}
-            info.notes.append(
-                "the MIGraphX EP keeps its compiled programs in migraphx_model_cache_dir; hits are not reported"
-            )
-            return new(model_arg, sess_options=so, providers=names, provider_options=opts)
         if len(source.to_bytes()) > 1_800_000_000:
             # ORT can only save such a model with external initializers, which this one-file cache does not hold.
             info.notes.append("model over 1.8 GB: the optimized-model cache is not used")
@@ -260,6 +255,52 @@ class SessionBuilder:
             "hit": hit,
             "graph_optimization_on_load": "disable" if hit and turn_down else level,
         }
+        return session
+
+    def _ep_cache(self, names: list[str], opts: list[dict[str, str]], info: EngineInfo) -> Path | None:
+        """The folder of the first provider that keeps its own compiled programs (the MIGraphX EP, built-in or
+        plugin: ORT cannot serialize a graph holding compiled EP nodes), pointed into amdinfer's cache under the
+        option name that provider really reads (``migraphx_model_cache_dir`` built in, ``cache_dir`` for the
+        plugin); ``None`` when the cache is off or no provider has such an option."""
+        if self.cache is None:
+            return None
+        for name, ep_opts in zip(names, opts):
+            record = provider_record(name)
+            keys = record.option_names("model_cache_dir") if record is not None else ()
+            if not keys:
+                continue
+            assert record is not None
+            kind = "plugin-ep" if record.plugin else "ep"
+            folder = Path(ep_opts.setdefault(keys[0], str(self.cache.runtime_dir(f"ort-{record.short}-{kind}"))))
+            info.settings["cache"] = {"dir": str(self.cache.root), "kind": f"{keys[0]} (managed by {name})"}
+            return folder
+        return None
+
+    @staticmethod
+    def _in_ep_cache(folder: Path, build: Any, info: EngineInfo) -> Any:
+        """Build the session and tell from the folder whether the EP compiled (it wrote programs) or read them.
+
+        A hit is a folder that held programs before and got none new; an EP that wrote nothing into an empty
+        folder did not take the option (a note says so: the compiled programs are not being kept).
+        """
+
+        def programs() -> set[str]:
+            with contextlib.suppress(OSError):
+                return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+            return set()
+
+        before = programs()
+        session = build()
+        after = programs()
+        written = sorted(after - before)
+        hit = bool(before) and not written
+        info.cache_hit = hit
+        info.settings["cache"].update({"ep_cache_dir": str(folder), "hit": hit, "programs_written": len(written)})
+        if not before and not written:
+            info.notes.append(
+                f"{info.settings['cache']['kind']}: the EP wrote no compiled program into {folder}; later loads "
+                "will compile again"
+            )
         return session
 
     def _key_parts(self, source: ModelSource, names: list[str], opts: list[dict[str, str]]) -> dict[str, Any]:

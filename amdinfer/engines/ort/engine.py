@@ -36,6 +36,7 @@ from ._options import OrtOptions, ProviderSpec
 from ._plugins import (
     check_took_nodes,
     is_plugin_ep,
+    plugin_version,
     plugin_settings,
     precision_note,
     register_plugins,
@@ -45,6 +46,7 @@ from ._providers import (
     CPU_EP,
     MIGRAPHX_EP,
     PROVIDERS,
+    check_declared,
     fix_for,
     import_ort,
     knob_applies,
@@ -333,12 +335,14 @@ class OrtEngine(Engine):
             precision = self._precision if name == MIGRAPHX_EP and self._quantizer is None else "fp32"
             if precision == "fp16" and self._options.datapath.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
-            mapped = provider_options(name, device=self._device, precision=precision, **knobs)
+            mapped = provider_options(name, device=self._device, precision=precision, **knobs, **self._batch_knobs())
             mapped.update({**extra, **profile_options(name, self._bounds)})
             unsupported = [k for k, v in knobs_given.items() if v is not None and not knob_applies(name, k)]
             if unsupported and name != CPU_EP:
                 info.notes.append(f"{name}: has no equivalent for {unsupported}; not applied there")
             mapped.update(raw)
+            if is_plugin_ep(name):
+                check_declared(name, mapped, plugin_version(name))  # never a key the plugin would drop silently
             precision_note(name, raw, info.notes)
             names.append(name)
             opts.append(mapped)
@@ -348,6 +352,17 @@ class OrtEngine(Engine):
             opts.append({})
         info.settings["provider_options"] = {n: o for n, o in zip(names, opts)}
         return names, opts
+
+    def _batch_knobs(self) -> dict[str, Any]:
+        """What ``batch_buckets=`` and ``shapes=`` say about the batch, for providers that compile per batch size
+        (the MIGraphX EP's compile-batches and max-dynamic-batch options)."""
+        knobs: dict[str, Any] = {}
+        if self._buckets:
+            knobs["compile_batches"] = tuple(self._buckets)
+        batch_max = {b.max[0] for b in self._bounds.values() if b.max and b.min[0] != b.max[0]}
+        if len(batch_max) == 1:
+            knobs["max_dynamic_batch"] = batch_max.pop()
+        return knobs
 
     def _new_session(self, source: ModelSource, candidates: Candidates, info: EngineInfo) -> Any:
         source, extra = self._model_for(candidates[0][0], source, info)
