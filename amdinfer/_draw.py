@@ -150,7 +150,9 @@ def write_labels(
     what: str = "draw",
 ) -> np.ndarray:
     """A copy of ``image`` with each text on a filled box of its colour just above its anchor ``(x, y)`` (below
-    it when there is no room), white letters; ``size`` in pixels (``None``: Pillow's default font).
+    it when there is no room), white letters; ``size`` in pixels (``None``: Pillow's default font). A label that
+    falls wholly outside the image is not drawn (Pillow fails on huge coordinates); a non-finite anchor is an
+    :class:`~amdinfer.errors.InputError` naming it (the result classes leave such rows out before they get here).
 
     Example:
         >>> out = write_labels(np.zeros((40, 60, 3), np.uint8), [(5, 20)], ["cat 0.90"], [(255, 56, 56)])
@@ -162,10 +164,15 @@ def write_labels(
     canvas = draw_cls.Draw(pil)
     font = _font(size)
     white: Any = 255 if image.ndim == 2 else (255, 255, 255)
-    for (x, y), text, color in zip(anchors, texts, colors):
+    h, w = image.shape[:2]
+    for i, ((x, y), text, color) in enumerate(zip(anchors, texts, colors)):
+        if not (np.isfinite(x) and np.isfinite(y)):
+            raise InputError(f"{what}: anchors[{i}]: got ({x}, {y}), expected finite pixel coordinates")
         left, top, right, bottom = canvas.textbbox((0, 0), text, font=font)
         tw, th = right - left, bottom - top
         y0 = y - th - 4 if y - th - 4 >= 0 else y
+        if x + tw + 3 < 0 or x >= w or y0 + th + 3 < 0 or y0 >= h:
+            continue
         canvas.rectangle((x, y0, x + tw + 3, y0 + th + 3), fill=color)
         canvas.text((x + 2 - left, y0 + 2 - top), text, fill=white, font=font)
     return np.asarray(pil, dtype=image.dtype).copy()

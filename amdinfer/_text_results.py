@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 
 from . import _draw
 from ._draw import PALETTE
-from ._results_base import _MAX_ROWS, _image, _shows_picture
+from ._results_base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _shows_picture
 from .errors import InputError
 
 __all__ = ["TextLine", "TextLines"]
@@ -54,6 +53,9 @@ class TextLines:
     ``len(lines)``, ``lines[i]`` (a :class:`TextLine`), ``lines[mask]``/``lines[a:b]`` (a :class:`TextLines`),
     iteration in reading order, :attr:`boxes` (axis-aligned ``x1, y1, x2, y2``), :attr:`text` (the lines joined
     by newlines), ``to_dict()``/``to_json()``, ``draw()``/``plot()``/``save()``.
+
+    Odd values (as :class:`~amdinfer.results.Detections`): a line with a NaN or infinite corner or score is left
+    out of pictures (one ``amdinfer.results`` warning counts them); JSON writes ``null`` for such a number.
 
     Example:
         >>> lines = TextLines([[[0, 0], [8, 0], [8, 4], [0, 4]]], ["hello"], [0.98], image_shape=(10, 10))
@@ -160,28 +162,31 @@ class TextLines:
         return TextLines(self.quads[index], texts, self.scores[index], self.image_shape, image=self.image)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists, for JSON; ``TextLines(**d)`` rebuilds it.
+        """Plain lists, for JSON; ``TextLines(**d)`` rebuilds it. A NaN or infinite corner or score is ``None``.
 
         Example:
             >>> TextLines([[[0, 0], [2, 0], [2, 1], [0, 1]]], ["a"], [0.5]).to_dict()["texts"]
             ['a']
         """
         return {
-            "quads": self.quads.tolist(),
+            "quads": _json_list(self.quads),
             "texts": self.texts,
-            "scores": self.scores.tolist(),
+            "scores": _json_list(self.scores),
             "image_shape": self.image_shape,
         }
 
     def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); the image is not in it.
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); the image is not in it. Strict JSON:
+        a non-finite number is ``null``, never ``NaN``/``Infinity``.
 
         Example:
             >>> TextLines([[[0, 0], [2, 0], [2, 1], [0, 1]]], ["a"], [0.5]).to_json()[:60]
             '{"quads": [[[0.0, 0.0], [2.0, 0.0], [2.0, 1.0], [0.0, 1.0]]]'
+            >>> TextLines([[[0, 0], [2, 0], [2, 1], [0, 1]]], ["a"], [float("nan")]).to_json()[-38:]
+            '"scores": [null], "image_shape": null}'
         """
         kwargs.setdefault("ensure_ascii", False)
-        return json.dumps(self.to_dict(), **kwargs)
+        return _dumps(self.to_dict(), kwargs)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -220,6 +225,9 @@ class TextLines:
             thickness: line width in pixels.
             text: also write each line's text above it (needs Pillow).
 
+        A line with a NaN or infinite corner or score is not drawn (one ``amdinfer.results`` warning counts
+        them); an edge that runs far outside the image is cut at its border first.
+
         Raises:
             InputError: the image is not 2-D/3-D, is of another size than ``image_shape``, or ``thickness`` < 1.
 
@@ -229,20 +237,30 @@ class TextLines:
             >>> out[1, 3].tolist() != [0, 0, 0], out[3, 3].tolist()
             (True, [0, 0, 0])
         """
+        return self._render(image, thickness, text, None, "TextLines.draw")
+
+    def _render(self, image: Any, thickness: int, text: bool, size: int | None, what: str) -> np.ndarray:
+        """What :meth:`draw` and :meth:`plot` draw: the finite lines' outlines and, with ``text``, their texts."""
         image = np.asarray(image)
         if image.ndim not in (2, 3):
-            raise InputError(f"TextLines.draw: image: got shape {image.shape}, expected (H, W, 3) or (H, W)")
+            raise InputError(f"{what}: image: got shape {image.shape}, expected (H, W, 3) or (H, W)")
         if self.image_shape is not None and tuple(image.shape[:2]) != self.image_shape:
-            raise InputError(f"TextLines.draw: image: got size {image.shape[:2]}, expected {self.image_shape}")
+            raise InputError(f"{what}: image: got size {image.shape[:2]}, expected {self.image_shape}")
         if not isinstance(thickness, (int, np.integer)) or thickness < 1:
-            raise InputError(f"TextLines.draw: thickness: got {thickness!r}, expected an int >= 1")
+            raise InputError(f"{what}: thickness: got {thickness!r}, expected an int >= 1")
         out = image.copy()
         h, w = out.shape[:2]
         r = (int(thickness) - 1) / 2
-        for i, quad in enumerate(self.quads.astype(np.float64)):
+        rows = np.flatnonzero(_drawable(what, "lines", self.quads, self.scores))
+        for i in rows:
+            quad = self.quads[i].astype(np.float64)
             color = np.array(PALETTE[i % len(PALETTE)], dtype=np.float64)
             value = np.asarray(color.mean() if out.ndim == 2 else color[: out.shape[2]]).astype(out.dtype)
-            for a, b in zip(quad, np.roll(quad, -1, axis=0)):
+            for a0, b0 in zip(quad, np.roll(quad, -1, axis=0)):
+                seg = _clip_segment(a0, b0, (-r - 1, -r - 1), (w + r, h + r))
+                if seg is None:
+                    continue
+                a, b = seg
                 steps = int(max(abs(b - a).max(), 1)) * 2 + 1
                 pts = a + (b - a) * np.linspace(0, 1, steps)[:, None]
                 for dx in np.arange(-r, r + 1):
@@ -250,19 +268,23 @@ class TextLines:
                         xs = np.clip(np.round(pts[:, 0] + dx).astype(int), 0, w - 1)
                         ys = np.clip(np.round(pts[:, 1] + dy).astype(int), 0, h - 1)
                         out[ys, xs] = value
-        if text and len(self) and self.texts is not None:
-            out = self._draw_text(out)
+        if text and len(rows) and self.texts is not None:
+            out = self._draw_text(out, rows, size, what)
         return out
 
-    def _draw_text(self, image: np.ndarray, size: int | None = None, what: str = "TextLines.draw") -> np.ndarray:
-        colors: list[Any] = [PALETTE[i % len(PALETTE)] for i in range(len(self))]
+    def _draw_text(self, image: np.ndarray, rows: np.ndarray, size: int | None, what: str) -> np.ndarray:
+        colors: list[Any] = [PALETTE[i % len(PALETTE)] for i in rows]
         if image.ndim == 2:
             colors = [int(np.mean(c)) for c in colors]
-        anchors = [(float(x), float(y)) for x, y in self.boxes[:, :2]]
-        return _draw.write_labels(image, anchors, list(self.texts or ()), colors, size=size, what=what)
+        boxes = self.boxes
+        anchors = [(float(boxes[i, 0]), float(boxes[i, 1])) for i in rows]
+        texts = [(self.texts or [])[i] for i in rows]
+        return _draw.write_labels(image, anchors, texts, colors, size=size, what=what)
 
     def plot(self, *, thickness: int | None = None, text: bool = True) -> np.ndarray:
         """The kept image with the quadrilaterals drawn and, with ``text``, each line's text above it.
+
+        A line with a NaN or infinite corner or score is left out (as :meth:`draw`).
 
         Raises:
             InputError: no image is kept.
@@ -276,10 +298,7 @@ class TextLines:
         """
         image = _draw.require_image(self.image, "TextLines.plot")
         width = _draw.line_width(image.shape) if thickness is None else thickness
-        out = self.draw(image, thickness=width)
-        if text and len(self) and self.texts is not None:
-            return self._draw_text(out, _draw.font_size(image.shape), "TextLines.plot")
-        return out
+        return self._render(image, width, text, _draw.font_size(image.shape), "TextLines.plot")
 
     def save(self, path: str | Path) -> Path:
         """Write :meth:`plot` to ``path`` (format by suffix), atomically.
@@ -295,3 +314,39 @@ class TextLines:
 
     def _repr_png_(self) -> bytes | None:
         return _draw.png_bytes(self.plot()) if _shows_picture(self.image) else None
+
+
+def _outside(p: np.ndarray, lo: tuple[float, float], hi: tuple[float, float]) -> int:
+    """Cohen-Sutherland's code of ``p``: bit ``2 * axis`` below ``lo``, bit ``2 * axis + 1`` above ``hi``."""
+    return sum((1 << 2 * k) * bool(p[k] < lo[k]) + (2 << 2 * k) * bool(p[k] > hi[k]) for k in (0, 1))
+
+
+def _clip_segment(
+    a: np.ndarray, b: np.ndarray, lo: tuple[float, float], hi: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The part of segment ``a``-``b`` inside the box ``lo``-``hi`` (Cohen-Sutherland), or ``None`` when it
+    misses: an edge that runs far outside the picture is sampled only where it can be seen. Each crossing is
+    computed from the other end, so a far end (``1e30``) does not swamp the near one.
+
+    Example:
+        >>> a, b = _clip_segment(np.array([-1e30, 2.0]), np.array([5.0, 2.0]), (0, 0), (8, 8))
+        >>> a.tolist(), b.tolist()
+        ([0.0, 2.0], [5.0, 2.0])
+        >>> _clip_segment(np.array([-3.0, 9.0]), np.array([-1.0, 20.0]), (0, 0), (8, 8)) is None
+        True
+    """
+    a, b = np.array(a, np.float64), np.array(b, np.float64)
+    for _ in range(8):  # each pass puts one end on one border line: at most 4 per end
+        code_a, code_b = _outside(a, lo, hi), _outside(b, lo, hi)
+        if not code_a | code_b:
+            return a, b
+        if code_a & code_b:
+            return None  # both ends beyond the same border
+        p, q = (a, b) if code_a else (b, a)
+        code = code_a or code_b
+        k = 0 if code & 3 else 1  # the axis whose border p is beyond
+        edge = lo[k] if code & (1 << 2 * k) else hi[k]
+        other = 1 - k
+        p[other] = q[other] + (edge - q[k]) * (p[other] - q[other]) / (p[k] - q[k])
+        p[k] = edge
+    return (a, b) if not _outside(a, lo, hi) | _outside(b, lo, hi) else None

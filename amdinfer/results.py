@@ -5,6 +5,10 @@ Both are small typed containers with a readable ``repr``, ``to_dict()``/``to_jso
 image they answer (``image``: what :func:`amdinfer.yolo` and :func:`amdinfer.classify` decoded or received),
 ``plot()``, ``save(path)`` and a picture in Jupyter; without one, Jupyter shows an HTML table.
 
+Odd values: a row with a NaN or infinite box coordinate or score is left out of ``draw()``/``plot()``/``save()``
+(one ``amdinfer.results`` warning counts the rows left out), and ``to_dict()``/``to_json()`` give ``None``/``null``
+for such a number: the JSON is strict, never ``NaN`` or ``Infinity``.
+
 Example:
     >>> import numpy as np
     >>> from amdinfer.results import Detections
@@ -16,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +29,7 @@ import numpy as np
 
 from . import _draw
 from ._draw import PALETTE
-from ._results_base import _MAX_ROWS, _image, _labels, _shows_picture
+from ._results_base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _labels, _shows_picture
 from ._text_results import TextLine, TextLines
 from .errors import InputError
 
@@ -103,7 +106,8 @@ class Detections:
         scores = np.asarray(scores, dtype=np.float32).reshape(-1)
         classes_arr = np.asarray(classes)
         if classes_arr.size and not np.all(np.isfinite(classes_arr.astype(np.float64))):
-            raise InputError("Detections: classes: got non-finite values, expected class indices")
+            rows = np.flatnonzero(~np.isfinite(classes_arr.astype(np.float64).reshape(-1))).tolist()[:10]
+            raise InputError(f"Detections: classes: got non-finite values at rows {rows}, expected class indices")
         classes_arr = classes_arr.astype(np.int64).reshape(-1)
         if scores.shape != (k,) or classes_arr.shape != (k,):
             raise InputError(
@@ -166,15 +170,17 @@ class Detections:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists, for JSON.
+        """Plain lists, for JSON; a NaN or infinite box coordinate or score is ``None``.
 
         Example:
             >>> Detections([[0, 0, 1, 1]], [0.5], [3]).to_dict()["classes"]
             [3]
+            >>> Detections([[0, 0, 1, np.inf]], [np.nan], [3]).to_dict()["boxes"]
+            [[0.0, 0.0, 1.0, None]]
         """
         return {
-            "boxes": self.boxes.tolist(),
-            "scores": self.scores.tolist(),
+            "boxes": _json_list(self.boxes),
+            "scores": _json_list(self.scores),
             "classes": self.classes.tolist(),
             "labels": self.labels,
             "image_shape": self.image_shape,
@@ -182,13 +188,16 @@ class Detections:
 
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`, e.g. ``indent=2``); the image is not in it.
-        ``Detections(**json.loads(det.to_json()))`` gives the boxes back.
+        ``Detections(**json.loads(det.to_json()))`` gives the boxes back. Strict JSON: a non-finite number is
+        ``null`` (read back as NaN), never ``NaN``/``Infinity``.
 
         Example:
             >>> Detections([[0, 0, 1, 1]], [0.5], [3], labels=["cat"]).to_json()
             '{"boxes": [[0.0, 0.0, 1.0, 1.0]], "scores": [0.5], "classes": [3], "labels": ["cat"], "image_shape": null}'
+            >>> Detections([[0, 0, 1, 1]], [float("nan")], [3]).to_json()[34:]
+            '"scores": [null], "classes": [3], "labels": null, "image_shape": null}'
         """
-        return json.dumps(self.to_dict(), **kwargs)
+        return _dumps(self.to_dict(), kwargs)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -234,7 +243,8 @@ class Detections:
             text: also write ``label score`` above each box; needs Pillow.
 
         Returns:
-            The annotated copy, same shape and dtype.
+            The annotated copy, same shape and dtype. A box with a NaN or infinite coordinate or score is not
+            drawn (one ``amdinfer.results`` warning counts them).
 
         Raises:
             InputError: the image is not 2-D/3-D, or its size differs from ``image_shape``.
@@ -246,19 +256,24 @@ class Detections:
             >>> out[1, 1].tolist(), out[3, 3].tolist()
             ([255, 56, 56], [0, 0, 0])
         """
+        return self._render(image, thickness, text, None, "Detections.draw")
+
+    def _render(self, image: Any, thickness: int, text: bool, size: int | None, what: str) -> np.ndarray:
+        """What :meth:`draw` and :meth:`plot` draw: the finite rows' boxes and, with ``text``, their labels."""
         image = np.asarray(image)
         if image.ndim not in (2, 3):
-            raise InputError(f"Detections.draw: image: got shape {image.shape}, expected (H, W, 3) or (H, W)")
+            raise InputError(f"{what}: image: got shape {image.shape}, expected (H, W, 3) or (H, W)")
         if self.image_shape is not None and tuple(image.shape[:2]) != self.image_shape:
             raise InputError(
-                f"Detections.draw: image: got size {image.shape[:2]}, expected {self.image_shape} (the size the "
+                f"{what}: image: got size {image.shape[:2]}, expected {self.image_shape} (the size the "
                 "boxes refer to; use ScaleBoxes to map boxes to the original image)"
             )
         if not isinstance(thickness, (int, np.integer)) or thickness < 1:
-            raise InputError(f"Detections.draw: thickness: got {thickness!r}, expected an int >= 1")
+            raise InputError(f"{what}: thickness: got {thickness!r}, expected an int >= 1")
         out = image.copy()
         h, w = out.shape[:2]
-        for i in range(len(self)):
+        rows = np.flatnonzero(_drawable(what, "boxes", self.boxes, self.scores))
+        for i in rows:
             color = np.array(PALETTE[int(self.classes[i]) % len(PALETTE)], dtype=np.float64)
             if out.ndim == 2:
                 value: Any = color.mean()
@@ -277,17 +292,17 @@ class Detections:
             out[max(y2 - t + 1, y1) : y2 + 1, x1 : x2 + 1] = value
             out[y1 : y2 + 1, x1 : min(x1 + t, x2 + 1)] = value
             out[y1 : y2 + 1, max(x2 - t + 1, x1) : x2 + 1] = value
-        if text and len(self):
-            out = self._draw_text(out)
+        if text and len(rows):
+            out = self._draw_text(out, rows, size, what)
         return out
 
-    def _draw_text(self, image: np.ndarray, size: int | None = None, what: str = "Detections.draw") -> np.ndarray:
-        colors: list[Any] = [PALETTE[int(c) % len(PALETTE)] for c in self.classes]
+    def _draw_text(self, image: np.ndarray, rows: np.ndarray, size: int | None, what: str) -> np.ndarray:
+        colors: list[Any] = [PALETTE[int(self.classes[i]) % len(PALETTE)] for i in rows]
         if image.ndim == 2:
             colors = [int(np.mean(c)) for c in colors]
-        names = self.labels if self.labels is not None else [str(int(c)) for c in self.classes]
-        texts = [f"{name} {score:.2f}" for name, score in zip(names, self.scores)]
-        anchors = [(float(x), float(y)) for x, y in self.boxes[:, :2]]
+        names = [self.labels[i] if self.labels is not None else str(int(self.classes[i])) for i in rows]
+        texts = [f"{name} {self.scores[i]:.2f}" for name, i in zip(names, rows)]
+        anchors = [(float(self.boxes[i, 0]), float(self.boxes[i, 1])) for i in rows]
         return _draw.write_labels(image, anchors, texts, colors, size=size, what=what)
 
     def plot(self, *, thickness: int | None = None, text: bool = True) -> np.ndarray:
@@ -297,6 +312,9 @@ class Detections:
         Args:
             thickness: line width in pixels; ``None``: Ultralytics' ``max(round((H + W) / 2 * 0.003), 2)``.
             text: write the labels (needs Pillow; letters scale with the image).
+
+        A box with a NaN or infinite coordinate or score is left out, with one ``amdinfer.results`` warning
+        that counts them (as :meth:`draw` and :meth:`save`).
 
         Raises:
             InputError: no image is kept (see ``image``).
@@ -310,8 +328,7 @@ class Detections:
         """
         image = _draw.require_image(self.image, "Detections.plot")
         width = _draw.line_width(image.shape) if thickness is None else thickness
-        out = self.draw(image, thickness=width)
-        return self._draw_text(out, _draw.font_size(image.shape), "Detections.plot") if text and len(self) else out
+        return self._render(image, width, text, _draw.font_size(image.shape), "Detections.plot")
 
     def save(self, path: str | Path) -> Path:
         """Write :meth:`plot` to ``path`` (PNG, JPEG, BMP, TIFF or WebP by its suffix), atomically.
@@ -353,7 +370,11 @@ class Classification:
     __slots__ = ("image", "indices", "labels", "scores")
 
     def __init__(self, indices: Any, scores: Any, labels: Sequence[str] | None = None, *, image: Any = None) -> None:
-        self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind in "fc" and not np.isfinite(raw).all():
+            rows = np.flatnonzero(~np.isfinite(raw.reshape(-1))).tolist()[:10]
+            raise InputError(f"Classification: indices: got non-finite values at rows {rows}, expected class indices")
+        self.indices = raw.astype(np.int64).reshape(-1)
         self.scores = np.asarray(scores, dtype=np.float32).reshape(-1)
         if self.indices.shape != self.scores.shape:
             raise InputError(
@@ -382,27 +403,30 @@ class Classification:
         return None if self.labels is None else self.labels[0]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists, for JSON.
+        """Plain lists, for JSON; a NaN or infinite score is ``None``.
 
         Example:
             >>> Classification([2], [1.0]).to_dict()
             {'indices': [2], 'scores': [1.0], 'labels': None}
         """
-        return {"indices": self.indices.tolist(), "scores": self.scores.tolist(), "labels": self.labels}
+        return {"indices": self.indices.tolist(), "scores": _json_list(self.scores), "labels": self.labels}
 
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Classification(**json.loads(...))``
-        gives it back.
+        gives it back. Strict JSON: a non-finite score is ``null``, never ``NaN``/``Infinity``.
 
         Example:
             >>> Classification([2], [1.0], labels=["fox"]).to_json()
             '{"indices": [2], "scores": [1.0], "labels": ["fox"]}'
+            >>> Classification([2, 5], [1.0, float("inf")]).to_json()
+            '{"indices": [2, 5], "scores": [1.0, null], "labels": null}'
         """
-        return json.dumps(self.to_dict(), **kwargs)
+        return _dumps(self.to_dict(), kwargs)
 
     def plot(self) -> np.ndarray:
         """The kept image with the top-k written in its top-left corner (``label score`` per line, best first;
-        the index without labels): a new uint8 array.
+        the index without labels): a new uint8 array. A class with a NaN or infinite score is left out, with
+        one ``amdinfer.results`` warning that counts them.
 
         Raises:
             InputError: no image is kept.
@@ -416,7 +440,8 @@ class Classification:
         """
         image = _draw.require_image(self.image, "Classification.plot")
         names = self.labels if self.labels is not None else [str(int(i)) for i in self.indices]
-        lines = [f"{name} {score:.2f}" for name, score in zip(names, self.scores)]
+        rows = np.flatnonzero(_drawable("Classification.plot", "classes", self.scores))
+        lines = [f"{names[i]} {self.scores[i]:.2f}" for i in rows]
         return _draw.write_lines(image, lines, size=_draw.font_size(image.shape), what="Classification.plot")
 
     def save(self, path: str | Path) -> Path:

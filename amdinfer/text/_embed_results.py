@@ -10,14 +10,13 @@ Example:
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._results_base import _MAX_ROWS
+from .._results_base import _MAX_ROWS, _dumps, _json_list
 from ..errors import InputError
 
 __all__ = ["Embedding", "Embeddings", "Match", "Matches"]
@@ -189,7 +188,7 @@ class Embeddings:
             >>> Embeddings([[0.5]], ["hi"], normalized=True).to_json()
             '{"vectors": [[0.5]], "texts": ["hi"], "normalized": true}'
         """
-        return json.dumps(self.to_dict(), **kwargs)
+        return _dumps(self.to_dict(), kwargs)  # strict JSON; the vectors are finite (checked when built)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -291,7 +290,7 @@ class Matches:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists, for JSON.
+        """Plain lists, for JSON; a NaN or infinite score is ``None``.
 
         Example:
             >>> Matches([[0]], [[1.0]]).to_dict()
@@ -299,19 +298,21 @@ class Matches:
         """
         return {
             "indices": self.indices.tolist(),
-            "scores": self.scores.tolist(),
+            "scores": _json_list(self.scores),
             "queries": self.queries,
             "docs": self.docs,
         }
 
     def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`).
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); strict: a non-finite score is ``null``.
 
         Example:
             >>> Matches([[0]], [[0.5]]).to_json()
             '{"indices": [[0]], "scores": [[0.5]], "queries": null, "docs": null}'
+            >>> Matches([[0]], [[float("nan")]]).to_json()[:37]
+            '{"indices": [[0]], "scores": [[null]]'
         """
-        return json.dumps(self.to_dict(), **kwargs)
+        return _dumps(self.to_dict(), kwargs)
 
     def __repr__(self) -> str:
         lines = [f"Matches({len(self)} quer{'ies' if len(self) != 1 else 'y'}, top-{self.indices.shape[1]}"]

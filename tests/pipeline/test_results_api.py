@@ -195,6 +195,132 @@ class TestSequence:
         assert Classification(**json.loads(c.to_json())).to_dict() == c.to_dict()
 
 
+# ---------------------------------------------------------------------------------------------- odd values
+def _strict(text: str) -> object:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity`` (what strict JSON parsers do)."""
+
+    def refuse(token: str) -> object:
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _not_drawn(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "amdinfer.results" and r.levelno == 30]
+
+
+class TestOddValues:
+    """Issue 35: a row with a NaN or infinite number is left out of pictures with one warning that counts it, and
+    JSON is strict (``null``). Truths: outlines by hand, the plot of a result built without the odd rows, and
+    ``json.loads`` with a ``parse_constant`` that raises."""
+
+    def test_strict_parser_refuses_what_json_dumps_writes_by_default(self) -> None:
+        with pytest.raises(ValueError, match="not strict JSON: NaN"):
+            _strict(json.dumps([float("nan")]))  # the check below can fail
+
+    @pytest.mark.parametrize("odd", [np.nan, np.inf, -np.inf])
+    def test_detections_plot_and_save_skip_odd_boxes_and_scores(
+        self, odd: float, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        blank = np.zeros((40, 60, 3), np.uint8)
+        boxes = [[5, 6, 30, 20], [odd, 1, 9, 9], [40, 25, 55, 38], [1, 1, 50, 30]]
+        det = Detections(boxes, [0.9, 0.8, 0.4, odd], [0, 1, 3, 2], labels=["a", "b", "c", "d"], image=blank)
+        with caplog.at_level("WARNING", logger="amdinfer.results"):
+            out = det.plot(thickness=2, text=False)
+        first, second = _outline((40, 60), (5, 6, 30, 20), 2), _outline((40, 60), (40, 25, 55, 38), 2)
+        np.testing.assert_array_equal(out[first], np.tile(PALETTE[0], (first.sum(), 1)))
+        np.testing.assert_array_equal(out[second], np.tile(PALETTE[3], (second.sum(), 1)))
+        assert not out[~(first | second)].any()
+        assert _not_drawn(caplog) == [
+            "Detections.plot: 2 of 4 boxes not drawn: NaN or infinite coordinates or scores (rows 1, 3)"
+        ]
+        finite = Detections(
+            [boxes[0], boxes[2]], [0.9, 0.4], [0, 3], labels=["a", "c"], image=blank
+        )  # the same result without the odd rows
+        np.testing.assert_array_equal(det.plot(), finite.plot())
+        np.testing.assert_array_equal(det.draw(blank, text=True), finite.draw(blank, text=True))
+        np.testing.assert_array_equal(_decode(det.save(tmp_path / "odd.png").read_bytes()), finite.plot())
+        assert det._repr_png_() == finite._repr_png_()
+
+    def test_huge_finite_boxes_are_cut_at_the_border(self) -> None:
+        blank = np.zeros((40, 60, 3), np.uint8)
+        det = Detections([[5, 6, 1e30, 20], [-3e38, -3e38, 3e38, 3e38]], [0.9, 0.5], [0, 0], image=blank)
+        out = det.plot(thickness=1)  # the labels too: Pillow fails on coordinates this large
+        mask = _outline((40, 60), (5, 6, 59, 20), 1) | _outline((40, 60), (0, 0, 59, 39), 1)
+        assert (det.plot(thickness=1, text=False)[mask] == PALETTE[0]).all()
+        assert not det.plot(thickness=1, text=False)[~mask].any()
+        assert out.shape == blank.shape and (out != det.plot(thickness=1, text=False)).any()  # a label is written
+
+    def test_detections_json_is_strict_and_reads_back(self) -> None:
+        det = Detections([[0, 1, 2, np.inf], [np.nan, 1, 2, 3]], [-np.inf, 0.5], [1, 2], image_shape=(4, 5))
+        data = _strict(det.to_json())
+        assert data == {
+            "boxes": [[0.0, 1.0, 2.0, None], [None, 1.0, 2.0, 3.0]],
+            "scores": [None, 0.5],
+            "classes": [1, 2],
+            "labels": None,
+            "image_shape": [4, 5],
+        }
+        assert _strict(json.dumps(det.to_dict())) == data  # to_dict is strict too
+        assert _strict(det.to_json(indent=2, allow_nan=True)) == data  # no way to ask for NaN back
+        again = Detections(**data)  # type: ignore[arg-type]
+        assert np.isnan(again.boxes[[0, 1], [3, 0]]).all() and np.isnan(again.scores[0])
+        np.testing.assert_array_equal(again.boxes[:, 1:3], det.boxes[:, 1:3])
+
+    def test_classification_plot_skips_odd_scores_and_json_is_strict(self, caplog: pytest.LogCaptureFixture) -> None:
+        blank = np.zeros((80, 120, 3), np.uint8)
+        c = Classification([3, 1, 4], [np.nan, 0.2, np.inf], labels=["cat", "dog", "fox"], image=blank)
+        with caplog.at_level("WARNING", logger="amdinfer.results"):
+            out = c.plot()
+        np.testing.assert_array_equal(out, Classification([1], [0.2], labels=["dog"], image=blank).plot())
+        assert _not_drawn(caplog) == [
+            "Classification.plot: 2 of 3 classes not drawn: NaN or infinite coordinates or scores (rows 0, 2)"
+        ]
+        data = _strict(c.to_json())
+        assert data == {"indices": [3, 1, 4], "scores": [None, float(np.float32(0.2)), None], "labels": c.labels}
+        assert np.isnan(Classification(**data).scores[[0, 2]]).all()  # type: ignore[arg-type]
+
+    def test_classification_with_a_nan_index_is_refused(self) -> None:
+        with pytest.raises(InputError, match=r"Classification: indices: got non-finite values at rows \[1\]"):
+            Classification([2, np.nan], [0.5, 0.4])
+        with pytest.raises(InputError, match=r"Detections: classes: got non-finite values at rows \[0\]"):
+            Detections([[0, 0, 1, 1]], [0.5], [np.inf])
+
+    def test_text_lines_skip_odd_quads_and_cut_huge_ones(self, caplog: pytest.LogCaptureFixture) -> None:
+        from amdinfer.results import TextLines
+
+        blank = np.zeros((10, 12, 3), np.uint8)
+        quads = [
+            [[1, 1], [1e30, 1], [1e30, 5], [1, 5]],  # runs off the right: cut at the border
+            [[0, 0], [np.nan, 0], [4, 4], [0, 4]],
+            [[2, 7], [6, 7], [6, 8], [2, 8]],  # a finite quad with a NaN score
+        ]
+        lines = TextLines(quads, ["a", "b", "c"], [0.9, 0.8, np.nan], image=blank)
+        with caplog.at_level("WARNING", logger="amdinfer.results"):
+            out = lines.plot(thickness=1, text=False)
+        want = np.zeros((10, 12), bool)
+        want[1, 1:], want[5, 1:], want[1:6, 1] = True, True, True  # top, bottom and left edges of the first quad
+        np.testing.assert_array_equal(out.any(axis=2), want)
+        assert (out[want] == PALETTE[0]).all()
+        assert _not_drawn(caplog) == [
+            "TextLines.plot: 2 of 3 lines not drawn: NaN or infinite coordinates or scores (rows 1, 2)"
+        ]
+        lines.plot()  # with the texts
+        data = _strict(lines.to_json())
+        assert data["quads"][0][1] == [float(np.float32(1e30)), 1.0] and data["quads"][1][1] == [None, 0.0]  # type: ignore[index]
+        assert data["scores"][2] is None  # type: ignore[index]
+
+    def test_matches_json_is_strict(self) -> None:
+        from amdinfer.text import Matches
+
+        data = _strict(Matches([[0, 1]], [[np.nan, np.inf]]).to_json())
+        assert data["scores"] == [[None, None]]  # type: ignore[index]
+
+    def test_write_labels_names_a_non_finite_anchor(self) -> None:
+        with pytest.raises(InputError, match=r"plot: anchors\[1\]: got \(nan, 2.0\), expected finite"):
+            _draw.write_labels(np.zeros((8, 8, 3), np.uint8), [(0, 0), (np.nan, 2.0)], ["a", "b"], [0, 0], what="plot")
+
+
 # ---------------------------------------------------------------------------------------------- __call__ sources
 def _same(a: Detections, b: Detections) -> None:
     np.testing.assert_array_equal(a.boxes, b.boxes)
