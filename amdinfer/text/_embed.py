@@ -21,7 +21,7 @@ from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
 from ..types import TensorSpec
 from ._embed_results import Embeddings
-from ._embed_stages import DEFAULT_BUCKETS, POOLINGS, Pool, Tokenize, load_tokenizer
+from ._embed_stages import DEFAULT_BUCKETS, POOLINGS, Pool, Tokenize, _text_problem, load_tokenizer
 
 __all__ = ["EmbedPipeline", "TextEmbedder", "embed"]
 
@@ -295,8 +295,10 @@ class TextEmbedder:
         """Embed ``texts`` (a str, or any iterable of str), in order; one str gives one row.
 
         Raises:
-            InputError: ``texts`` is not a str or an iterable of str; ``texts[i]`` is not a str, or is longer
-                than ``max_length`` tokens without ``truncate=True`` (the message names ``i`` and the count).
+            InputError: ``texts`` is not a str or an iterable of str; ``texts[i]`` is not a str, is not valid
+                Unicode (a lone surrogate such as ``"\\ud800"``: no UTF-8 form), or is longer than ``max_length``
+                tokens without ``truncate=True`` (the message names ``i`` and the count). Types and Unicode are
+                checked for every text before the model runs.
         """
         if isinstance(texts, str):
             items = [texts]
@@ -304,6 +306,10 @@ class TextEmbedder:
             raise InputError(f"texts: got {type(texts).__name__}, expected a str or a list of str")
         else:
             items = list(texts)
+        for i, item in enumerate(items):
+            problem = _text_problem(item) if isinstance(item, str) else f"got {type(item).__name__}, expected a str"
+            if problem:
+                raise InputError(f"texts[{i}]: text: {problem}")
         vectors = list(self._vectors(self.pipeline.map(items)))
         if not vectors:
             return Embeddings(np.zeros((0, self.dim or 0), np.float32), [], normalized=self.pool.normalize)

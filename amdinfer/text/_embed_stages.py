@@ -30,6 +30,32 @@ DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
 POOLINGS: tuple[str, ...] = ("mean", "cls")
 
 
+def _text_problem(text: str) -> str | None:
+    """What keeps a str from being tokenized, or ``None``: a surrogate code point (U+D800-U+DFFF; a str that
+    ``surrogateescape`` or a UTF-16 split left) has no UTF-8 form, which the tokenizer needs.
+
+    Example:
+        >>> _text_problem("a" + chr(0xD800) + "b")
+        'not valid Unicode (lone surrogate U+D800 at position 1); expected a str that encodes as UTF-8'
+        >>> _text_problem("ok") is None
+        True
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        i = exc.start
+        pair = i + 1 < len(text) and "\ud800" <= text[i] <= "\udbff" and "\udc00" <= text[i + 1] <= "\udfff"
+        hint = (
+            " (a UTF-16 pair split in two: text.encode('utf-16', 'surrogatepass').decode('utf-16') joins it)"
+            if pair
+            else ""
+        )
+        what = "surrogate pair" if pair else "lone surrogate"
+        where = f"{what} U+{ord(text[i]):04X} at position {i}"
+        return f"not valid Unicode ({where}); expected a str that encodes as UTF-8{hint}"
+    return None
+
+
 def _tokenizers() -> Any:
     try:
         import tokenizers
@@ -160,6 +186,9 @@ class Tokenize(Preprocessor):
     def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
         if not isinstance(data, str):
             raise InputError(f"text: got {type(data).__name__}, expected a str")
+        problem = _text_problem(data)
+        if problem:
+            raise InputError(f"text: {problem}")
         enc = self.tokenizer.encode(data)
         n = len(enc.ids)
         if n > self.max_length:

@@ -111,6 +111,17 @@ def test_embed_input_errors_name_the_text() -> None:
             embedder(["the", "cat", "the cat sat"])
         with pytest.raises(amdinfer.InputError, match="texts: got int, expected a str or a list of str"):
             embedder(3)  # type: ignore[arg-type]
+        lone = r"not valid Unicode \(lone surrogate U\+D800 at position 1\); expected a str that encodes as UTF-8"
+        with pytest.raises(amdinfer.InputError, match=r"^texts\[0\]: text: " + lone + "$"):
+            embedder("a\ud800b")  # a str, but no UTF-8 form: the tokenizer said "TextInputSequence must be str"
+        with pytest.raises(amdinfer.InputError, match=r"^texts\[1\]: text: " + lone):
+            embedder(["the cat sat the cat", "a\ud800b"])  # checked up front, before texts[0] is found too long
+        with pytest.raises(amdinfer.InputError, match=r"^texts\[1\]: text: " + lone):
+            list(embedder.map(["the", "a\ud800b"]))  # lazily: the Tokenize stage's check
+        with pytest.raises(amdinfer.InputError, match=r"texts\[0\]: text: .*surrogate pair U\+D83D at position 2.*"):
+            embedder(["ok\ud83d\ude00"])  # a UTF-16 pair split in two, with the fix
+        joined = "ok\ud83d\ude00".encode("utf-16", "surrogatepass").decode("utf-16")  # the fix the message gives
+        assert joined == "ok\U0001f600" and embedder(joined).vectors.shape == (1, 8)
         empty = embedder([])
         assert empty.vectors.shape == (0, 8) and empty.texts == [] and len(empty) == 0
         assert embedder("the").vectors.shape == (1, 8)  # one str, one row
