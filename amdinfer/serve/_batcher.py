@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import OptionError
+from ._bounds import check
 
 __all__ = ["BatchWorker", "DynamicBatcher", "run_isolated"]
 
@@ -94,12 +95,6 @@ class _Pending:
     queued: float = field(default_factory=time.perf_counter)
 
 
-def _positive(name: str, value: Any, kind: type, minimum: float) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < minimum:
-        raise OptionError(f"{name}: got {value!r}, expected {'a number' if kind is float else 'an int'} >= {minimum}")
-    return kind(value)
-
-
 class DynamicBatcher:
     """Groups concurrent requests into batches and runs each batch with one call on a free worker.
 
@@ -150,8 +145,8 @@ class DynamicBatcher:
         if not workers:
             raise OptionError("workers: got none, expected at least one worker")
         self._workers = list(workers)
-        self.max_batch_size = _positive("max_batch_size", max_batch_size, int, 1)
-        self.max_delay = _positive("max_delay_ms", max_delay_ms, float, 0) / 1000.0
+        self.max_batch_size: int = check("max_batch_size", max_batch_size)
+        self.max_delay = check("max_delay_ms", max_delay_ms) / 1000.0
         self._observer = observer
         #: the numerical canary, if any
         self.canary = canary

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.config
+import math
+from collections.abc import Callable
 from typing import Any
+
+from ._bounds import BOUNDS, FLAG, check, check_buckets, check_flag
 
 __all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "default_workers_per_device", "run"]
 
@@ -33,52 +37,88 @@ def _devices(text: str) -> list[int]:
 
 
 def _port(text: str) -> int:
+    from ..errors import OptionError
+
     try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a TCP port 0..65535")
-    return port
+        return int(check("http_port", int(text)))
+    except (ValueError, OptionError):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a TCP port 0..65535") from None
 
 
 def _grpc_port(text: str) -> int:
     return -1 if text.strip() == "-1" else _port(text)
 
 
+def _bounded(option: str) -> Callable[[str], Any]:
+    """The argparse type of a bounded flag: its text parsed and checked by :func:`._bounds.check_flag` (one table
+    of bounds for the flags, ``models.toml`` and load requests)."""
+
+    def parse(text: str) -> Any:
+        from ..errors import OptionError
+
+        try:
+            return check_flag(option, text)
+        except OptionError as exc:  # argparse names the flag itself: "argument --x: got ..."
+            raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
+
+    parse.__name__ = option
+    return parse
+
+
+def _auto_or(option: str) -> Callable[[str], Any]:
+    """:func:`_bounded`, or ``None`` for ``auto``."""
+    bounded = _bounded(option)
+
+    def parse(text: str) -> Any:
+        if text.strip().lower() == "auto":
+            return None
+        try:
+            return bounded(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}, or auto") from None
+
+    parse.__name__ = option
+    return parse
+
+
+def _pixels(text: str) -> int:
+    from ..preprocess._image_header import MAX_IMAGE_PIXELS_BOUND as high
+
+    if not text.strip().isdigit() or not 1 <= int(text) <= high:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an int in 1..{high} (pixels per image)")
+    return int(text)
+
+
 def _byte_count(text: str) -> int:
+    from ..errors import OptionError
+
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     t = text.strip().lower().removesuffix("ib").removesuffix("b")
     unit = t[-1:] if t[-1:] in units else ""
     try:
-        value = int(float(t[: len(t) - len(unit)]) * units[unit])
+        number = float(t[: len(t) - len(unit)]) * units[unit]
+        value: Any = int(number) if math.isfinite(number) and number == int(number) else text
     except ValueError:
-        value = -1
-    if value < 1024:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a size of at least 1024 bytes, e.g. 256M or 1G")
-    return value
-
-
-def _workers(text: str) -> int | None:
-    if text.strip().lower() == "auto":
-        return None
+        value = text
     try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number of processes >= 1, or auto")
-    return n
+        return int(check("max_request_bytes", value, FLAG))
+    except OptionError:
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, expected {BOUNDS['max_request_bytes'].accepted()}, e.g. 256M or 1G"
+        ) from None
 
 
-def _rate(text: str) -> float:
+def _buckets(text: str) -> tuple[int, ...]:
+    from ..errors import OptionError
+
     try:
-        rate = float(text)
+        sizes: list[Any] = [int(b) for b in text.split(",") if b.strip()]
     except ValueError:
-        rate = -1.0
-    if not 0 <= rate <= 1:  # NaN too
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a fraction in [0, 1], e.g. 0.01: one request in 100")
-    return rate
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected comma-separated batch sizes like 8,16,32") from None
+    try:
+        return check_buckets(sizes, FLAG)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
 
 
 def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,6 +182,7 @@ def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> li
         argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets))]
     if args.no_warmup:
         argv.append("--no-warmup")
+    argv += ["--max-image-pixels", str(args.max_image_pixels)] if args.max_image_pixels else []
     if args.log_level:
         argv += ["--log-level", args.log_level]
     if args.verify_sample:
@@ -332,6 +373,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         reuse_port=args.reuse_port,
         max_request_bytes=args.max_request_bytes,
+        max_image_pixels=args.max_image_pixels,
         shared_memory=_SHARED_MEMORY[args.shared_memory],
         backend=args.backend,
         precision=args.precision,
@@ -402,6 +444,13 @@ def _add_served_arguments(p: argparse.ArgumentParser) -> None:
         "larger REST bodies get 413 before they are read",
     )
     p.add_argument(
+        "--max-image-pixels",
+        type=_pixels,
+        metavar="N",
+        help="a recipe's images: the most pixels (width x height) a header may declare; larger ones get 400 "
+        "before decoding (default 89478485, Pillow's limit)",
+    )
+    p.add_argument(
         "--shared-memory",
         choices=list(_SHARED_MEMORY),
         default="auto",
@@ -420,17 +469,28 @@ def _add_served_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """How each model runs: backend, devices, batching, server processes per device."""
-    p.add_argument("--max-batch-size", type=int, default=32, help="items per engine call at most (1: no batching)")
-    p.add_argument("--max-delay-ms", type=float, default=2.0, help="how long a request waits for others (ms)")
+    p.add_argument(
+        "--max-batch-size",
+        type=_bounded("max_batch_size"),
+        default=32,
+        help="items per engine call at most, 1..4096 (1: no batching)",
+    )
+    p.add_argument(
+        "--max-delay-ms",
+        type=_bounded("max_delay_ms"),
+        default=2.0,
+        help="how long a request waits for others (ms, 0..60000)",
+    )
     p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
     p.add_argument("--providers", help="comma-separated ONNX Runtime providers, e.g. cuda or cpu")
     p.add_argument("--precision", default="fp32", help="fp32, fp16, bf16")
     p.add_argument("--devices", type=_devices, default=[0], help="GPU indices, one worker each (default 0)")
     p.add_argument(
         "--batch-buckets",
-        type=_devices,
+        type=_buckets,
         default=None,
-        help="batch sizes the engine runs (padded up to the next), e.g. 8,16,32,64: fewer shapes to compile",
+        help="batch sizes the engine runs (padded up to the next), e.g. 8,16,32,64: fewer shapes to compile "
+        "(1 to 64 sizes, each 1..4096)",
     )
     p.add_argument(
         "--no-warmup", action="store_true", help="do not run each engine (or recipe pipeline) at its batch sizes first"
@@ -442,11 +502,11 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers-per-device",
-        type=_workers,
+        type=_auto_or("workers_per_device"),
         default=None,
         metavar="N",
         help="server processes per device, all on the same ports (SO_REUSEPORT), each with its own engine "
-        "(default auto: max(1, min(4, usable cores // (2 x devices))))",
+        "(default auto: max(1, min(4, usable cores // (2 x devices))); at most min(64, 4 x usable cores))",
     )
 
 
@@ -454,7 +514,7 @@ def _add_canary_arguments(p: argparse.ArgumentParser) -> None:
     """The numerical canary (``--verify-sample``)."""
     p.add_argument(
         "--verify-sample",
-        type=_rate,
+        type=_bounded("verify_sample"),
         default=0.0,
         metavar="RATE",
         help="numerical canary: re-run this fraction of requests (0..1, e.g. 0.01) on a reference engine in the "
@@ -494,9 +554,9 @@ def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--pipeline-threads",
-        type=_workers,
+        type=_auto_or("pipeline_threads"),
         default=None,
         metavar="N",
         help="threads that decode and resize a recipe's images in each server process (default: all usable cores "
-        "in one process; max(2, cores // processes) with several)",
+        "in one process; max(2, cores // processes) with several; 1..256)",
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, OptionError
+from ._bounds import BOUNDS, MAX_BUCKETS, check, check_buckets, check_finite
 
 __all__ = [
     "CONFIG_FILES",
@@ -61,15 +62,15 @@ class ModelConfig:
         )
 
 
-#: option -> (accepted types, what to say when it is not one)
+#: option -> (accepted types, what to say when it is not one); the numbers' bounds are :mod:`._bounds`'s
 _OPTIONS: dict[str, tuple[tuple[type, ...], str]] = {
     "path": ((str,), "a path inside the repository folder"),
     "backend": ((str,), "a backend name such as 'ort'"),
     "providers": ((list, str), "a list of provider names (or one comma-separated string)"),
     "precision": ((str,), "'fp32', 'fp16', 'bf16' or 'int8'"),
-    "max_batch_size": ((int,), "an int >= 1"),
-    "max_delay_ms": ((int, float), "a number >= 0"),
-    "batch_buckets": ((list,), "a list of ints >= 1"),
+    "max_batch_size": ((int,), BOUNDS["max_batch_size"].accepted()),
+    "max_delay_ms": ((int, float), BOUNDS["max_delay_ms"].accepted()),
+    "batch_buckets": ((list, tuple), f"a list of 1 to {MAX_BUCKETS} ints, each {BOUNDS['batch_bucket'].accepted()}"),
     "recipe": ((str,), "'yolo' or 'classify'"),
     "recipe_options": ((dict,), "a table of the recipe's options"),
     "load": ((bool,), "true or false"),
@@ -77,56 +78,95 @@ _OPTIONS: dict[str, tuple[tuple[type, ...], str]] = {
 
 
 def _options(where: str, raw: Any, *, allow: Sequence[str] = tuple(_OPTIONS)) -> dict[str, Any]:
-    """Checked options of one table (``where`` names it in errors)."""
+    """Checked options of one table (``where`` names it in errors); numbers through :func:`._bounds.check`."""
     if not isinstance(raw, Mapping):
         raise OptionError(f"{where}: got {type(raw).__name__}, expected a table of options")
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in allow:
-            raise OptionError(f"{where}: got option {key!r}, expected options among {sorted(allow)}")
+            raise OptionError(f"{where}: got option {str(key)[:80]!r}, expected options among {sorted(allow)}")
+        if key == "batch_buckets":
+            out[key] = check_buckets(value, where)
+            continue
+        if key in BOUNDS:
+            out[key] = check(key, value, where)
+            continue
         kinds, expected = _OPTIONS[key]
         bad = isinstance(value, bool) and bool not in kinds
         if bad or not isinstance(value, kinds):
-            raise OptionError(f"{where}: option {key!r} got {value!r}, expected {expected}")
+            raise OptionError(f"{where}: option {key!r} got {repr(value)[:80]}, expected {expected}")
         v: Any = value  # its type checked above
         if key == "providers":
             v = tuple(v.split(",") if isinstance(v, str) else v)
             if not all(isinstance(p, str) and p for p in v):
                 raise OptionError(f"{where}: option 'providers' got {raw[key]!r}, expected {expected}")
-        elif key == "batch_buckets":
-            if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in v):
-                raise OptionError(f"{where}: option 'batch_buckets' got {v!r}, expected {expected}")
-            v = tuple(v)
-        elif (key == "max_batch_size" and v < 1) or (key == "max_delay_ms" and v < 0):
-            raise OptionError(f"{where}: option {key!r} got {v!r}, expected {expected}")
         elif key == "recipe" and v not in ("yolo", "classify"):
             raise OptionError(f"{where}: option 'recipe' got {v!r}, expected {expected}")
+        elif key == "recipe_options":
+            check_finite(v, where, "recipe_options")
+            if "pipeline_threads" in v:
+                threads = check("pipeline_threads", v["pipeline_threads"], f"{where}: recipe_options")
+                v = {**v, "pipeline_threads": threads}
         out[key] = v
     return out
 
 
+def _parse_json(text: str | bytes) -> Any:
+    """JSON as the config files and load requests take it: strict about numbers (no ``NaN``, ``Infinity``).
+
+    Raises:
+        ValueError: not JSON, not UTF-8, a non-finite number, an int of more than 4300 digits.
+        RecursionError: nested too deeply.
+    """
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not a JSON number (expected a finite number)")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OptionError(
+            f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+
+
 def _read_config_file(root: Path) -> dict[str, Any]:
-    """The parsed ``models.toml`` / ``models.json`` of ``root`` (``{}`` without one)."""
+    """The parsed ``models.toml`` / ``models.json`` of ``root`` (``{}`` without one).
+
+    Raises:
+        OptionError: both files, a file that is not UTF-8, not valid TOML/JSON (a non-finite JSON number too),
+            nested too deeply, or with tables other than ``defaults`` and ``models``.
+    """
     present = [root / n for n in CONFIG_FILES if (root / n).is_file()]
     if len(present) > 1:
         raise OptionError(f"{root}: has both {CONFIG_FILES[0]} and {CONFIG_FILES[1]}; keep one")
     if not present:
         return {}
     path = present[0]
+    text = _decode(path, path.read_bytes())
+    data: Any
     if path.suffix == ".toml":
         if sys.version_info < (3, 11):
             raise OptionError(f"{path}: TOML needs Python >= 3.11 (tomllib); write the same tables to models.json")
         import tomllib
 
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise OptionError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise OptionError(f"{path}: not valid TOML: nested too deeply") from None
     else:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+            data = _parse_json(text)
+        except ValueError as exc:
             raise OptionError(f"{path}: not valid JSON: {exc}") from None
+        except RecursionError:
+            raise OptionError(f"{path}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict) or set(data) - {"defaults", "models"}:
         extra = sorted(set(data) - {"defaults", "models"}) if isinstance(data, dict) else type(data).__name__
         raise OptionError(f"{path}: got {extra}, expected only the tables 'defaults' and 'models'")
@@ -225,9 +265,11 @@ def parse_load_config(name: str, config: Any) -> dict[str, Any]:
         return {}
     if isinstance(config, (str, bytes)):
         try:
-            config = json.loads(config)
-        except json.JSONDecodeError as exc:
+            config = _parse_json(config)
+        except ValueError as exc:  # not JSON, not UTF-8, NaN or Infinity
             raise InputError(f"load {name!r}: parameter 'config' is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InputError(f"load {name!r}: parameter 'config' is not valid JSON: nested too deeply") from None
     if not isinstance(config, dict):
         raise InputError(f"load {name!r}: parameter 'config' got {type(config).__name__}, expected a JSON object")
     config = dict(config)

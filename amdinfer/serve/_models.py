@@ -8,6 +8,7 @@ from typing import Any
 from ..engines.base import Engine
 from ..errors import OptionError
 from ._batcher import DynamicBatcher
+from ._bounds import check, check_buckets
 from ._canary import Canary, check_rate, load_reference
 from ._metrics import ServingMetrics
 from ._oip import AmdinferModel
@@ -38,6 +39,8 @@ def load_workers(
     devices = list(devices)
     if not devices or len(set(devices)) != len(devices):
         raise OptionError(f"devices: got {devices}, expected distinct device indices")
+    if "batch_buckets" in load_options:
+        load_options["batch_buckets"] = list(check_buckets(load_options["batch_buckets"]))
     workers = []
     try:
         for d in devices:
@@ -82,8 +85,8 @@ def load_recipe_workers(
         **load_options: other ``amdinfer.load`` options (``providers=``, ...).
 
     Raises:
-        OptionError: an unknown recipe, devices that are empty or repeated, a bad ``pipeline_threads``, or
-            ``"ocr"`` without ``rec``.
+        OptionError: an unknown recipe, devices that are empty or repeated, a ``pipeline_threads`` or
+            ``batch_buckets`` out of bounds (:mod:`amdinfer.serve._bounds`), or ``"ocr"`` without ``rec``.
 
     Example:
         >>> from amdinfer.testing.models import yolov8
@@ -105,8 +108,10 @@ def load_recipe_workers(
     if recipe == "ocr" and options.get("rec") is None:
         raise OptionError("recipe_options: 'ocr' needs rec (the recogniser model; cls, the classifier, is optional)")
     threads = options.pop("pipeline_threads", None)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise OptionError(f"recipe_options: pipeline_threads got {threads!r}, expected an int >= 1")
+    if threads is not None:
+        threads = check("pipeline_threads", threads, "recipe_options")
+    if "batch_buckets" in load_options:
+        load_options["batch_buckets"] = list(check_buckets(load_options["batch_buckets"]))
     workers: list[PipelineWorker] = []
     try:
         for d in devices:

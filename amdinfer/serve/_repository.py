@@ -235,7 +235,7 @@ class ModelRepository:
         for path in self.state.glob("*.json"):
             try:
                 record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):  # replaced meanwhile: read at the next request
+            except (OSError, ValueError):  # replaced meanwhile (or not UTF-8): read at the next request
                 self._seen = None
                 continue
             if isinstance(record, dict) and {"name", "loaded", "token"} <= set(record):
@@ -248,7 +248,7 @@ class ModelRepository:
             path = self.state / (name.encode().hex() + ".json")
             try:
                 record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+            except (OSError, ValueError):
                 self._seen = None
                 return
             if self._applied.get(name) == record["token"]:

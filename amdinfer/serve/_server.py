@@ -119,6 +119,7 @@ class Server(ModelServer):
         self.max_request_bytes = max_request_bytes
         #: whether clients may register system shared-memory regions
         self.shared_memory = is_loopback(host) if shared_memory is None else shared_memory
+        self._shared_memory_given = shared_memory
         self.dataplane = FastDataPlane(model_registry=self.registered_models, repository=repository)
         self._models: list[AmdinferModel] = []
         self._stopping: asyncio.Event | None = None
@@ -149,10 +150,17 @@ class Server(ModelServer):
             shm.close()
 
     def _shared_memory_registry(self) -> SharedMemoryRegistry:
+        # what turned it off: the flag itself, or auto on an interface that other hosts reach
+        if self._shared_memory_given is False:
+            given = "--shared-memory off (Server(shared_memory=False))"
+        else:
+            given = (
+                f"--shared-memory auto, which allows it on a loopback --host only, and this server listens on "
+                f"{self.host} (clients on other hosts must not name this host's memory)"
+            )
         why = (
-            f"system shared memory is off on this server: it listens on {self.host}, and clients on other hosts "
-            "must not name this host's memory; start it with --shared-memory on (Server(shared_memory=True)) "
-            "to allow it"
+            f"system shared memory is off on this server: it was started with {given}; --shared-memory takes auto, "
+            "on or off: start it with --shared-memory on (Server(shared_memory=True)) to allow it"
         )
         return SharedMemoryRegistry(os.environ.get(REGISTRY_ENV), enabled=self.shared_memory, disabled_reason=why)
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import OptionError
+from ._bounds import check
 from ._model_folder import REPOSITORY_STATE_ENV
 from ._shm import REGISTRY_ENV
 
@@ -46,7 +47,7 @@ def process_slot() -> tuple[int, int] | None:
 
 
 def check_workers_per_device(workers_per_device: Any) -> int:
-    """``workers_per_device`` if it is an int >= 1.
+    """``workers_per_device`` if it is an int in ``1..min(64, 4 x usable cores)`` (:mod:`amdinfer.serve._bounds`).
 
     Raises:
         OptionError: anything else (a bool too).
@@ -54,14 +55,12 @@ def check_workers_per_device(workers_per_device: Any) -> int:
     Example:
         >>> check_workers_per_device(2)
         2
-        >>> check_workers_per_device(0)
+        >>> check_workers_per_device(1000)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        amdinfer.errors.OptionError: workers_per_device: got 0, expected an int >= 1
+        amdinfer.errors.OptionError: workers_per_device: got 1000, expected an int in 1... (4 per usable core, ...
     """
-    if isinstance(workers_per_device, bool) or not isinstance(workers_per_device, int) or workers_per_device < 1:
-        raise OptionError(f"workers_per_device: got {workers_per_device!r}, expected an int >= 1")
-    return workers_per_device
+    return int(check("workers_per_device", workers_per_device))
 
 
 def _forward(stream: Any, last: list[str]) -> None:
@@ -168,7 +167,8 @@ def serve_processes(child_argv: Sequence[Sequence[str]], *, workers_per_device: 
         0 when every child stopped cleanly, else the first non-zero exit code.
 
     Raises:
-        OptionError: ``workers_per_device`` is not an int >= 1 dividing the number of children.
+        OptionError: ``workers_per_device`` is not an int within its bounds (:mod:`amdinfer.serve._bounds`)
+            dividing the number of children.
 
     Example:
         >>> serve_processes([])

@@ -316,7 +316,7 @@ class TestFolder:
         ("toml", "match"),
         [
             ("[models.tiny]\nprecison = 'fp16'\n", r"\[models.tiny\]: got option 'precison'"),
-            ("[models.tiny]\nmax_batch_size = 0\n", r"'max_batch_size' got 0, expected an int >= 1"),
+            ("[models.tiny]\nmax_batch_size = 0\n", r"'max_batch_size' got 0, expected an int in 1..4096"),
             ("[models.tiny]\nproviders = 3\n", r"'providers' got 3"),
             ("[models.ghost]\nprecision = 'fp16'\n", r"\[models.ghost\] has no path"),
             ("[models.tiny]\npath = '../x.onnx'\n", None),
