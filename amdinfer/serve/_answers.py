@@ -40,6 +40,10 @@ def result_tensors(result: Any) -> Tensors:
     ``TextLines`` (:func:`amdinfer.ocr`) give ``quads`` (``float32 (k, 4, 2)``, corners in the page's pixels),
     ``scores`` (``float32 (k,)``) and ``texts`` (``BYTES (k,)``, UTF-8) in reading order.
 
+    NaN and infinite numbers travel as they are (no row is dropped: ``*_batch_index`` stays aligned): binary
+    data and gRPC keep their IEEE values, and JSON ``data`` writes them as ``null`` (orjson), which strict JSON
+    parsers take, as ``to_json()`` of the results does.
+
     Example:
         >>> from amdinfer.results import Detections
         >>> sorted(result_tensors(Detections(np.zeros((1, 4)), [0.5], [2])))

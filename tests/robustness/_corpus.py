@@ -741,3 +741,4 @@ def cli_cache_list_parts_a_list(d: Path) -> object:
 import _cases_cli  # noqa: E402, F401
 import _cases_images  # noqa: E402, F401
 import _cases_quant  # noqa: E402, F401
+import _cases_results  # noqa: E402, F401
