@@ -739,6 +739,7 @@ def cli_cache_list_parts_a_list(d: Path) -> object:
 # ---------------------------------------------------------------------------------------------- issue 20
 # The cases of issue 20, one module per area; each registers its rows with @case above.
 import _cases_cli  # noqa: E402, F401
+import _cases_config  # noqa: E402, F401
 import _cases_images  # noqa: E402, F401
 import _cases_quant  # noqa: E402, F401
 import _cases_results  # noqa: E402, F401
