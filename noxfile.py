@@ -290,16 +290,20 @@ def mypy(session: nox.Session) -> None:
 
 @nox.session(tags=["tests"])
 def plugin_eps(session: nox.Session) -> None:
-    """ONNX Runtime plugin EPs on the OpenVINO plugin (CPU): discovery, doctor, selection, precision, a fake AMD
+    """ONNX Runtime plugin EPs on the OpenVINO and WebGPU plugins: discovery, doctor, selection, precision, a fake AMD
     plugin package, the engine contract suite and ONNX's node tests over kind ``ort-openvino`` (known failures in
     tests/engines/_node_excludes_ort_openvino.py, remade by tests/engines/make_plugin_excludes.py) and the demo
-    (``backend="auto"`` takes the plugin). Own venv: a plugin installed beside the main suite would change its
-    ``auto`` order.
+    (``backend="auto"`` takes the plugin where it offers a device). Own venv: a plugin installed beside the main
+    suite would change its ``auto`` order.
 
-    Pinned by tests/constraints-plugins.txt (the main pins plus ``onnxruntime-ep-openvino``).
+    OpenVINO offers its CPU device on Intel CPUs only; on other CPUs the device-bound tests and both suites skip with
+    a reason naming the plugin and the CPU, and one test fails if an Intel CPU gets no device (docs/testing.md).
+    WebGPU offers no device without a GPU: the "registered, no device" state is checked on every machine.
+
+    Pinned by tests/constraints-plugins.txt (the main pins plus ``onnxruntime-ep-openvino`` and ``-webgpu``).
     """
     pins = ["-c", str(ROOT / "tests" / "constraints-plugins.txt")]
-    session.install(*pins, "-e", ".[cpu,test]", "onnxruntime-ep-openvino")
+    session.install(*pins, "-e", ".[cpu,test]", "onnxruntime-ep-openvino", "onnxruntime-ep-webgpu")
     with _session_tmp(session) as tmp:
         env = {**_sandbox_env(tmp), "AMDINFER_TEST_ENGINES": "ort-openvino"}
         session.run("python", "-m", "amdinfer", "doctor", env=env)

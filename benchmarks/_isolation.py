@@ -61,7 +61,7 @@ def loadavg() -> float:
 
 
 def _cpu() -> dict[str, Any]:
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags, vendor = platform.processor() or platform.machine(), set(), "unknown"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -71,11 +71,14 @@ def _cpu() -> dict[str, Any]:
                     model = value.strip()
                 elif key == "flags" and not flags:
                     flags = set(value.split())
+                elif key == "vendor_id" and vendor == "unknown":
+                    vendor = value.strip()
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "model": model,
+        "vendor": vendor,
         "flags": [f for f in _FLAGS if f in flags],
         "logical_cpus": os.cpu_count(),
         "usable_cpus": usable,
@@ -123,7 +126,7 @@ def machine_lines(info: Mapping[str, Any] | None = None) -> list[str]:
     info = info if info is not None else machine()
     cpu = info["cpu"]
     lines = [
-        f"- CPU: {cpu['model']}, {cpu['usable_cpus']} usable of {cpu['logical_cpus']} logical CPUs; "
+        f"- CPU: {cpu['model']} ({cpu.get('vendor', 'unknown')}), {cpu['usable_cpus']} usable of {cpu['logical_cpus']} logical CPUs; "
         f"flags: {', '.join(cpu['flags']) or 'none of ' + ', '.join(_FLAGS)}",
     ]
     for lib in info["blas"]:

@@ -325,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
             entry["ms"] += got["ms"]
             entry["dets"] = got["dets"]
     n_images = len(images(args.images))
-    lines = [f"model: {model}; conf={args.conf}; {n_images} {args.images}, {args.iters} calls each per block", ""]
+    from _isolation import machine_lines  # the figures are this machine's: say which
+
+    lines = [f"model: {model}; conf={args.conf}; {n_images} {args.images}, {args.iters} calls each per block"]
+    lines += [*machine_lines(), ""]
     lines += ["| side | ms/image (median) | vs ultralytics | detections agree |", "|---|---|---|---|"]
     ref = results.get("ultralytics", {})
     ref_ms = statistics.median(ref["ms"]) if ref.get("ms") else None

@@ -1,9 +1,16 @@
 """ONNX Runtime plugin execution providers: discovery, doctor, selection, precision, no silent fallback.
 
-The tests that need a real plugin use ``onnxruntime-ep-openvino`` (``nox -s plugin_eps`` installs it, pinned by
-tests/constraints-plugins.txt); without it they skip with the reason. Discovery without plugins, placeholder
-and broken packages run everywhere. Packages are "installed" as a ``.dist-info`` folder plus a module on
-``PYTHONPATH`` of a fresh interpreter (registration is once per process).
+The tests that need a real plugin use ``onnxruntime-ep-openvino`` and ``onnxruntime-ep-webgpu`` (``nox -s
+plugin_eps`` installs both, pinned by tests/constraints-plugins.txt); without them they skip with the reason.
+Discovery without plugins, placeholder and broken packages run everywhere.
+
+OpenVINO's factory offers its CPU device only on Intel CPUs: on an AMD CPU the plugin registers and offers no
+device, so the parts that run a model on it skip there with a reason naming the plugin and the CPU, and
+:func:`test_openvino_offers_a_device_exactly_on_intel_cpus` fails if an Intel CPU ever gets no device (no skip can
+hide a failure there). What does not need a device runs on every machine: registration, doctor's line, the error a
+user gets, the fake AMD plugin package found and ordered. The WebGPU plugin offers no device on any machine without
+a GPU, so the "registered, but no device" path is checked on every CPU. Packages are "installed" as a
+``.dist-info`` folder plus a module on ``PYTHONPATH`` of a fresh interpreter (registration is once per process).
 """
 
 from __future__ import annotations
@@ -23,11 +30,36 @@ import amdinfer
 from amdinfer import verify
 from amdinfer.errors import BackendUnavailableError, OptionError
 
+from amdinfer._hardware import cpu_description, cpu_info
+
 ROOT = Path(__file__).resolve().parent
 FAKE = ROOT / "fake_ep_plugin"
 HAVE_OPENVINO = importlib.util.find_spec("onnxruntime_ep_openvino") is not None
+HAVE_WEBGPU = importlib.util.find_spec("onnxruntime_ep_webgpu") is not None
+CPU = cpu_description()
 needs_openvino = pytest.mark.skipif(
     not HAVE_OPENVINO, reason="onnxruntime-ep-openvino is not installed (the plugin_eps nox session installs it)"
+)
+
+
+def _offers_device(ep: str) -> bool:
+    import onnxruntime as ort
+
+    from amdinfer.engines.ort._plugins import register_plugins
+
+    register_plugins(ort)
+    return any(d.ep_name == ep for d in ort.get_ep_devices())
+
+
+OPENVINO_DEVICE = HAVE_OPENVINO and _offers_device("OpenVINOExecutionProvider")
+needs_openvino_device = pytest.mark.skipif(
+    not OPENVINO_DEVICE,
+    reason=(
+        f"onnxruntime-ep-openvino offers no device on this CPU ({CPU}): its factory serves Intel CPUs, GPUs and "
+        "NPUs; this part runs on an Intel machine (test_openvino_offers_a_device_exactly_on_intel_cpus holds it to that)"
+    )
+    if HAVE_OPENVINO
+    else "onnxruntime-ep-openvino is not installed (the plugin_eps nox session installs it)",
 )
 
 
@@ -136,13 +168,51 @@ def test_openvino_record_keeps_float32_and_a_raw_override_is_said() -> None:
 
 # ------------------------------------------------------------------ with the OpenVINO plugin
 @needs_openvino
+def test_openvino_offers_a_device_exactly_on_intel_cpus() -> None:
+    report = _python(_DOCTOR)
+    line = report["ep_plugins"]["onnxruntime-ep-openvino"]
+    if cpu_info()["vendor"] == "GenuineIntel":
+        assert OPENVINO_DEVICE, f"an Intel CPU ({CPU}) got no OpenVINO device: {line}"
+        return
+    assert not OPENVINO_DEVICE, f"OpenVINO offers a device on {CPU}; its device-bound tests run here, update the docs"
+    assert line.startswith(
+        "onnxruntime-ep-openvino 1.8.1: registered, but OpenVINOExecutionProvider offers no device on this machine "
+        f"({CPU}); ONNX Runtime lists only: CPUExecutionProvider on CPU ("
+    )
+    assert any(p.startswith("plugin EP onnxruntime-ep-openvino offers no device on this machine") for p in report["problems"])
+
+
+@needs_openvino
+def test_a_plugin_without_a_device_here_is_said_so_not_not_installed() -> None:
+    from amdinfer.testing.models import tiny_cnn
+
+    ep, package = (
+        ("WebGpuExecutionProvider", "onnxruntime-ep-webgpu 0.4.0")
+        if HAVE_WEBGPU and not _offers_device("WebGpuExecutionProvider")
+        else ("OpenVINOExecutionProvider", "onnxruntime-ep-openvino 1.8.1")
+    )
+    if ep == "OpenVINOExecutionProvider" and OPENVINO_DEVICE:
+        pytest.skip(f"every installed plugin offers a device on this machine ({CPU})")
+    with pytest.raises(BackendUnavailableError) as caught:
+        amdinfer.load(tiny_cnn(), providers=[ep])
+    said = str(caught.value)
+    assert said.startswith(
+        f"provider {ep!r}: its plugin {package} is installed and registered, but offers no device on this machine ({CPU})"
+    )
+    assert "ONNX Runtime lists only ['CPUExecutionProvider on CPU (" in said
+    assert "pip install" not in said and "not in this onnxruntime build" not in said
+    with amdinfer.load(tiny_cnn()) as engine:  # auto: passed over, with the same reason
+        assert engine.info.skipped[ep] == said
+
+
+@needs_openvino_device
 def test_doctor_lists_openvino_with_its_devices() -> None:
     report = _python(_DOCTOR)
     line = report["ep_plugins"]["onnxruntime-ep-openvino"]
     assert line.startswith("onnxruntime-ep-openvino 1.8.1: registered; OpenVINOExecutionProvider on CPU (")
 
 
-@needs_openvino
+@needs_openvino_device
 def test_fp32_matmul_on_openvino_is_float32() -> None:
     model, x, w = _matmul()
     with amdinfer.load(model, providers=["openvino"]) as engine:
@@ -167,7 +237,7 @@ def _bf16_capable() -> bool:
     return any("BF16" in c.split() for c in caps)
 
 
-@needs_openvino
+@needs_openvino_device
 def test_a_precision_drop_is_said_in_notes_and_flagged_by_verify() -> None:
     if not _bf16_capable():
         pytest.skip("this CPU has no bf16 units: OpenVINO keeps float32 whatever the hint")
@@ -181,7 +251,7 @@ def test_a_precision_drop_is_said_in_notes_and_flagged_by_verify() -> None:
     assert not report.passed
 
 
-@needs_openvino
+@needs_openvino_device
 def test_a_requested_plugin_ep_that_takes_no_node_is_an_error() -> None:
     graph = helper.make_graph(
         [helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.5)],
@@ -195,7 +265,7 @@ def test_a_requested_plugin_ep_that_takes_no_node_is_an_error() -> None:
         amdinfer.load(model, providers=["openvino"])
 
 
-@needs_openvino
+@needs_openvino_device
 def test_resnet50_on_openvino_matches_the_reference() -> None:
     from amdinfer.testing.models import resnet50
 
@@ -214,18 +284,23 @@ def test_registration_is_once_per_process_and_thread_safe() -> None:
     code = (
         "import json, threading, onnxruntime as ort\n"
         "from amdinfer.engines.ort._plugins import register_plugins\n"
+        "calls = []\n"
+        "real = ort.register_execution_provider_library\n"
+        "ort.register_execution_provider_library = lambda *a: (calls.append(a[0]), real(*a))\n"
         "out = []\n"
         "ts = [threading.Thread(target=lambda: out.append(register_plugins(ort))) for _ in range(8)]\n"
         "[t.start() for t in ts]; [t.join() for t in ts]\n"
         "eps = [d.ep_name for d in ort.get_ep_devices()]\n"
         "print(json.dumps({'same': all(o == out[0] for o in out), 'states': [p.state for p in out[0]],\n"
-        "                  'ov': eps.count('OpenVINOExecutionProvider')}))\n"
+        "                  'calls': sorted(calls), 'ov': eps.count('OpenVINOExecutionProvider')}))\n"
     )
-    out = _python(code)
-    assert out == {"same": True, "states": ["registered"], "ov": 1}
+    out = _python(code, AMDINFER_EP_PLUGINS="onnxruntime-ep-openvino")
+    state = "registered" if OPENVINO_DEVICE else "no device"
+    assert (out["same"], out["states"][0], out["ov"]) == (True, state, int(OPENVINO_DEVICE))
+    assert len(out["calls"]) == 1  # one registration for eight racing callers
 
 
-@needs_openvino
+@needs_openvino_device
 def test_explicit_ep_library_when_packages_are_left_out() -> None:
     code = (
         "import json, amdinfer, onnxruntime_ep_openvino as ov\n"
@@ -243,23 +318,36 @@ def test_an_amd_plugin_with_the_documented_layout_is_found_ordered_and_run(tmp_p
     site = Path(os.pathsep.join([str(tmp_path), str(FAKE)]))
     code = (
         "import json, numpy as np, amdinfer\nfrom amdinfer.doctor import diagnose\n"
+        "from amdinfer.engines.ort._plugins import auto_provider_order\n"
         "from amdinfer.testing.models import tiny_cnn, random_inputs\n"
         "e = amdinfer.load(tiny_cnn())\n"  # backend='auto'
         "ref = amdinfer.load(tiny_cnn(), backend='reference')\n"
         "x = random_inputs(tiny_cnn(), batch=2, seed=0)\n"
         "err = float(np.abs(e.run(x)['logits'] - ref.run(x)['logits']).max())\n"
-        "print(json.dumps({'doctor': diagnose().ep_plugins, 'providers': e.info.providers,\n"
-        "                  'package': e.info.settings['plugin_ep']['package'], 'err': err}))\n"
+        "plugin = e.info.settings.get('plugin_ep', {}).get('package')\n"
+        "order = auto_provider_order(['OpenVINOExecutionProvider', 'CUDAExecutionProvider', 'CPUExecutionProvider'])\n"
+        "print(json.dumps({'doctor': diagnose().ep_plugins, 'providers': e.info.providers, 'order': order,\n"
+        "                  'skipped': e.info.skipped, 'package': plugin, 'err': err}))\n"
     )
     out = _python(code, site, AMDINFER_EP_PLUGINS="onnxruntime-ep-amdgpu-fake")
-    assert out["doctor"]["onnxruntime-ep-amdgpu-fake"].startswith(
-        "onnxruntime-ep-amdgpu-fake 0.1.0: registered; OpenVINOExecutionProvider on CPU ("
-    )
     assert out["doctor"]["onnxruntime-ep-openvino"] == (
         "onnxruntime-ep-openvino 1.8.1: installed, not registered ($AMDINFER_EP_PLUGINS leaves it out)"
     )
-    assert out["providers"][0] == "OpenVINOExecutionProvider" and out["package"] == "onnxruntime-ep-amdgpu-fake"
     assert out["err"] < 1e-4
+    line = out["doctor"]["onnxruntime-ep-amdgpu-fake"]
+    if OPENVINO_DEVICE:
+        assert line.startswith("onnxruntime-ep-amdgpu-fake 0.1.0: registered; OpenVINOExecutionProvider on CPU (")
+        assert out["providers"][0] == "OpenVINOExecutionProvider" and out["package"] == "onnxruntime-ep-amdgpu-fake"
+        # an AMD plugin EP goes before the CUDA EP in the auto order (found by its package name, not its EP's)
+        assert out["order"].index("OpenVINOExecutionProvider") < out["order"].index("CUDAExecutionProvider")
+    else:
+        # found and registered without knowing its name; no device here, so auto passes it over and says why
+        assert line.startswith("onnxruntime-ep-amdgpu-fake 0.1.0: registered, but OpenVINOExecutionProvider offers no")
+        assert out["providers"] == ["CPUExecutionProvider"] and out["package"] is None
+        assert out["skipped"]["OpenVINOExecutionProvider"].startswith(
+            "provider 'OpenVINOExecutionProvider': its plugin onnxruntime-ep-amdgpu-fake 0.1.0 is installed and "
+            "registered, but offers no device on this machine"
+        )
 
 
 @needs_openvino
@@ -268,4 +356,22 @@ def test_the_plugin_has_a_conformance_kind() -> None:
 
     kind = conformance.ENGINE_KINDS["ort-openvino"]
     assert kind.options == {"backend": "ort", "providers": ["OpenVINOExecutionProvider"], "threads": 1}
-    assert conformance.availability("ort-openvino") is None
+    why = conformance.availability("ort-openvino")
+    if OPENVINO_DEVICE:
+        assert why is None
+    else:  # the contract and node suites skip with this reason: the plugin, the CPU, and why
+        assert why is not None and "onnxruntime-ep-openvino 1.8.1 is installed and registered, but offers no device" in why
+        assert CPU in why
+
+
+def test_a_known_plugin_that_is_not_installed_says_what_to_install() -> None:
+    if HAVE_OPENVINO:
+        pytest.skip("onnxruntime-ep-openvino is installed here")
+    from amdinfer.testing.models import tiny_cnn
+
+    with pytest.raises(BackendUnavailableError) as caught:
+        amdinfer.load(tiny_cnn(), providers=["openvino"])
+    assert str(caught.value).startswith(
+        "provider 'OpenVINOExecutionProvider' is a plugin EP and its package onnxruntime-ep-openvino is not installed"
+    )
+    assert "`pip install onnxruntime-ep-openvino`" in str(caught.value)
