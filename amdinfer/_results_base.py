@@ -64,13 +64,13 @@ def _json_list(values: Any) -> list[Any]:
     """
     arr = np.asarray(values)
     if arr.dtype.kind not in "fc":
-        return arr.tolist()  # type: ignore[no-any-return]
+        return arr.tolist()
     bad = ~np.isfinite(arr)
     if not bad.any():
-        return arr.tolist()  # type: ignore[no-any-return]
+        return arr.tolist()
     out = arr.astype(object)
     out[bad] = None
-    return out.tolist()  # type: ignore[no-any-return]
+    return out.tolist()
 
 
 def _dumps(data: Any, kwargs: dict[str, Any]) -> str:
