@@ -32,6 +32,8 @@ __all__ = [
     "HANDLE_BYTES",
     "handle_struct",
     "IPC_ENV",
+    "NO_RUNTIME",
+    "NO_RUNTIME_HINT",
     "CudaRegionStatus",
     "DeviceIpc",
     "DeviceMemory",
@@ -48,6 +50,11 @@ __all__ = [
 HANDLE_BYTES = 64
 #: The environment variable that picks the opener (the test seam; see the module's docstring).
 IPC_ENV = "AMDINFER_DEVICE_IPC"
+#: What a server without a usable GPU runtime answers a CUDA registration (then why, then the hint).
+NO_RUNTIME = (
+    "CUDA shared memory needs the CUDA runtime (libcudart) or the HIP runtime (libamdhip64) and a GPU in the server"
+)
+NO_RUNTIME_HINT = "Send the tensor in the request or use system shared memory"
 _HOST_MAGIC = b"amdinfer-host-ipc:"
 _TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost (the same values in HIP)
 
@@ -452,8 +459,4 @@ def load_device_ipc() -> DeviceIpc:
             return RuntimeIpc(kind)
         except InputError as exc:
             why.append(str(exc))
-    raise InputError(
-        "CUDA shared memory needs the CUDA runtime (libcudart) or the HIP runtime (libamdhip64) and a GPU in the "
-        f"server; none is usable here: {' | '.join(why)}. Send the tensor in the request or use system shared "
-        "memory"
-    )
+    raise InputError(f"{NO_RUNTIME}; none is usable here: {' | '.join(why)}. {NO_RUNTIME_HINT}")

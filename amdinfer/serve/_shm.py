@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -36,7 +37,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ._cuda_shm import CudaRegionStatus, DeviceIpc, DeviceRegion, load_device_ipc, pread_exact, pwrite_all
+from ._cuda_shm import (
+    NO_RUNTIME,
+    NO_RUNTIME_HINT,
+    CudaRegionStatus,
+    DeviceIpc,
+    DeviceRegion,
+    load_device_ipc,
+    pread_exact,
+    pwrite_all,
+)
 
 __all__ = [
     "REGION",
@@ -58,6 +68,7 @@ REGISTRY_ENV = "AMDINFER_SHM_REGISTRY"
 SHM_FOLDER = Path("/dev/shm")
 #: The longest region name (UTF-8 bytes); a registration is a file named by the name in hex.
 MAX_NAME_BYTES = 100
+logger = logging.getLogger("amdinfer.serve")
 _DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
            "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
            "FP32": "float32", "FP64": "float64"}  # fmt: skip
@@ -265,15 +276,28 @@ class SharedMemoryRegistry:
         self._mapped: dict[str, _Opened | DeviceRegion] = {}
         self._lock = threading.Lock()
         self._ipc = device_ipc
+        self._ipc_error: str | None = None  # why no runtime loads here, without the library paths tried
 
     def device_ipc(self) -> DeviceIpc:
         """What opens CUDA IPC handles in this process (loaded once).
 
         Raises:
-            InputError: no GPU runtime can be loaded here (the message says what was tried).
+            InputError: no GPU runtime can be loaded here. The client's message names no library path (those
+                are the server's files): the server's log has what was tried, once per process.
         """
         if self._ipc is None:
-            self._ipc = load_device_ipc()
+            if self._ipc_error is None:
+                try:
+                    self._ipc = load_device_ipc()
+                    return self._ipc
+                except InputError as exc:
+                    logger.warning("%s", exc)
+                    why = str(exc)
+                    if why.startswith(NO_RUNTIME):  # what was tried names library paths
+                        why = f"{NO_RUNTIME}; none is usable here (the server's log says what was tried)"
+                        why += f". {NO_RUNTIME_HINT}"
+                    self._ipc_error = why
+            raise InputError(self._ipc_error)
         return self._ipc
 
     def _check_enabled(self) -> None:

@@ -465,3 +465,269 @@ class TestServeCommand:
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("amdinfer serve: OSError:"), proc.stderr
         assert f":{port}" in lines[0]
+
+
+# --- Issue 35.1: shared memory a client cannot use against others -------------------------------------------------
+# A client owns its shared-memory object and can shrink it at any time. A server that touched the object's pages
+# through a mapping died of SIGBUS when one did (and every other client's connection with it); it must refuse
+# only the request that reads or writes the shrunk region. Region names that no region can have are refused in
+# the register call's words, without the server's temporary path.
+
+ROWS = 384  # a and b of (384, 4) float32 side by side: the issue's 12,288-byte region
+ATTACKER = textwrap.dedent(
+    """
+    import os, sys, time
+    paths, seconds, count = sys.argv[1:-2], float(sys.argv[-2]), int(sys.argv[-1])
+    fds = [os.open(p, os.O_RDWR) for p in paths]
+    kept = [(fd, os.fstat(fd).st_size, os.pread(fd, os.fstat(fd).st_size, 0)) for fd in fds]
+    deadline, n = time.monotonic() + seconds, 0
+    while n < count and time.monotonic() < deadline:
+        for fd, size, data in kept:  # to 0 and back, then the bytes again (the region reads zeros meanwhile)
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, size)
+            os.pwrite(fd, data, 0)
+        n += 1
+    print(n)
+    """
+)
+
+
+def _shm_spec(name: str, shape: list[int], region: str, size: int, offset: int = 0) -> dict:
+    params = {"shared_memory_region": region, "shared_memory_byte_size": size, "shared_memory_offset": offset}
+    return {"name": name, "shape": shape, "datatype": "FP32", "parameters": params}
+
+
+def _error(data: bytes) -> str:
+    return str(json.loads(data).get("error", data[:300]))
+
+
+class _ShmClients:
+    """The regions of one attack: ``atk`` (a and b) and ``atk_out``, which the attacker shrinks, and ``vic`` and
+    ``vic_out``, a bystander's own; all made with tritonclient's utilities and registered over REST."""
+
+    def __init__(self, srv: Srv, tag: str) -> None:
+        import tritonclient.utils.shared_memory as shm
+
+        self.srv, self.shm, self.tag, self.handles = srv, shm, tag, {}
+        self.a = np.arange(1, ROWS * 4 + 1, dtype=np.float32).reshape(ROWS, 4)
+        self.b = self.a + 10_000
+        self.va, self.vb = rows(ROWS, 0.5) + self.a, rows(ROWS, 3.0)
+        n = self.a.nbytes
+        made = [("atk", 2 * n, [self.a, self.b]), ("atk_out", n, []), ("vic", 2 * n, [self.va, self.vb]),
+                ("vic_out", n, [])]  # fmt: skip
+        for name, size, arrays in made:
+            handle = shm.create_shared_memory_region(self.name(name), self.key(name), size)
+            if arrays:
+                shm.set_shared_memory_region(handle, arrays)
+            self.handles[name] = handle
+            body = json.dumps({"key": self.key(name), "offset": 0, "byte_size": size}).encode()
+            status, data = srv.post(f"/v2/systemsharedmemory/region/{self.name(name)}/register", body)
+            assert status == 200, data
+
+    def name(self, name: str) -> str:
+        return f"{self.tag}-{name}"
+
+    def key(self, name: str) -> str:
+        return f"/amdinfer-rob-{self.tag}-{name}"
+
+    def close(self) -> None:
+        self.srv.post("/v2/systemsharedmemory/unregister", b"")
+        for handle in self.handles.values():
+            self.shm.destroy_shared_memory_region(handle)
+
+    def shrink_refusal(self, message: str, regions: tuple[str, ...]) -> bool:
+        """Whether ``message`` is the refusal of a shrunk region among ``regions`` (naming it and both sizes)."""
+        return any(
+            f"region '{self.name(r)}' was registered as " in message
+            and ("has shrunk to " in message or "shrank during the read" in message)
+            for r in regions
+        )
+
+    def attacked_rest(self) -> tuple[str, str]:
+        """a and b from the attacked region, y in the response: y is a + b of what the region held when read
+        (each element of a and b is its value or 0: the attacker's regrown object reads zeros until it rewrote
+        it), or a 400 naming the region and its sizes."""
+        nbytes = self.a.nbytes
+        spec = [_shm_spec("a", [ROWS, 4], self.name("atk"), nbytes), _shm_spec("b", [ROWS, 4], self.name("atk"),
+                nbytes, nbytes)]  # fmt: skip
+        body = json.dumps({"inputs": spec, "outputs": [{"name": "y", "parameters": {"binary_data": False}}]})
+        status, data = self.srv.post("/v2/models/add/infer", body.encode())
+        if status == 400 and self.shrink_refusal(_error(data), ("atk",)):
+            return "refused", ""
+        if status != 200:
+            return "bad", f"attacked REST: {status} {data[:300]!r}"
+        y = np.asarray(json.loads(data)["outputs"][0]["data"], np.float32).reshape(ROWS, 4)
+        a, b = self.a, self.b
+        if not np.all((y == a + b) | (y == a) | (y == b) | (y == 0)):
+            return "bad", f"attacked REST: y holds values that are not a + b of the region's bytes: {y[:2]}"
+        return "ok", ""
+
+    def attacked_grpc(self, client) -> tuple[str, str]:
+        """a and b from the attacked region, y into the attacked output region: answered 200 (what lands in the
+        region is the attacker's business) or refused naming one of the two regions."""
+        inputs = []
+        for i, name in enumerate("ab"):
+            tensor = grpcclient.InferInput(name, [ROWS, 4], "FP32")
+            tensor.set_shared_memory(self.name("atk"), self.a.nbytes, offset=i * self.a.nbytes)
+            inputs.append(tensor)
+        out = grpcclient.InferRequestedOutput("y")
+        out.set_shared_memory(self.name("atk_out"), self.a.nbytes)
+        try:
+            client.infer("add", inputs, outputs=[out], client_timeout=TIMEOUT_S)
+        except InferenceServerException as exc:
+            ok = exc.status() == "StatusCode.INVALID_ARGUMENT" and self.shrink_refusal(
+                exc.message(), ("atk", "atk_out")
+            )
+            return ("refused", "") if ok else ("bad", f"attacked gRPC: {exc.status()} {exc.message()}")
+        return "ok", ""
+
+    def bystander(self, client, i: int) -> tuple[str, str]:
+        """The bystander's own regions (gRPC, even i) or tensors in the request (REST, odd i): exactly a + b."""
+        if i % 2:
+            a, b = rows(3, i), rows(3, 0.25)
+            status, y = infer_add(self.srv, a, b)
+            good = status == 200 and np.array_equal(y, a + b)
+            return ("ok", "") if good else ("bad", f"bystander REST {i}: {status} {y}")
+        inputs = []
+        for k, name in enumerate("ab"):
+            tensor = grpcclient.InferInput(name, [ROWS, 4], "FP32")
+            tensor.set_shared_memory(self.name("vic"), self.a.nbytes, offset=k * self.a.nbytes)
+            inputs.append(tensor)
+        out = grpcclient.InferRequestedOutput("y")
+        out.set_shared_memory(self.name("vic_out"), self.a.nbytes)
+        self.shm.set_shared_memory_region(self.handles["vic_out"], [rows(ROWS, -1.0)])
+        try:
+            client.infer("add", inputs, outputs=[out], client_timeout=TIMEOUT_S)
+        except InferenceServerException as exc:
+            return "bad", f"bystander gRPC {i}: {exc.status()} {exc.message()}"
+        y = self.shm.get_contents_as_numpy(self.handles["vic_out"], np.float32, [ROWS, 4]).copy()
+        return ("ok", "") if np.array_equal(y, self.va + self.vb) else ("bad", f"bystander gRPC {i}: {y[:2]}")
+
+
+def _shrink_attack(srv: Srv, tag: str, *, seconds: float = 6.0, per_client: int = 400) -> None:
+    """The attacker shrinks its regions in a loop while three clients infer: from the attacked regions over
+    REST and gRPC, and a bystander from its own regions and with tensors in the request."""
+    clients = _ShmClients(srv, tag)
+    try:
+        paths = [f"/dev/shm/{clients.key(r).lstrip('/')}" for r in ("atk", "atk_out")]
+        attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, *paths, str(seconds), "1000000"],
+                                    stdout=subprocess.PIPE, preexec_fn=_cap)  # fmt: skip
+        deadline = time.monotonic() + seconds
+
+        def run(kind: str) -> list[tuple[str, str]]:
+            grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc}")
+            got = []
+            for i in range(per_client):
+                if time.monotonic() > deadline:
+                    break
+                try:
+                    if kind == "rest":
+                        got.append(clients.attacked_rest())
+                    elif kind == "grpc":
+                        got.append(clients.attacked_grpc(grpc))
+                    else:
+                        got.append(clients.bystander(grpc, i))
+                except (OSError, http.client.HTTPException) as exc:  # the server went away
+                    got.append(("bad", f"{kind} {i}: {exc!r}"))
+                    break
+            grpc.close()
+            return got
+
+        try:
+            with ThreadPoolExecutor(3) as pool:
+                results = dict(zip(("rest", "grpc", "bystander"), pool.map(run, ("rest", "grpc", "bystander"))))
+        finally:
+            out, _ = attacker.communicate(timeout=TIMEOUT_S)
+        assert attacker.returncode == 0 and int(out) > 0, out
+        assert srv.process.poll() is None, f"the server exited with {srv.process.returncode}"
+        bad = [why for got in results.values() for outcome, why in got if outcome == "bad"]
+        assert bad == [], bad[:5]
+        attacked = results["rest"] + results["grpc"]
+        assert any(outcome == "refused" for outcome, _ in attacked), "the attack never hit a request"
+        assert results["bystander"] and all(outcome == "ok" for outcome, _ in results["bystander"])
+        # the attacker gone, its regions answer again
+        assert clients.attacked_rest() == ("ok", "")
+    finally:
+        clients.close()
+
+
+def _long_names_refused(srv: Srv) -> None:
+    """128-byte region names on every call that names a region: 400 / INVALID_ARGUMENT in the register call's
+    words, without the server's temporary folder (a registration is a file named by the name in hex)."""
+    import tempfile
+
+    name = "a" * 128
+    words = "region name: got 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (128 bytes), expected 1 to 100 bytes of text"
+    infer = json.dumps({"inputs": [_shm_spec("a", [1, 4], name, 16), {"name": "b", "shape": [1, 4],
+                        "datatype": "FP32", "data": [1, 2, 3, 4]}]}).encode()  # fmt: skip
+    register = json.dumps({"key": "/amdinfer-no-such", "byte_size": 16}).encode()
+    rest = {
+        "status": srv.get(f"/v2/systemsharedmemory/region/{name}/status"),
+        "unregister": srv.post(f"/v2/systemsharedmemory/region/{name}/unregister", b""),
+        "register": srv.post(f"/v2/systemsharedmemory/region/{name}/register", register),
+        "cuda status": srv.get(f"/v2/cudasharedmemory/region/{name}/status"),
+        "cuda unregister": srv.post(f"/v2/cudasharedmemory/region/{name}/unregister", b""),
+        "infer": srv.post("/v2/models/add/infer", infer),
+    }
+    messages = {}
+    for call, (status, data) in rest.items():
+        assert status == 400, (call, status, data[:300])
+        messages[f"REST {call}"] = _error(data)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc}")
+    a = grpcclient.InferInput("a", [1, 4], "FP32")
+    a.set_shared_memory(name, 16)
+    b = grpcclient.InferInput("b", [1, 4], "FP32")
+    b.set_data_from_numpy(rows(1, 1))
+    for call, fn in {
+        "status": lambda: client.get_system_shared_memory_status(name),
+        "unregister": lambda: client.unregister_system_shared_memory(name),
+        "register": lambda: client.register_system_shared_memory(name, "/amdinfer-no-such", 16),
+        "cuda unregister": lambda: client.unregister_cuda_shared_memory(name),
+        "infer": lambda: client.infer("add", [a, b], client_timeout=TIMEOUT_S),
+    }.items():
+        with pytest.raises(InferenceServerException) as info:
+            fn()
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (call, info.value.status(), info.value.message())
+        messages[f"gRPC {call}"] = info.value.message()
+    client.close()
+    for call, message in messages.items():
+        where = "input 'a': " if call.endswith("infer") else ""
+        assert message == where + words, (call, message)
+        assert tempfile.gettempdir() not in message and "amdinfer-shm-" not in message, (call, message)
+
+
+SHM_ARGV = ["serve", "--name", "add", "--providers", "cpu", "--no-warmup", "--max-batch-size", "8",
+            "--max-delay-ms", "5"]  # fmt: skip
+
+
+class TestSharedMemoryShrink:
+    def test_single_process_server_survives_and_refuses_only_the_shrunk_region(self, tmp_path: Path) -> None:
+        onnx.save(add_model(), tmp_path / "add.onnx")
+        argv = ["-c", CLI_SERVER, *SHM_ARGV, str(tmp_path / "add.onnx"), "--single-process"]
+        with server(argv, tmp_path / "log.txt") as srv:
+            _shrink_attack(srv, f"s{os.getpid()}")
+            _long_names_refused(srv)
+            assert srv.get("/v2/health/live")[0] == 200
+        assert "Traceback" not in (tmp_path / "log.txt").read_text()
+
+    def test_multi_process_server_survives_and_refuses_only_the_shrunk_region(self, tmp_path: Path) -> None:
+        """``--workers-per-device 2``: two server processes share the ports and the registrations; neither may
+        die (the supervisor would stop the other, so the same two pids must serve to the end)."""
+        import psutil
+
+        onnx.save(add_model(), tmp_path / "add.onnx")
+        argv = ["-c", CLI_SERVER, *SHM_ARGV, str(tmp_path / "add.onnx"), "--workers-per-device", "2"]
+        with server(argv, tmp_path / "log.txt") as srv:
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(children := psutil.Process(srv.process.pid).children()) != 2 or not all(
+                {srv.http, srv.grpc} <= {c.laddr.port for c in child.connections("inet") if c.status == "LISTEN"}
+                for child in children
+            ):
+                assert time.monotonic() < deadline, "the two server processes never listened on both ports"
+                time.sleep(0.2)
+            pids = sorted(c.pid for c in children)
+            _shrink_attack(srv, f"m{os.getpid()}")
+            _long_names_refused(srv)
+            assert sorted(c.pid for c in psutil.Process(srv.process.pid).children()) == pids
+            assert all(c.status() != psutil.STATUS_ZOMBIE for c in psutil.Process(srv.process.pid).children())
+        assert "Traceback" not in (tmp_path / "log.txt").read_text()

@@ -292,11 +292,16 @@ def test_without_a_gpu_runtime_register_is_refused_clearly(tiny_path: Path, tmp_
         for mod, address in ((httpclient, s.http), (grpcclient, s.grpc)):
             client = mod.InferenceServerClient(address)
             message = _refused(lambda c=client: c.register_cuda_shared_memory("g", base64.b64encode(bytes(64)), 0, 64))
-            assert message.startswith(f"{NO_RUNTIME} and a GPU in the server; none is usable here: "), message
+            assert message.startswith(f"{NO_RUNTIME} and a GPU in the server; none is usable here (the server's log"), (
+                message
+            )
             assert "libcudart" in message and "libamdhip64" in message
+            assert "/" not in message, message  # the library paths tried are the server's files: only its log has them
             assert _listed(client.get_cuda_shared_memory_status()) == {}
             client.close()
-        assert "Traceback" not in s.log.read_text()
+        log = s.log.read_text()
+        assert "Traceback" not in log
+        assert "CUDA runtime (libcudart) is not usable; tried " in log, log  # what was tried, for the operator
 
 
 def test_the_ipc_handle_reaches_the_runtime_whole() -> None:

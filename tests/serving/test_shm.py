@@ -8,8 +8,10 @@ on this server's log.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import secrets
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,6 +222,142 @@ class TestBounds:
     def test_keys_stay_in_dev_shm(self, regions: Regions, key: str) -> None:
         message = _refused(lambda: regions.client.register_system_shared_memory("escape", key, 64))
         assert "expected one POSIX shared-memory name" in message or "no shared-memory object" in message
+
+
+def _object(regions: Regions, name: str) -> str:
+    return "/dev/shm/" + regions.key(name).lstrip("/")
+
+
+class TestShrink:
+    """Issue 35.1: a client may shrink its object after registering it; only the request that reads or writes
+    it is refused, naming the tensor, the region and both sizes, and the region works again once regrown.
+    (tritonclient's handles map the objects in this process: they are only touched while full size.)"""
+
+    def test_a_shrunk_input_region_fails_its_request_alone(self, regions: Regions, engine) -> None:
+        x = _x(1, seed=7)
+        shm.set_shared_memory_region(regions.make("in", x.nbytes), [x])
+        os.truncate(_object(regions, "in"), 100)
+        message = _refused(lambda: regions.client.infer("tiny", [_input(regions, list(x.shape), "in", x.nbytes)]))
+        assert message == (
+            f"input 'input': region '{regions.name('in')}' was registered as {x.nbytes} bytes of "
+            f"'{regions.key('in')}' (offset 0 + byte_size {x.nbytes}), but the object has shrunk to 100 bytes"
+        )
+        plain = regions.mod.InferInput("input", list(x.shape), "FP32")
+        plain.set_data_from_numpy(x)
+        np.testing.assert_allclose(  # the server and this connection are fine
+            regions.client.infer("tiny", [plain]).as_numpy("logits"), engine.run(x)["logits"], rtol=1e-5, atol=1e-6
+        )
+        os.truncate(_object(regions, "in"), x.nbytes)
+        shm.set_shared_memory_region(regions.handles[-1], [x])
+        result = regions.client.infer("tiny", [_input(regions, list(x.shape), "in", x.nbytes)])
+        np.testing.assert_allclose(result.as_numpy("logits"), engine.run(x)["logits"], rtol=1e-5, atol=1e-6)
+
+    def test_a_shrunk_output_region_fails_its_request_alone(self, regions: Regions, engine) -> None:
+        x = _x(2, seed=8)
+        shm.set_shared_memory_region(regions.make("in", x.nbytes), [x])
+        out = regions.make("out", 4096 + 80, register=False)
+        regions.client.register_system_shared_memory(regions.name("out"), regions.key("out"), 80, offset=4096)
+        os.truncate(_object(regions, "out"), 4096)
+        infer = lambda: regions.client.infer(  # noqa: E731
+            "tiny", [_input(regions, list(x.shape), "in", x.nbytes)], outputs=[_output(regions, "out", 80)]
+        )
+        assert _refused(infer) == (
+            f"output 'logits': region '{regions.name('out')}' was registered as 4176 bytes of "
+            f"'{regions.key('out')}' (offset 4096 + byte_size 80), but the object has shrunk to 4096 bytes"
+        )
+        os.truncate(_object(regions, "out"), 4096 + 80)
+        infer()
+        got = shm.get_contents_as_numpy(out, np.float32, [2, 10], offset=4096)
+        np.testing.assert_allclose(got, engine.run(x)["logits"], rtol=1e-5, atol=1e-6)
+
+
+LONG = "r" * 128
+LONG_WORDS = f"region name: got {LONG[:32]!r}... (128 bytes), expected 1 to 100 bytes of text"
+
+
+class TestNames:
+    """Issue 35.5: a name no region can have is refused in the register call's words on every call that names
+    a region, without the server's temporary folder (registrations are files named by the name in hex)."""
+
+    @pytest.mark.parametrize("call", ["register", "status", "unregister", "infer"])
+    def test_names_over_100_bytes(self, regions: Regions, call: str) -> None:
+        calls = {
+            "register": lambda: regions.client.register_system_shared_memory(LONG, regions.key("in"), 64),
+            "status": lambda: regions.client.get_system_shared_memory_status(LONG),
+            "unregister": lambda: regions.client.unregister_system_shared_memory(LONG),
+            "infer": lambda: regions.client.infer("tiny", [_input(regions, [1, 3, 32, 32], "", 12288)]),
+        }
+        if call == "infer":
+            regions.tag = LONG[:-1]  # _input names f"{tag}-{region}": 128 bytes
+        message = _refused(calls[call])
+        assert message == ("input 'input': " if call == "infer" else "") + LONG_WORDS
+        assert tempfile.gettempdir() not in message and "amdinfer-shm-" not in message
+
+    def test_100_bytes_is_a_name(self, regions: Regions) -> None:
+        regions.make("in", 64, register=False)
+        name = "n" * 100
+        regions.client.register_system_shared_memory(name, regions.key("in"), 64)
+        status = regions.client.get_system_shared_memory_status(name)
+        assert (status[0]["name"] if isinstance(status, list) else next(iter(status.regions))) == name
+        regions.client.unregister_system_shared_memory(name)
+
+
+READ_WHILE_SHRINKING = """
+import os, sys, threading
+import numpy as np
+from multiprocessing import shared_memory
+from amdinfer.errors import InputError
+from amdinfer.serve._shm import SharedMemoryRegistry
+
+size = 1 << 16
+block = shared_memory.SharedMemory(create=True, size=size)
+registry = SharedMemoryRegistry()
+registry.register("r", "/" + block.name, 0, size)
+done = threading.Event()
+
+def shrink():
+    fd = os.open("/dev/shm/" + block.name, os.O_RDWR)
+    while not done.is_set():
+        os.ftruncate(fd, 0)
+        os.ftruncate(fd, size)
+    os.close(fd)
+
+thread = threading.Thread(target=shrink)
+thread.start()
+counts = {"ok": 0, "refused": 0}
+try:
+    for i in range(int(sys.argv[1])):
+        try:
+            if i % 2:
+                int(np.frombuffer(registry.read("input 'x'", "r", 0, size), np.uint8).sum())  # touch every byte
+            else:
+                registry.write("output 'y'", "r", 0, size, np.ones(size // 4, np.float32))
+            counts["ok"] += 1
+        except InputError as exc:
+            assert "region 'r' was registered as 65536 bytes" in str(exc), exc
+            counts["refused"] += 1
+finally:
+    done.set()
+    thread.join()
+registry.close()
+block.close()
+block.unlink()
+print(counts["ok"], counts["refused"])
+"""
+
+
+def test_reads_and_writes_while_the_object_shrinks_never_fault(tmp_path: Path) -> None:
+    """The registry alone, in a subprocess (a SIGBUS kills only it): 2,000 reads and writes of a region whose
+    object a thread truncates to 0 and back without pause; each one succeeds or is refused, none faults."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_WHILE_SHRINKING, "2000"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    ok, refused = map(int, proc.stdout.split())
+    assert ok + refused == 2000 and refused > 0, proc.stdout
 
 
 class TestRegistry:
