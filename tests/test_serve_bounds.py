@@ -204,8 +204,9 @@ class TestModelsToml:
     @pytest.mark.parametrize(
         ("text", "match"),
         [
-            ('{"models": {"tiny": {"max_delay_ms": NaN}}}', r"not valid JSON: NaN is not a JSON number"),
-            ('{"models": {"tiny": {"max_delay_ms": Infinity}}}', r"not valid JSON: Infinity is not a JSON number"),
+            ('{"models": {"tiny": {"max_delay_ms": NaN}}}', r"\[models.tiny\]: option 'max_delay_ms' got nan, expected"),
+            ('{"models": {"tiny": {"max_delay_ms": Infinity}}}', r"\[models.tiny\]: option 'max_delay_ms' got inf"),
+            ('{"defaults": {"providers": [NaN]}}', r"\[defaults\]: option 'providers' got \[nan\]"),
             ('{"models": {"tiny": {"max_delay_ms": 1e400}}}', r"\[models.tiny\]: option 'max_delay_ms' got inf"),
             ('{"models": {"tiny": {"max_batch_size": 1' + "0" * 5000 + "}}}", r"not valid JSON: .*digits"),
             ("[" * 100_000, r"not valid JSON: nested too deeply"),
@@ -229,9 +230,13 @@ class TestLoadConfig:
     @pytest.mark.parametrize(
         ("config", "match"),
         [
-            ('{"max_delay_ms": Infinity}', r"not valid JSON: Infinity is not a JSON number"),
-            ('{"max_delay_ms": -Infinity}', r"not valid JSON: -Infinity is not a JSON"),
-            ('{"max_delay_ms": NaN}', r"not valid JSON: NaN is not a JSON number"),
+            ('{"max_delay_ms": Infinity}', r"config: option 'max_delay_ms' got inf, expected a finite number in "
+                                           r"0\.\.60000"),
+            ('{"max_delay_ms": -Infinity}', r"config: option 'max_delay_ms' got -inf"),
+            ('{"max_delay_ms": NaN}', r"config: option 'max_delay_ms' got nan"),
+            ('{"max_batch_size": NaN}', r"config: option 'max_batch_size' got nan, expected an int"),
+            ('{"precision": NaN}', r"config: option 'precision' got nan"),
+            ('{"recipe_options": {"conf": NaN}}', r"config: option 'recipe_options.conf' got nan"),
             ('{"max_delay_ms": 1e300}', r"config: option 'max_delay_ms' got 1e\+300, expected a finite number in "
                                         r"0\.\.60000"),
             ('{"max_delay_ms": 1e400}', r"config: option 'max_delay_ms' got inf"),

@@ -112,17 +112,14 @@ def _options(where: str, raw: Any, *, allow: Sequence[str] = tuple(_OPTIONS)) ->
 
 
 def _parse_json(text: str | bytes) -> Any:
-    """JSON as the config files and load requests take it: strict about numbers (no ``NaN``, ``Infinity``).
+    """JSON as the config files and load requests take it. Python's parser reads ``NaN`` and ``Infinity`` (and
+    ``1e400``) as floats: the options' checks refuse them, naming the option (``_options``).
 
     Raises:
-        ValueError: not JSON, not UTF-8, a non-finite number, an int of more than 4300 digits.
+        ValueError: not JSON, not UTF-8, an int of more than 4300 digits.
         RecursionError: nested too deeply.
     """
-
-    def refuse(constant: str) -> Any:
-        raise ValueError(f"{constant} is not a JSON number (expected a finite number)")
-
-    return json.loads(text, parse_constant=refuse)
+    return json.loads(text)
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -138,8 +135,8 @@ def _read_config_file(root: Path) -> dict[str, Any]:
     """The parsed ``models.toml`` / ``models.json`` of ``root`` (``{}`` without one).
 
     Raises:
-        OptionError: both files, a file that is not UTF-8, not valid TOML/JSON (a non-finite JSON number too),
-            nested too deeply, or with tables other than ``defaults`` and ``models``.
+        OptionError: both files, a file that is not UTF-8, not valid TOML/JSON, nested too deeply, or with
+            tables other than ``defaults`` and ``models``.
     """
     present = [root / n for n in CONFIG_FILES if (root / n).is_file()]
     if len(present) > 1:
@@ -266,7 +263,7 @@ def parse_load_config(name: str, config: Any) -> dict[str, Any]:
     if isinstance(config, (str, bytes)):
         try:
             config = _parse_json(config)
-        except ValueError as exc:  # not JSON, not UTF-8, NaN or Infinity
+        except ValueError as exc:  # not JSON, not UTF-8
             raise InputError(f"load {name!r}: parameter 'config' is not valid JSON: {exc}") from None
         except RecursionError:
             raise InputError(f"load {name!r}: parameter 'config' is not valid JSON: nested too deeply") from None

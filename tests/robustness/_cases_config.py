@@ -100,7 +100,7 @@ def config_toml_nested_too_deeply(d: Path) -> object:
     return _read(d, "toml_deep", "models.toml", b"a = " + b"[" * 100_000)
 
 
-@case("config", OptionError, r"models\.json: not valid JSON: NaN is not a JSON number")
+@case("config", OptionError, r"models\.json: \[models\.tiny\]: option 'max_delay_ms' got nan, expected a finite")
 def config_json_nan(d: Path) -> object:
     return _read(d, "json_nan", "models.json", b'{"models": {"tiny": {"max_delay_ms": NaN}}}')
 
@@ -110,7 +110,7 @@ def config_json_latin1(d: Path) -> object:
     return _read(d, "json_latin1", "models.json", b'{"\xc3(": 1}')
 
 
-@case("config", InputError, r"^load 'lazy': parameter 'config' is not valid JSON: Infinity is not a JSON number")
+@case("config", InputError, r"^load 'lazy': config: option 'max_delay_ms' got inf, expected a finite number")
 def config_load_max_delay_infinity(d: Path) -> object:
     return parse_load_config("lazy", '{"max_delay_ms": Infinity}')
 

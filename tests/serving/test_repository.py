@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -236,6 +237,40 @@ class TestRepository:
         assert "NOT_FOUND" in _refused(lambda: _infer(c, "grpc", "nope", _x(1, 0))) if protocol == "grpc" else True
         assert c.is_model_ready("tiny") is True  # a refused load leaves the loaded model as it was
 
+    @pytest.mark.parametrize(
+        ("config", "match"),
+        [
+            ('{"max_delay_ms": Infinity}', "option 'max_delay_ms' got inf, expected a finite number in 0..60000"),
+            ('{"max_delay_ms": NaN}', "option 'max_delay_ms' got nan, expected a finite number in 0..60000"),
+            ('{"max_delay_ms": 1e300}', "option 'max_delay_ms' got 1e+300, expected a finite number in 0..60000"),
+            ('{"batch_buckets": [1073741824]}', "option 'batch_buckets' got 1073741824 (item 0), expected an int in "
+                                                "1..4096"),
+            ('{"max_batch_size": 4097}', "option 'max_batch_size' got 4097, expected an int in 1..4096"),
+        ],
+        ids=["infinity", "nan", "1e300", "bucket_2_30", "batch_4097"],
+    )  # fmt: skip
+    def test_a_load_config_out_of_bounds_is_refused_and_changes_nothing(
+        self, server: RunningServer, protocol: str, engines, config: str, match: str
+    ) -> None:
+        """Issue 35: such a config was taken (200), then the model answered nothing and its unload hung, or a
+        one-row request allocated 12 TiB. Now: 400 / INVALID_ARGUMENT naming the option, and no state changes."""
+        c = client(server, protocol)
+        bad = "400" if protocol == "http" else "INVALID_ARGUMENT"
+        x = _x(1, seed=8)
+        before = _index(c, protocol)["lazy"]
+        for name, ready in (("lazy", False), ("tiny", True)):  # not loaded, and loaded: each keeps its state
+            message = _refused(lambda n=name: c.load_model(n, config=config))
+            assert bad in message and f"load {name!r}: config: {match}" in message, message
+            assert c.is_model_ready(name) is ready
+        np.testing.assert_allclose(_infer(c, protocol, "tiny", x), engines["tiny"].run(x)["logits"], rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip
+        assert _index(c, protocol)["lazy"] == before  # state and reason as they were
+        c.load_model("lazy")  # the model itself still loads, answers and unloads
+        np.testing.assert_allclose(_infer(c, protocol, "lazy", x), engines["lazy"].run(x)["logits"], rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip
+        c.unload_model("lazy")
+        assert c.is_model_ready("lazy") is False
+
 
 def test_names_with_paths_are_refused_over_grpc(server: RunningServer) -> None:
     c = client(server, "grpc")
@@ -396,6 +431,27 @@ class TestCommandLine:
             assert s.stop() == 0, log.read_text()
         text = log.read_text()  # both processes served: each names itself in its start line
         assert "server process 1 of 2 on its device" in text and "server process 2 of 2 on its device" in text
+
+    @pytest.mark.parametrize(
+        ("data", "match"),
+        [
+            (b"[models.tiny]\nprecision = '\xff'\n", r"models\.toml: not UTF-8 text \(byte 0xff at offset 27\)"),
+            (b"[models.tiny]\nmax_delay_ms = nan\n", r"models\.toml: \[models\.tiny\]: option 'max_delay_ms' got nan"),
+            (b"[models.tiny\n", r"models\.toml: not valid TOML"),
+        ],
+        ids=["not_utf8", "nan", "malformed"],
+    )
+    def test_a_broken_models_toml_is_one_line_at_start(self, tmp_path: Path, data: bytes, match: str) -> None:
+        import subprocess
+
+        onnx.save(tiny_cnn(), tmp_path / "tiny.onnx")
+        (tmp_path / "models.toml").write_bytes(data)
+        argv = [sys.executable, "-m", "amdinfer", "serve", "--model-repository", str(tmp_path), "--http-port",
+                str(free_port()), "--grpc-port", "-1", "--workers-per-device", "1", "--log-level", "error"]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert re.match(rf"amdinfer serve: OptionError: {re.escape(str(tmp_path.resolve()))}/{match}", lines[0]), lines
 
     @pytest.mark.parametrize(
         ("argv", "match"),
