@@ -7,7 +7,8 @@ graph's input follows too; other dtypes are an ``InputError`` saying how to conv
 sample's metadata how they moved pixels, so :class:`~amdinfer.postprocess.ScaleBoxes` can map boxes back to
 the original image.
 The stages live in private modules (``_decode``, ``_geometry``, ``_pixels``, ``_batch``, ``_common``);
-this package re-exports them.
+this package re-exports them. ``_image_header`` reads an encoded image's declared size before it is decoded
+(:func:`read_image_header`, :func:`check_image_pixels`): the pixel limit of :class:`LoadImage` and the server.
 
 Example:
     >>> import numpy as np
@@ -26,13 +27,16 @@ from ._common import _hw as _hw  # re-exported: recipes.py and pipeline.py use i
 from ._common import check_image, opencv_available
 from ._decode import LoadImage
 from ._geometry import CenterCrop, Letterbox, LetterboxGeometry, PadWidth, Resize, letterbox_geometry, letterbox_into
+from ._image_header import DEFAULT_MAX_IMAGE_PIXELS, ImageHeader, check_image_pixels, read_image_header
 from ._pixels import BgrToRgb, Cast, HwcToChw, Normalize
 
 __all__ = [
+    "DEFAULT_MAX_IMAGE_PIXELS",
     "BgrToRgb",
     "Cast",
     "CenterCrop",
     "HwcToChw",
+    "ImageHeader",
     "Letterbox",
     "LetterboxGeometry",
     "LoadImage",
@@ -40,8 +44,10 @@ __all__ = [
     "PadWidth",
     "Resize",
     "check_image",
+    "check_image_pixels",
     "letterbox_geometry",
     "letterbox_into",
     "opencv_available",
+    "read_image_header",
     "stack",
 ]

@@ -13,6 +13,7 @@ from .._files import read_regular
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Preprocessor
 from ._common import _have, _import, check_image
+from ._image_header import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels, check_max_image_pixels
 
 __all__ = ["LoadImage"]
 
@@ -35,6 +36,16 @@ class LoadImage(Preprocessor):
     A Pillow image (``PIL.Image.Image``) is converted by the same rule, as its pixels are (its EXIF
     orientation is not applied: ``ImageOps.exif_transpose`` it first if you want that).
 
+    **The pixel limit.** A path or encoded bytes are decoded only when their header declares at most
+    ``max_pixels`` pixels (width x height), read from the header before any decoder runs
+    (:func:`~amdinfer.preprocess.check_image_pixels`), the same for every decoder: a decompression bomb (a
+    small file that declares a huge image) is an :class:`~amdinfer.errors.InputError` that says the declared
+    size and the limit, not gigabytes of memory. A format whose size cannot be read from its header is refused
+    too. A Pillow image larger than the limit is refused alike. The default is Pillow's
+    ``PIL.Image.MAX_IMAGE_PIXELS`` (89,478,485: a 9459 x 9459 image). With ``backend="pillow"`` and a limit
+    above Pillow's own, Pillow's check still applies (it warns above ``MAX_IMAGE_PIXELS``, refuses above twice
+    that): raise ``PIL.Image.MAX_IMAGE_PIXELS`` too for images you trust.
+
     An array passes through unchanged only when it is what decoding would give: uint8 ``(H, W, 3)`` for
     ``"RGB"``/``"BGR"``, uint8 ``(H, W)`` for ``"L"`` (:func:`~amdinfer.preprocess.check_image`); anything else
     (uint16, float, RGBA ...) is an :class:`~amdinfer.errors.InputError` that says how to convert it.
@@ -48,27 +59,40 @@ class LoadImage(Preprocessor):
             host (OpenCV if installed, else Pillow). nvJPEG's pixels differ from libjpeg-turbo's at sharp
             colour edges (its chroma upsampling; on a document page: mean 0.11 levels, 0.1 % of values by more
             than 12).
+        max_pixels: the most pixels (width x height) an image's header may declare, ``1 .. 2**30`` (OpenCV's
+            own limit); default 89,478,485 (:data:`~amdinfer.preprocess.DEFAULT_MAX_IMAGE_PIXELS`).
 
     Raises:
-        OptionError: unknown ``mode`` or ``backend``.
+        OptionError: unknown ``mode`` or ``backend``; ``max_pixels`` not an int in ``1 .. 2**30``.
         BackendUnavailableError: the named decoder (or, for ``"auto"``, either) is not installed; raised at
             construction for a named backend and on the first path/bytes for ``"auto"``.
-        InputError: (when called) an unreadable path, undecodable bytes, a 32-bit or float image, or an array
-            that is not the uint8 image ``mode`` describes.
+        InputError: (when called) an unreadable path, undecodable bytes, a header that declares more than
+            ``max_pixels`` pixels (or whose size cannot be read), a 32-bit or float image, or an array that is
+            not the uint8 image ``mode`` describes.
 
     Example:
         >>> import numpy as np
         >>> LoadImage()(np.zeros((2, 2, 3), np.uint8)).data.shape  # arrays pass through
         (2, 2, 3)
+        >>> import struct, zlib
+        >>> def chunk(kind, data):
+        ...     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        >>> bomb = b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 0, 0, 0, 0))
+        >>> LoadImage(max_pixels=1_000_000)(bomb)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: LoadImage: 33 bytes: refused as a decompression bomb: its PNG header declares \
+20000 x 20000 (width x height) = 400,000,000 pixels, above the limit of 1,000,000 pixels (...)
     """
 
-    def __init__(self, mode: str = "RGB", *, backend: str = "auto") -> None:
+    def __init__(self, mode: str = "RGB", *, backend: str = "auto", max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
         if mode not in _MODES:
             raise OptionError(f"mode: got {mode!r}, expected one of {_MODES}")
         if backend not in _DECODERS:
             raise OptionError(f"backend: got {backend!r}, expected one of {_DECODERS}")
         self.mode = mode
         self.backend = backend
+        self.max_pixels = check_max_image_pixels(max_pixels, "LoadImage: max_pixels")
         if backend != "auto":
             self._decoder()
 
@@ -104,6 +128,7 @@ class LoadImage(Preprocessor):
                 what = f"{len(data)} bytes"
                 raw = bytes(data)
             elif _is_pil(data):
+                self._check_pil_size(data)
                 image = self._from_pil(data, f"a Pillow {data.mode!r} image")
                 meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
                 return image
@@ -116,8 +141,22 @@ class LoadImage(Preprocessor):
         meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
         return image
 
+    def _check_pil_size(self, pil: Any) -> None:
+        """A Pillow image (perhaps opened, not yet loaded) within ``max_pixels``."""
+        width, height = pil.size
+        if width * height > self.max_pixels:
+            raise InputError(
+                f"LoadImage: a Pillow {pil.mode!r} image of {width} x {height} (width x height) = "
+                f"{width * height:,} pixels: refused as a decompression bomb, above the limit of {self.max_pixels:,} "
+                "pixels (LoadImage(max_pixels=...))"
+            )
+
     def _decode(self, raw: bytes, what: str) -> np.ndarray:
         decoder = self._decoder()
+        try:  # from the header, before any decoder allocates what it declares
+            check_image_pixels(raw, self.max_pixels)
+        except InputError as exc:
+            raise InputError(f"LoadImage: {what}: {exc}") from None
         if decoder == "nvjpeg":
             from ._nvjpeg import decode_jpeg_on_gpu, is_jpeg
 
@@ -137,9 +176,10 @@ class LoadImage(Preprocessor):
             except (UnidentifiedImageError, OSError) as exc:
                 raise InputError(f"LoadImage: {what}: not a decodable image ({exc})") from exc
             except Image.DecompressionBombError as exc:
+                # only with max_pixels above Pillow's own limit (the header check came first)
                 raise InputError(
-                    f"LoadImage: {what}: refused as a decompression bomb ({exc}); raise "
-                    "PIL.Image.MAX_IMAGE_PIXELS for images you trust"
+                    f"LoadImage: {what}: refused as a decompression bomb by Pillow ({exc}); raise "
+                    "PIL.Image.MAX_IMAGE_PIXELS too for images you trust"
                 ) from exc
         cv2 = _import("cv2")
         # ANYDEPTH: 16-bit stays 16-bit, and _to_uint8 applies the one rule (OpenCV's own conversion rounds for
