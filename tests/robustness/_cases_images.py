@@ -151,3 +151,85 @@ def image_elongated_1001x7(d: Path) -> object:
 @case("images")
 def image_elongated_fuse_640x3(d: Path) -> object:
     return _elongated((640, 3), (640, 3))
+
+
+# ---------------------------------------------------------------------------------------------- decompression bombs
+# Issue 35: a 1.17 MB PNG of 20000 x 20000 and a 727-byte JPEG whose SOF0 says 30000 x 30000 were decoded (+2.3 and
+# +2.9..5.2 GB of memory). Each is refused from its header, by every decoder, and the process's peak memory
+# barely moves (under the runner's address-space cap a decode would fail there instead).
+def _png_bomb(size: int = 20000) -> bytes:
+    """A real PNG: grey 8-bit, ``size x size`` zeros, deflated (about 400 kB for 20000)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer, row, parts = zlib.compressobj(9), b"\x00" * (size + 1), []
+    for _ in range(size // 100):
+        parts.append(packer.compress(row * 100))
+    parts.append(packer.flush())
+    ihdr = struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts)) + chunk(b"IEND", b"")
+
+
+def _jpeg_bomb(size: int = 30000) -> bytes:
+    """A real 16 x 16 JPEG (Pillow's) whose SOF0 is rewritten to declare ``size x size``."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((16, 16, 3), 128, np.uint8)).save(buf, "JPEG")
+    raw = bytearray(buf.getvalue())
+    at = raw.index(b"\xff\xc0")
+    raw[at + 5 : at + 9] = size.to_bytes(2, "big") * 2  # height, width
+    return bytes(raw)
+
+
+def _peak_stays_small(fn: Callable[[], object]) -> object:
+    """``fn()``, failing if this process's peak memory grew by more than 64 MiB while it ran."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    try:
+        return fn()
+    finally:
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grew < 64 << 10, f"peak memory grew by {grew >> 10} MiB while refusing a bomb"
+
+
+def _refuse(raw: bytes, backend: str) -> object:
+    from amdinfer.preprocess import LoadImage
+
+    stage = LoadImage(backend=backend)
+    return _peak_stays_small(lambda: stage(raw))
+
+
+_BOMB = r"^LoadImage: \d+ bytes: refused as a decompression bomb: its {} header declares {n} x {n} \(width x height\)"
+_LIMIT = r" = {:,} pixels, above the limit of 89,478,485 pixels"
+for _backend in ("opencv", "pillow"):
+    case("images", InputError, _BOMB.format("PNG", n=20000) + _LIMIT.format(20000**2), isolate=True)(
+        _named(f"image_png_bomb_20000_{_backend}", lambda d, b=_backend: _refuse(_png_bomb(), b))
+    )
+    case("images", InputError, _BOMB.format("JPEG", n=30000) + _LIMIT.format(30000**2), isolate=True)(
+        _named(f"image_jpeg_sof0_bomb_30000_{_backend}", lambda d, b=_backend: _refuse(_jpeg_bomb(), b))
+    )
+
+
+@case(
+    "images",
+    InputError,
+    r"^item 1: preprocess\[0\] LoadImage: InputError: LoadImage: \d+ bytes: refused as a decompression bomb: its "
+    r"JPEG header declares 30000 x 30000",
+    isolate=True,
+)
+def image_jpeg_sof0_bomb_inside_pipeline_map(d: Path) -> object:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((48, 64, 3), 90, np.uint8)).save(buf, "JPEG")
+    with amdinfer.yolo(_detector_model(), imgsz=64, **CPU) as det:
+        return _peak_stays_small(lambda: list(det.map([buf.getvalue(), _jpeg_bomb(), buf.getvalue()])))
