@@ -22,7 +22,7 @@ from onnx import helper
 
 from ._files import check_path, read_regular
 from .errors import ModelError, OptionError
-from .types import Dim, TensorSpec
+from .types import CONTAINERS, Dim, TensorSpec
 
 __all__ = ["ModelLike", "ModelSource", "ai_onnx_opset", "graphs_of", "min_ir_version", "onnx_dtype_to_numpy"]
 
@@ -81,8 +81,9 @@ def onnx_dtype_to_numpy(elem_type: int) -> np.dtype:
 _ANONYMOUS_DIMS = {"", "?", "-1", "None", "unk__"}
 
 
-def _dims(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
-    shape = value_info.type.tensor_type.shape
+def _dims(value_info: onnx.ValueInfoProto | onnx.TypeProto) -> tuple[Dim, ...]:
+    tp = value_info.type if isinstance(value_info, onnx.ValueInfoProto) else value_info
+    shape = tp.tensor_type.shape
     out: list[Dim] = []
     for d in shape.dim:
         if d.HasField("dim_value") and d.dim_value > 0:
@@ -97,10 +98,20 @@ def _dims(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
 
 
 def _spec(value_info: onnx.ValueInfoProto) -> TensorSpec:
-    tt = value_info.type.tensor_type
-    if not value_info.type.HasField("tensor_type"):
-        raise ModelError(f"tensor {value_info.name!r}: only tensor inputs/outputs are supported")
-    return TensorSpec(value_info.name, onnx_dtype_to_numpy(tt.elem_type), _dims(value_info))
+    tp, container = value_info.type, []
+    while tp.WhichOneof("value") in ("sequence_type", "optional_type"):  # sequence(tensor), optional(...)
+        kind = tp.WhichOneof("value")
+        container.append(kind.split("_")[0])
+        tp = getattr(tp, kind).elem_type
+    if tp.WhichOneof("value") != "tensor_type" or tuple(container) not in CONTAINERS:
+        raise ModelError(
+            f"tensor {value_info.name!r}: got type {onnx.helper.printable_type(value_info.type)!r}, expected a "
+            "tensor, sequence(tensor), optional(tensor) or optional(sequence(tensor))"
+        )
+    tt = tp.tensor_type
+    known = bool(not container or tt.HasField("shape"))  # an element type may leave the rank open
+    dtype = onnx_dtype_to_numpy(tt.elem_type)
+    return TensorSpec(value_info.name, dtype, _dims(tp), tuple(container), known)  # type: ignore[arg-type]
 
 
 def _used_dtypes(model: onnx.ModelProto) -> set[int]:

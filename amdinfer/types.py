@@ -19,7 +19,9 @@ import numpy as np
 from .errors import InputError, OptionError
 
 __all__ = [
+    "CONTAINERS",
     "PRECISIONS",
+    "Container",
     "Dim",
     "Precision",
     "ShapeBounds",
@@ -71,41 +73,101 @@ def normalize_precision(precision: str) -> str:
     return key
 
 
+#: What holds a spec's tensors, outermost first: ``()`` a plain tensor, ``("sequence",)`` a list of tensors,
+#: ``("optional",)`` a tensor or ``None``, ``("optional", "sequence")`` a list of tensors or ``None``.
+Container = tuple[Literal["sequence", "optional"], ...]
+CONTAINERS: tuple[Container, ...] = ((), ("sequence",), ("optional",), ("optional", "sequence"))
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Name, dtype and shape of a model input or output.
 
     Dimensions are ints when fixed, strings for symbolic dims (``"N"``) and ``None`` when unknown.
 
+    A graph value that is not a plain tensor (ONNX ``sequence(tensor(T))``, ``optional(tensor(T))`` or
+    ``optional(sequence(tensor(T)))``) names its wrappers in ``container`` (:data:`CONTAINERS`, outermost
+    first); ``dtype`` and ``shape`` then describe each tensor inside. The tensors of one sequence may differ in
+    their symbolic dims, and a sequence's element type may leave the rank open (``rank_known=False``, any rank
+    fits). ``Engine.run`` takes a list or tuple of arrays for a sequence, ``None`` (or the value) for an
+    optional, and returns lists and ``None`` likewise.
+
     Example:
         >>> spec = TensorSpec("x", np.dtype("float32"), ("N", 4))
         >>> spec.matches((2, 4)), spec.matches((2, 5))
         (True, False)
+        >>> seq = TensorSpec("boxes", np.dtype("float32"), ("K", 4), container=("optional", "sequence"))
+        >>> seq, seq.is_tensor, seq.is_optional, seq.is_sequence
+        (TensorSpec('boxes', optional(sequence(tensor(float32))), (K, 4)), False, True, True)
     """
 
     name: str
     dtype: np.dtype
     shape: tuple[Dim, ...]
+    container: Container = ()
+    rank_known: bool = True
+
+    def __post_init__(self) -> None:
+        if self.container and self.container not in CONTAINERS:
+            raise OptionError(
+                f"TensorSpec {self.name!r}: got container {self.container!r}, expected one of {list(CONTAINERS)}"
+            )
+        if not self.rank_known and (self.shape or not self.container):
+            raise OptionError(
+                f"TensorSpec {self.name!r}: rank_known=False needs an empty shape and a sequence or optional "
+                f"container, got shape {self.shape} and container {self.container!r}"
+            )
 
     @property
     def rank(self) -> int:
-        """Number of dimensions."""
+        """Number of dimensions (of each tensor inside a sequence or optional)."""
         return len(self.shape)
 
     @property
     def is_dynamic(self) -> bool:
-        """Whether any dimension is symbolic or unknown."""
-        return any(not isinstance(d, int) for d in self.shape)
+        """Whether any dimension is symbolic or unknown (or the rank is)."""
+        return not self.rank_known or any(not isinstance(d, int) for d in self.shape)
+
+    @property
+    def is_tensor(self) -> bool:
+        """Whether the value is a plain tensor (no sequence or optional around it)."""
+        return not self.container
+
+    @property
+    def is_sequence(self) -> bool:
+        """Whether the value (when present) is a sequence of tensors."""
+        return "sequence" in self.container
+
+    @property
+    def is_optional(self) -> bool:
+        """Whether the value may be absent (``None``)."""
+        return self.container[:1] == ("optional",)
+
+    @property
+    def type_name(self) -> str:
+        """The value's type as ONNX spells it, with NumPy's dtype name: ``sequence(tensor(float32))``.
+
+        Example:
+            >>> TensorSpec("x", np.dtype("int64"), (), container=("optional",)).type_name
+            'optional(tensor(int64))'
+        """
+        text = f"tensor({self.dtype})"
+        for wrapper in reversed(self.container):
+            text = f"{wrapper}({text})"
+        return text
 
     def matches(self, shape: Sequence[int]) -> bool:
         """Whether a concrete shape fits this spec (same rank, equal fixed dims)."""
+        if not self.rank_known:
+            return True
         if len(shape) != len(self.shape):
             return False
         return all(not isinstance(d, int) or d == s for d, s in zip(self.shape, shape))
 
     def __repr__(self) -> str:
-        dims = ", ".join("?" if d is None else str(d) for d in self.shape)
-        return f"TensorSpec({self.name!r}, {self.dtype}, ({dims}))"
+        dims = "..." if not self.rank_known else ", ".join("?" if d is None else str(d) for d in self.shape)
+        what = self.dtype if not self.container else self.type_name
+        return f"TensorSpec({self.name!r}, {what}, ({dims}))"
 
 
 @dataclass(frozen=True)

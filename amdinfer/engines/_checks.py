@@ -2,7 +2,8 @@
 
 :class:`FeedChecks` is a mixin of :class:`~amdinfer.engines.base.Engine`: it checks the feeds (names,
 dtypes, ranks, fixed and symbolic dims, shape bounds), turns lists and scalars into arrays only when no
-value changes, checks the requested output names and what the backend returned. Backends override
+value changes, checks sequence inputs (a list or tuple of arrays, each checked like a tensor) and optional
+ones (``None`` or the value), the requested output names and what the backend returned. Backends override
 :meth:`FeedChecks._accepts_device_tensor` and :meth:`FeedChecks._device_feed` to take device tensors.
 """
 
@@ -71,6 +72,7 @@ class FeedChecks:
     _input_names: tuple[str, ...]
     _output_names: list[str]
     _checks: list[InputCheck]
+    _value_checks: list[tuple[TensorSpec, ShapeBounds | None]]
     _buckets: tuple[int, ...]
 
     def _select_outputs(self, outputs: OutputSelection) -> list[str] | None:
@@ -164,7 +166,89 @@ class FeedChecks:
                 check_allocation(shape, arr.dtype, f"input {name!r} (a non-contiguous view, copied before the run)")
                 arr = np.ascontiguousarray(arr)
             out[name] = arr
+        if self._value_checks:
+            return self._check_values(feeds, out, {} if symbols is None else symbols)
         return out
+
+    def _check_values(
+        self, feeds: Mapping[str, Any], out: dict[str, Any], symbols: dict[str, tuple[int, str]]
+    ) -> dict[str, Any]:
+        """Check the sequence and optional inputs (after the tensors); return every feed in input order."""
+        for spec, bounds in self._value_checks:
+            name, value = spec.name, feeds[spec.name]
+            if value is None:
+                if not spec.is_optional:
+                    raise InputError(
+                        f"input {name!r}: got None, expected {_expected(spec)} (only optional inputs may be None)"
+                    )
+                out[name] = None
+            elif spec.is_sequence:
+                if not isinstance(value, (list, tuple)):
+                    raise InputError(f"input {name!r}: got a {type(value).__name__}, expected {_expected(spec)}")
+                out[name] = [
+                    self._check_element(f"input {name!r} item {i}", v, spec, None, None) for i, v in enumerate(value)
+                ]
+            else:
+                out[name] = self._check_element(f"input {name!r}", value, spec, symbols, bounds)
+        return {n: out[n] for n in self._input_names}
+
+    def _check_element(
+        self,
+        what: str,
+        value: Any,
+        spec: TensorSpec,
+        symbols: dict[str, tuple[int, str]] | None,
+        bounds: ShapeBounds | None,
+    ) -> np.ndarray:
+        """One tensor of a sequence or optional input, checked as a tensor input is (``what`` names it).
+
+        Symbolic dims bind across inputs only for an optional tensor (``symbols``): the tensors of one sequence
+        may differ in them.
+        """
+        dtype = spec.dtype
+        if type(value) is not np.ndarray:
+            if isinstance(value, np.ma.MaskedArray):
+                raise InputError(f"{what}: got a numpy masked array, expected a plain ndarray (fill it first)")
+            if isinstance(value, (np.ndarray, list, tuple, int, float, np.generic)):
+                value = _as_array(what, value, dtype)
+            elif hasattr(value, "__array__"):
+                try:
+                    value = np.asarray(value)
+                except Exception as exc:  # a device tensor: the tensors of a sequence or optional go in host memory
+                    raise InputError(
+                        f"{what}: got a {type(value).__name__} NumPy cannot read ({exc}); expected a numpy array of "
+                        f"{dtype} in host memory"
+                    ) from None
+            else:
+                raise InputError(f"{what}: got {type(value).__name__}, expected a numpy array of {dtype}")
+        if value.dtype != dtype:
+            raise InputError(
+                f"{what}: got dtype {value.dtype}, expected {dtype} "
+                f"(cast explicitly, e.g. x.astype({dtype_expr(dtype)}))"
+            )
+        shape = value.shape
+        if spec.rank_known:
+            if len(shape) != spec.rank:
+                raise InputError(f"{what}: got shape {tuple(shape)} (rank {len(shape)}), expected {_fmt(spec)}")
+            for i, d in enumerate(spec.shape):
+                if isinstance(d, int) and shape[i] != d:
+                    raise InputError(f"{what}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})")
+                if isinstance(d, str) and symbols is not None:
+                    check_symbol(symbols, spec.name, i, d, shape[i])
+        if 0 in shape:
+            raise InputError(
+                f"{what}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
+                "expected every axis >= 1"
+            )
+        if bounds is not None and not bounds.contains(shape):
+            raise InputError(
+                f"{what}: got shape {tuple(shape)}, expected between {bounds.min} and {bounds.max} "
+                "(the bounds given in shapes=)"
+            )
+        if not value.flags.c_contiguous:
+            check_allocation(shape, value.dtype, f"{what} (a non-contiguous view, copied before the run)")
+            value = np.ascontiguousarray(value)
+        return value
 
     def _coerce(self, name: str, value: Any, dtype: np.dtype) -> Any:
         """Turn a non-ndarray feed into something ``_run`` takes; device tensors are backends' business."""
@@ -178,32 +262,7 @@ class FeedChecks:
         if hasattr(value, "__dlpack__") and self._accepts_device_tensor(value):
             return self._device_feed(name, value)
         if isinstance(value, (list, tuple, int, float, np.generic)):
-            try:
-                arr = np.asarray(value)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise InputError(
-                    f"input {name!r}: got a {type(value).__name__} NumPy cannot turn into one array ({exc}); "
-                    f"expected a numpy array of {dtype}"
-                ) from None
-            if arr.dtype != dtype and arr.dtype.kind in "biuf" and dtype.kind in "biuf":
-                if arr.dtype.kind == "b" and dtype.kind != "b":
-                    return arr  # the dtype check names the mismatch
-                with np.errstate(all="ignore"):
-                    converted = arr.astype(dtype)
-                    back = converted.astype(arr.dtype)
-                if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
-                    same = back == arr
-                    if arr.dtype.kind == "f":
-                        same |= np.isnan(back) & np.isnan(arr)
-                    bad = np.flatnonzero(~same.ravel())
-                    example = arr.ravel()[bad[0]].item() if bad.size else "a value"
-                    raise InputError(
-                        f"input {name!r}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
-                        f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
-                        f"np.asarray(value, dtype={dtype_expr(dtype)}) to accept the rounding"
-                    )
-                arr = converted
-            return arr
+            return _as_array(f"input {name!r}", value, dtype)
         if hasattr(value, "__array__"):
             return np.asarray(value)
         raise InputError(f"input {name!r}: got {type(value).__name__}, expected a numpy array")
@@ -237,5 +296,48 @@ def check_symbol(symbols: dict[str, tuple[int, str]], name: str, axis: int, symb
         )
 
 
+def _as_array(what: str, value: Any, dtype: np.dtype) -> np.ndarray:
+    """A list, tuple or scalar as an array, converted to ``dtype`` only when no value changes (``what`` names it)."""
+    if isinstance(value, np.ndarray):  # an ndarray subclass (masked arrays are refused before)
+        return np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InputError(
+            f"{what}: got a {type(value).__name__} NumPy cannot turn into one array ({exc}); "
+            f"expected a numpy array of {dtype}"
+        ) from None
+    if arr.dtype != dtype and arr.dtype.kind in "biuf" and dtype.kind in "biuf":
+        if arr.dtype.kind == "b" and dtype.kind != "b":
+            return arr  # the dtype check names the mismatch
+        with np.errstate(all="ignore"):
+            converted = arr.astype(dtype)
+            back = converted.astype(arr.dtype)
+        if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
+            same = back == arr
+            if arr.dtype.kind == "f":
+                same |= np.isnan(back) & np.isnan(arr)
+            bad = np.flatnonzero(~same.ravel())
+            example = arr.ravel()[bad[0]].item() if bad.size else "a value"
+            raise InputError(
+                f"{what}: got a {type(value).__name__} of {arr.dtype} values that {dtype} cannot hold "
+                f"exactly (e.g. {example!r}); lists are converted only when nothing is lost, so pass "
+                f"np.asarray(value, dtype={dtype_expr(dtype)}) to accept the rounding"
+            )
+        arr = converted
+    return arr
+
+
+def _expected(spec: TensorSpec) -> str:
+    """What a sequence or optional input takes, for messages."""
+    arrays = f"{spec.dtype} arrays of shape {_fmt(spec)}"
+    if spec.is_sequence:
+        what = f"a list of {arrays}"
+        return f"{what} or None (an {spec.type_name})" if spec.is_optional else f"{what} (a {spec.type_name})"
+    return f"None or a {spec.dtype} array of shape {_fmt(spec)} (an {spec.type_name})"
+
+
 def _fmt(spec: TensorSpec) -> str:
+    if not spec.rank_known:
+        return "(any rank)"
     return "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._quant_protocol import Quantizer
 from .._validate import check_int
-from ..errors import EngineClosedError, InputError, OptionError
+from ..errors import EngineClosedError, InputError, ModelError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
 from ._checks import FeedChecks, Feeds, OutputSelection
@@ -74,6 +74,9 @@ class Engine(FeedChecks, abc.ABC):
     #: Whether the backend maps a quantizer's :class:`~amdinfer.quantize.QuantizationSpec` to its own
     #: knobs in :meth:`_load` (``False``: the base runs the model the quantizer rewrote).
     native_quantization: bool = False
+    #: Whether the backend takes and returns sequence and optional graph values (``False``: a model with one is
+    #: refused at load, naming it).
+    supports_containers: bool = False
     #: The positional and keyword arguments the engine was built with (pickling rebuilds from them).
     _init_args: tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -115,6 +118,7 @@ class Engine(FeedChecks, abc.ABC):
                 f"shapes: got inputs {sorted(unknown)}, expected names among {[s.name for s in self._source.inputs]}"
             )
         self._buckets: tuple[int, ...] = self._parse_buckets(batch_buckets)
+        self._check_containers()
         self._quantizer = _check_quantizer(quantizer)
         if self._quantizer is not None:
             self._precision = normalize_precision(self._quantizer.precision)
@@ -135,6 +139,23 @@ class Engine(FeedChecks, abc.ABC):
         if not out or out[0] < 1:
             raise OptionError(f"batch_buckets: got {buckets!r}, expected a non-empty list of positive ints")
         return out
+
+    def _check_containers(self) -> None:
+        """Refuse sequence/optional graph values the backend or the options cannot serve, naming the first."""
+        for kind, specs in (("input", self._source.inputs), ("output", self._source.outputs)):
+            spec = next((s for s in specs if not s.is_tensor), None)
+            if spec is None:
+                continue
+            what = f"model {self._source.name}: {kind} {spec.name!r} is a {spec.type_name}"
+            if not self.supports_containers:
+                raise ModelError(
+                    f"{what}, but backend {self.backend_name!r} takes and returns tensors only; run it on "
+                    "backend='ort' or backend='reference'"
+                )
+            if self._buckets:
+                raise OptionError(f"batch_buckets: {what}; batch buckets pad and split tensors only")
+            if kind == "input" and spec.name in self._bounds and spec.is_sequence:
+                raise OptionError(f"shapes[{spec.name!r}]: {what}; shape bounds apply to tensors")
 
     def _prepare(self, source: ModelSource) -> ModelSource:
         """The model :meth:`_load` builds: the quantizer's rewrite unless the backend quantizes natively."""
@@ -160,7 +181,10 @@ class Engine(FeedChecks, abc.ABC):
                 self._bounds.get(s.name),
             )
             for s in inputs
+            if s.is_tensor
         ]
+        # Sequence and optional inputs are checked after the tensors, only on models that have them.
+        self._value_checks = [(s, self._bounds.get(s.name)) for s in inputs if not s.is_tensor]
         self._info = info
         info.precision = self._precision
         info.load_seconds = time.perf_counter() - self._t_start
@@ -208,12 +232,15 @@ class Engine(FeedChecks, abc.ABC):
 
         Args:
             feeds: ``{input name: array}``, or one array for a single-input model. Arrays must have the
-                input's dtype (never cast silently); non-contiguous arrays are accepted.
+                input's dtype (never cast silently); non-contiguous arrays are accepted. A sequence input
+                (``spec.is_sequence``) takes a list or tuple of arrays, each checked like a tensor input; an
+                optional one (``spec.is_optional``) also takes ``None``.
             outputs: ``None`` for the model's outputs, a list of output names, or ``"all"`` for every
                 named intermediate tensor (backends with ``supports_all_outputs``).
 
         Returns:
-            ``{output name: array}`` in the model's output order.
+            ``{output name: array}`` in the model's output order (a list of arrays for a sequence output,
+            ``None`` for an absent optional one).
 
         Raises:
             EngineClosedError: the engine was closed.
@@ -301,6 +328,11 @@ class Engine(FeedChecks, abc.ABC):
         """
         if self._closed:
             raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
+        if self._value_checks:
+            spec = self._value_checks[0][0]
+            raise InputError(
+                f"input {spec.name!r}: prepare() binds tensors, but it is a {spec.type_name}; call run() instead"
+            )
         given = feeds if isinstance(feeds, Mapping) else dict(zip(self._input_names[:1], [feeds]))
         checked = self._check_feeds(feeds)
         check_bound_in_place(given, checked)

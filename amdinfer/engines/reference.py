@@ -17,8 +17,9 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -238,6 +239,17 @@ def _unsupported_ops(model: onnx.ModelProto, new_ops: Sequence[type]) -> list[st
     return sorted(bad)
 
 
+def _to_float64(value: np.ndarray) -> np.ndarray:
+    return value.astype(np.float64)
+
+
+def _each(value: Any, fn: Callable[[np.ndarray], Any]) -> Any:
+    """``fn`` applied to a tensor, to each tensor of a sequence (a list), or nothing for an absent optional."""
+    if isinstance(value, list):
+        return [fn(v) for v in value]
+    return value if value is None else fn(value)
+
+
 # ---------------------------------------------------------------------------------------------- the engine
 @dataclass(frozen=True)
 class _ReferenceOptions:
@@ -289,6 +301,7 @@ class ReferenceEngine(Engine):
     backend_name = "reference"
     _options: _ReferenceOptions
     supports_all_outputs = True
+    supports_containers = True
 
     def __init__(
         self,
@@ -383,7 +396,7 @@ class ReferenceEngine(Engine):
         self._intermediate_dtypes: dict[str, np.dtype] | None = None
         outputs = source.outputs
         if self._keep_fp64:
-            outputs = [TensorSpec(s.name, np.dtype(np.float64), s.shape) if s.dtype.kind == "f" else s for s in outputs]
+            outputs = [replace(s, dtype=np.dtype(np.float64)) if s.dtype.kind == "f" else s for s in outputs]
         return list(source.inputs), list(outputs), info
 
     # ------------------------------------------------------------------ running
@@ -402,7 +415,7 @@ class ReferenceEngine(Engine):
 
     def _run(self, feeds: dict[str, Any], outputs: list[str] | None) -> dict[str, np.ndarray]:
         if self._fp64:
-            feeds = {k: (v.astype(np.float64) if k in self._float_inputs else v) for k, v in feeds.items()}
+            feeds = {k: (_each(v, _to_float64) if k in self._float_inputs else v) for k, v in feeds.items()}
         if outputs == ["*"]:
             names = self._all_names
         else:
@@ -423,7 +436,7 @@ class ReferenceEngine(Engine):
             ) from exc
         result = dict(zip(names, values))
         if self._fp64 and not self._keep_fp64:
-            result = {n: self._cast_back(n, v) for n, v in result.items()}
+            result = {n: _each(v, partial(self._cast_back, n)) for n, v in result.items()}
         return result
 
     def _cast_back(self, name: str, value: Any) -> Any:

@@ -210,3 +210,157 @@ def test_batch_buckets_pad_and_cut(engine_kind: str) -> None:
             got = bucketed.run(x[:n])["logits"]
             assert got.shape == (n, 10)
             assert verify.compare(got, want[:n], rms_tol=RMS_TOL["fp16"]).passed
+
+
+# ---------------------------------------------------------------------------------------------- sequence / optional
+def sequence_model() -> onnx.ModelProto:
+    """``s``: sequence(tensor(float, (K, 2))) and ``x`` (1, 2) -> ``grown`` (``s`` with ``x`` appended, a sequence)
+    and ``joined`` (its tensors concatenated on axis 0)."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["K", 2]))
+    nodes = [
+        helper.make_node("SequenceInsert", ["s", "x"], ["grown"]),
+        helper.make_node("ConcatFromSequence", ["grown"], ["joined"], axis=0),
+    ]
+    inputs = [helper.make_value_info("s", seq), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])]
+    outputs = [
+        helper.make_tensor_value_info("joined", TensorProto.FLOAT, ["M", 2]),
+        helper.make_value_info("grown", seq),
+    ]
+    graph = helper.make_graph(nodes, "seq", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def optional_model(identity: bool = True) -> onnx.ModelProto:
+    """``o``: optional(tensor(float, (2, N))) -> ``has`` (OptionalHasElement) and, with ``identity``, ``same``
+    (``o`` itself, an optional output)."""
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2, "N"]))
+    nodes = [helper.make_node("OptionalHasElement", ["o"], ["has"])]
+    outputs = [helper.make_tensor_value_info("has", TensorProto.BOOL, [])]
+    if identity:
+        nodes.append(helper.make_node("Identity", ["o"], ["same"]))
+        outputs.append(helper.make_value_info("same", opt))
+    graph = helper.make_graph(nodes, "opt", [helper.make_value_info("o", opt)], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+def _takes_containers(engine_kind: str) -> bool:
+    from amdinfer.engines.registry import get_backend
+
+    backend = conformance.ENGINE_KINDS[engine_kind].options["backend"]
+    return bool(get_backend(backend).resolve().supports_containers)
+
+
+def _seq_feeds() -> dict:
+    rng = np.random.default_rng(5)
+    return {
+        "s": [rng.standard_normal((k, 2)).astype(np.float32) for k in (1, 3)],
+        "x": rng.standard_normal((1, 2)).astype(np.float32),
+    }
+
+
+class TestSequenceAndOptionalIO:
+    def test_a_backend_without_them_refuses_at_load(self, engine_kind: str) -> None:
+        if _takes_containers(engine_kind):
+            pytest.skip(f"{engine_kind} takes sequence and optional values")
+        with pytest.raises(amdinfer.ModelError, match=r"input 's' is a sequence\(tensor\(float32\)\).*tensors only"):
+            conformance.make_engine(engine_kind, sequence_model())
+
+    @pytest.fixture
+    def seq_engine(self, engine_kind: str):
+        if not _takes_containers(engine_kind):
+            pytest.skip(f"{engine_kind} takes tensors only (tested by test_a_backend_without_them_refuses_at_load)")
+        with conformance.make_engine(engine_kind, sequence_model()) as engine:
+            yield engine
+
+    def test_specs_say_sequence(self, seq_engine) -> None:
+        s, x = seq_engine.inputs
+        assert (s.name, s.is_sequence, s.is_optional, s.is_tensor) == ("s", True, False, False)
+        assert s.dtype == np.float32 and s.shape == ("K", 2) and s.type_name == "sequence(tensor(float32))"
+        assert x.is_tensor and x.shape == (1, 2)
+        assert [o.is_sequence for o in seq_engine.outputs] == [False, True]
+
+    @pytest.mark.parametrize("as_tuple", [False, True])
+    def test_sequence_matches_onnx_reference(self, seq_engine, as_tuple: bool) -> None:
+        feeds = _seq_feeds()
+        expected = oracle(sequence_model(), feeds)
+        if as_tuple:
+            feeds["s"] = tuple(feeds["s"])
+        got = seq_engine.run(feeds)
+        assert list(got) == ["joined", "grown"]
+        assert isinstance(got["grown"], list) and len(got["grown"]) == len(expected["grown"]) == 3
+        for g, e in zip(got["grown"], expected["grown"]):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            np.testing.assert_array_equal(g, e)
+        np.testing.assert_allclose(got["joined"], expected["joined"], rtol=1e-6)
+        assert got["joined"].shape == (5, 2)
+
+    def test_an_empty_sequence_runs(self, seq_engine) -> None:
+        feeds = {"s": [], "x": np.ones((1, 2), np.float32)}
+        got = seq_engine.run(feeds)
+        expected = oracle(sequence_model(), feeds)
+        assert len(got["grown"]) == len(expected["grown"]) == 1
+        np.testing.assert_array_equal(got["joined"], expected["joined"])
+
+    @pytest.mark.parametrize(
+        ("s", "match"),
+        [
+            (
+                np.ones((2, 2), np.float32),
+                r"input 's': got a ndarray, expected a list of float32 arrays of shape \(K, 2\)",
+            ),
+            (None, r"input 's': got None, expected a list .* \(only optional inputs may be None\)"),
+            ([np.ones((1, 2), np.float32), np.ones((1, 2))], r"input 's' item 1: got dtype float64, expected float32"),
+            ([np.ones(2, np.float32)], r"input 's' item 0: got shape \(2,\) \(rank 1\), expected \(K, 2\)"),
+            (
+                [np.ones((1, 3), np.float32)],
+                r"input 's' item 0: got shape \(1, 3\), expected \(K, 2\) \(axis 1 must be 2\)",
+            ),
+            ([np.ones((0, 2), np.float32)], r"input 's' item 0: got shape \(0, 2\) with a zero-size axis 0"),
+            ([[[0.1, 0.2]]], r"input 's' item 0: got a list of float64 values that float32 cannot hold exactly"),
+            (["a"], r"input 's' item 0: got str, expected a numpy array of float32"),
+        ],
+    )
+    def test_bad_sequence_is_named(self, seq_engine, s, match: str) -> None:
+        with pytest.raises(amdinfer.InputError, match=match):
+            seq_engine.run({"s": s, "x": np.ones((1, 2), np.float32)})
+
+    def test_lossless_lists_are_items(self, seq_engine) -> None:
+        got = seq_engine.run({"s": [[[1, 2]], np.zeros((1, 2), np.float32)], "x": np.ones((1, 2), np.float32)})
+        np.testing.assert_array_equal(got["joined"], [[1, 2], [0, 0], [1, 1]])
+
+    def test_non_contiguous_items_are_accepted(self, seq_engine) -> None:
+        base = np.arange(12, dtype=np.float32).reshape(2, 6)
+        item = base[:, ::3]  # (2, 2), not contiguous
+        got = seq_engine.run({"s": [item], "x": np.ones((1, 2), np.float32)})
+        np.testing.assert_array_equal(got["grown"][0], item)
+
+    def test_batch_buckets_and_prepare_are_refused(self, engine_kind: str, seq_engine) -> None:
+        with pytest.raises(
+            amdinfer.OptionError, match=r"batch_buckets: .*input 's' is a sequence\(tensor\(float32\)\)"
+        ):
+            conformance.make_engine(engine_kind, sequence_model(), batch_buckets=[1, 2])
+        with pytest.raises(amdinfer.InputError, match=r"input 's': prepare\(\) binds tensors"):
+            seq_engine.prepare(_seq_feeds())
+        with pytest.raises(amdinfer.OptionError, match=r"shapes\['s'\]: .*sequence"):
+            conformance.make_engine(engine_kind, sequence_model(), shapes={"s": (1, 2)})
+
+    def test_optional_present_and_absent(self, engine_kind: str) -> None:
+        if not _takes_containers(engine_kind):
+            with pytest.raises(amdinfer.ModelError, match=r"input 'o' is a optional\(tensor\(float32\)\)"):
+                conformance.make_engine(engine_kind, optional_model())
+            return
+        value = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with conformance.make_engine(engine_kind, optional_model()) as engine:
+            (o,) = engine.inputs
+            assert o.is_optional and not o.is_sequence and o.type_name == "optional(tensor(float32))"
+            got = engine.run({"o": value})
+            expected = oracle(optional_model(), {"o": value})
+            assert bool(got["has"]) is bool(expected["has"]) is True
+            np.testing.assert_array_equal(got["same"], expected["same"])
+            with pytest.raises(amdinfer.InputError, match=r"input 'o': got shape \(3, 2\), expected \(2, N\)"):
+                engine.run({"o": value.T.copy()})
+        # onnx.reference's Identity cannot return an absent optional: the oracle for None is OptionalHasElement alone.
+        with conformance.make_engine(engine_kind, optional_model(identity=False)) as engine:
+            got = engine.run({"o": None})
+            expected = oracle(optional_model(identity=False), {"o": None})
+            assert bool(got["has"]) is bool(expected["has"]) is False

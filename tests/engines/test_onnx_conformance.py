@@ -10,8 +10,8 @@ Each case ends as one of:
 
 * passed;
 * rejected by the engine contract: the case needs what amdinfer engines refuse on purpose (zero-size
-  axes, sequence/optional/map inputs or outputs); the test asserts the refusal (``InputError`` /
-  ``ModelError``);
+  axes, map inputs or outputs); the test asserts the refusal (``InputError`` / ``ModelError``). Sequence and
+  optional inputs and outputs are part of the contract: they run, fed as lists and ``None``;
 * excluded: a known failure listed in :data:`EXCLUDE` with its reason; it still runs, is reported as
   xfailed, and fails the test once it passes (so a fix upstream gets its entry removed). A case the contract
   rejects may be excluded too, by its exact name, when the engine fails before the contract's check (a plugin
@@ -110,17 +110,35 @@ def _array(value: Any) -> Any:
 
 
 def contract_rejection(case: Any) -> str | None:
-    """Why the engine contract refuses this case, or None: non-tensor I/O or a zero-size input."""
+    """Why the engine contract refuses this case, or None: map (or other non-tensor) I/O or a zero-size input.
+
+    Sequences and optionals (``sequence(tensor)``, ``optional(tensor)``, ``optional(sequence(tensor))``) run.
+    """
     graph = case.model.graph
     for vi in (*graph.input, *graph.output):
-        if vi.type.WhichOneof("value") != "tensor_type":
-            return f"non-tensor graph input/output {vi.name!r} ({vi.type.WhichOneof('value')}): engines take tensors"
+        if _container_type(vi.type) is None:
+            return f"graph input/output {vi.name!r} of type {vi.type.WhichOneof('value')}: engines take no maps"
     for inputs, _ in case.data_sets:
         for value in inputs:
-            arr = _array(value)
-            if isinstance(arr, np.ndarray) and arr.ndim and 0 in arr.shape:
-                return f"zero-size input of shape {arr.shape}: the engine contract rejects zero-size axes"
+            for arr in value if isinstance(value, list) else [_array(value)]:
+                if isinstance(arr, np.ndarray) and arr.ndim and 0 in arr.shape:
+                    return f"zero-size input of shape {arr.shape}: the engine contract rejects zero-size axes"
     return None
+
+
+def _container_type(tp: onnx.TypeProto) -> tuple[str, ...] | None:
+    """The wrappers around a graph value's tensors (``()``: a tensor), or None for a type engines do not take."""
+    wrappers: list[str] = []
+    while tp.WhichOneof("value") in ("sequence_type", "optional_type"):
+        kind = tp.WhichOneof("value")
+        wrappers.append(kind)
+        tp = getattr(tp, kind).elem_type
+    if tp.WhichOneof("value") != "tensor_type" or tuple(wrappers) not in _CONTAINERS:
+        return None
+    return tuple(wrappers)
+
+
+_CONTAINERS = {(), ("sequence_type",), ("optional_type",), ("optional_type", "sequence_type")}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -177,11 +195,25 @@ def _run_case(backend: str, case: Any) -> None:
                 got = engine.run(feeds)
             assert len(got) == len(expected)
             for out, ref in zip(graph.output, expected):
-                _assert_similar(np.asarray(got[out.name]), np.asarray(_array(ref)), case.rtol, case.atol, out.name)
+                _assert_similar(got[out.name], _array(ref), case.rtol, case.atol, out.name)
 
 
-def _assert_similar(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float, name: str) -> None:
-    """onnx.backend.test.runner's comparison: shape, dtype, then allclose (strings: exact)."""
+def _assert_similar(got: Any, ref: Any, rtol: float, atol: float, name: str) -> None:
+    """onnx.backend.test.runner's comparison: shape, dtype, then allclose (strings: exact); a sequence item by
+    item, an absent optional as ``None``."""
+    if isinstance(ref, list):
+        assert isinstance(got, list), f"output {name!r}: got a {type(got).__name__}, expected a list (a sequence)"
+        assert len(got) == len(ref), f"output {name!r}: {len(got)} items, expected {len(ref)}"
+        for i, (g, r) in enumerate(zip(got, ref)):
+            _assert_similar(g, _array(r), rtol, atol, f"{name}[{i}]")
+        return
+    if ref is None:
+        assert got is None, f"output {name!r}: got a {type(got).__name__}, expected None (an absent optional)"
+        return
+    assert got is not None and not isinstance(got, list), (
+        f"output {name!r}: got a {type(got).__name__}, expected an array"
+    )
+    got, ref = np.asarray(got), np.asarray(ref)
     assert got.shape == ref.shape, f"output {name!r}: shape {got.shape}, expected {ref.shape}"
     if ref.dtype == object or ref.dtype.kind in "US":
         np.testing.assert_array_equal(got, ref, err_msg=f"output {name!r}")

@@ -375,3 +375,36 @@ class TestReportedPrecision:
         assert compute_precision(model(casts=[TensorProto.FLOAT16])) == "fp16"  # no weights: what it casts to
         assert compute_precision(model(casts=[TensorProto.FLOAT16, TensorProto.FLOAT])) is None
         assert compute_precision(model(np.ones(4, np.int64))) is None
+
+
+def _sequence_model():
+    from onnx import TensorProto, helper
+
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["K", 2]))
+    node = helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)
+    graph = helper.make_graph(
+        [node],
+        "seq",
+        [helper.make_value_info("s", seq)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+class TestSequenceInputs:
+    def test_match_raw_onnxruntime(self) -> None:
+        model = _sequence_model()
+        items = [np.ones((1, 2), np.float32), np.arange(4, dtype=np.float32).reshape(2, 2)]
+        raw = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (want,) = raw.run(None, {"s": items})
+        with amdinfer.load(model, backend="ort", providers=["cpu"]) as engine:
+            assert engine.info.settings["data_path"]["io_binding"] is False
+            np.testing.assert_array_equal(engine.run({"s": tuple(items)})["y"], want)  # a tuple is passed as a list
+
+    def test_io_binding_is_refused_naming_the_input(self) -> None:
+        with pytest.raises(OptionError, match=r"io_binding=True: input 's' is a sequence\(tensor\(float32\)\)"):
+            amdinfer.load(_sequence_model(), backend="ort", providers=["cpu"], io_binding=True)
+
+    def test_shape_sessions_are_refused_naming_the_input(self) -> None:
+        with pytest.raises(OptionError, match=r"shape_sessions: input 's' is a sequence\(tensor\(float32\)\)"):
+            amdinfer.load(_sequence_model(), backend="ort", providers=["cpu"], shape_sessions=4)

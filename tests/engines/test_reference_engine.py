@@ -366,3 +366,78 @@ class TestEngineSurface:
         for i, value in enumerate(expected):
             np.testing.assert_array_equal(results[i], value)
         engine.close()
+
+
+class TestSequenceAndOptional:
+    """Sequence and optional graph values in float64 mode: promoted inside, cast back per item."""
+
+    @staticmethod
+    def model() -> onnx.ModelProto:
+        # s: sequence(tensor(float)); y = ConcatFromSequence(s) * 3 * 0.1 (a tensor, rounded twice in float32);
+        # out = SplitToSequence(y) (a sequence)
+        seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["K", 2]))
+        three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+        tenth = numpy_helper.from_array(np.array(0.1, np.float32), "tenth")
+        nodes = [
+            helper.make_node("ConcatFromSequence", ["s"], ["joined"], axis=0),
+            helper.make_node("Mul", ["joined", "three"], ["t"]),
+            helper.make_node("Mul", ["t", "tenth"], ["y"]),
+            helper.make_node("SplitToSequence", ["y"], ["out"], axis=0),
+        ]
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 2]), helper.make_value_info("out", seq)]
+        graph = helper.make_graph(nodes, "seq", [helper.make_value_info("s", seq)], outputs, [three, tenth])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    def feeds(self) -> dict:
+        # x * 3 * 0.1 rounds twice in float32, once in float64 then cast back: these values come out differently
+        return {
+            "s": [np.full((1, 2), 0.04097352549433708, np.float32), np.full((2, 2), 0.8132702112197876, np.float32)]
+        }
+
+    def test_fp64_casts_sequence_items_up_and_back(self) -> None:
+        feeds = self.feeds()
+        x = np.concatenate(feeds["s"])
+        wide = (x.astype(np.float64) * 3 * np.float64(np.float32(0.1))).astype(np.float32)
+        assert not np.array_equal(wide, x * np.float32(3) * np.float32(0.1))  # the float32 model would differ
+        want = list(wide[:, None])
+        with ReferenceEngine(self.model(), precision="fp64") as engine:
+            got = engine.run(feeds)
+        assert isinstance(got["out"], list) and len(got["out"]) == 3
+        for g, w in zip(got["out"], want):
+            assert g.dtype == np.float32
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(got["y"], np.concatenate(want))
+
+    def test_keep_fp64_reports_and_returns_float64_items(self) -> None:
+        with ReferenceEngine(self.model(), precision="fp64", keep_fp64=True) as engine:
+            out = engine.outputs[1]
+            assert out.is_sequence and out.dtype == np.float64 and out.type_name == "sequence(tensor(float64))"
+            got = engine.run(self.feeds())
+        want = np.concatenate(self.feeds()["s"]).astype(np.float64) * 3 * np.float64(np.float32(0.1))
+        assert [g.dtype for g in got["out"]] == [np.float64] * 3
+        np.testing.assert_array_equal(np.concatenate(got["out"]), want)
+
+    def test_fp32_matches_the_plain_evaluator(self) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = self.feeds()
+        want = ReferenceEvaluator(self.model()).run(None, feeds)
+        with ReferenceEngine(self.model()) as engine:
+            got = engine.run(feeds)
+        np.testing.assert_array_equal(got["y"], want[0])
+        assert len(got["out"]) == len(want[1])
+        for g, w in zip(got["out"], want[1]):
+            np.testing.assert_array_equal(g, w)
+
+    def test_an_absent_optional_is_none_in_fp64(self) -> None:
+        opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+        graph = helper.make_graph(
+            [helper.make_node("OptionalHasElement", ["o"], ["has"])],
+            "opt",
+            [helper.make_value_info("o", opt)],
+            [helper.make_tensor_value_info("has", TensorProto.BOOL, [])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+        with ReferenceEngine(model, precision="fp64") as engine:
+            assert bool(engine.run({"o": None})["has"]) is False
+            assert bool(engine.run({"o": np.ones(2, np.float32)})["has"]) is True

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import OptionError
 from ._iobinding import IoBindingRunner
 from ._providers import PROVIDERS, ort_device_type
 
@@ -28,6 +29,9 @@ def make_runner(
     info: Any,
 ) -> IoBindingRunner | None:
     """The runner an ORT engine uses (``None``: plain ``session.run`` with NumPy), recorded in ``info``.
+
+    A model with a sequence or optional input or output runs through ``session.run`` (IOBinding binds tensors);
+    asking for ``io_binding=True`` on one is an :class:`~amdinfer.OptionError`.
 
     Args:
         ort: the ``onnxruntime`` module.
@@ -53,6 +57,17 @@ def make_runner(
     """
     provider = providers[0] if providers else "CPUExecutionProvider"
     bind = datapath.binds_io(provider)
+    value = next((s for s in (*inputs, *outputs) if not getattr(s, "is_tensor", True)), None)
+    if bind and value is not None:
+        # IOBinding binds tensors: a sequence or optional value goes through plain session.run.
+        kind = "input" if value in inputs else "output"
+        if datapath.io_binding:
+            raise OptionError(
+                f"io_binding=True: {kind} {value.name!r} is a {value.type_name}, and IOBinding binds tensors only; "
+                "load with io_binding=False (or leave it unset)"
+            )
+        bind = False
+        info.notes.append(f"no IOBinding: {kind} {value.name!r} is a {value.type_name} (session.run with NumPy)")
     opts = info.settings.get("provider_options", {}).get(provider, {})
     record = PROVIDERS.get(provider)
     graph_options = record.option_names("gpu_graphs") if record is not None else ()

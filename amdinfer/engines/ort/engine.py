@@ -36,8 +36,8 @@ from ._options import OrtOptions, ProviderSpec
 from ._plugins import (
     check_took_nodes,
     is_plugin_ep,
-    plugin_version,
     plugin_settings,
+    plugin_version,
     precision_note,
     register_plugins,
 )
@@ -138,6 +138,7 @@ class OrtEngine(Engine):
 
     backend_name = "ort"
     supports_all_outputs = True
+    supports_containers = True
     native_quantization = True
     _options: OrtOptions
 
@@ -265,6 +266,11 @@ class OrtEngine(Engine):
             ort, self._session, used, self._device, inputs, outputs, self._options.datapath, info
         )
         limit = resolve_shape_sessions(self._options.shape_sessions, used[0], varying_inputs(self._source.proto))
+        sequence = next((s for s in inputs if not s.is_tensor), None)
+        if limit > 1 and sequence is not None:  # sessions are keyed on tensor shapes
+            if self._options.shape_sessions != "auto":
+                raise OptionError(f"shape_sessions: input {sequence.name!r} is a {sequence.type_name}; use 0")
+            limit = 0
         record = info.settings.setdefault("shape_sessions", {})
         self._shapes = ShapeSessions(limit, (self._session, self._runner), self._session_like, record)
         return inputs, outputs, info
