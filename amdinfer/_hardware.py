@@ -113,7 +113,7 @@ def visible_gpu_arch(
     return f"{a['gfx']}:{a['cu']}cu"
 
 
-#: Instruction-set extensions named by :func:`cpu_description` (those ONNX Runtime, OpenVINO and OpenCV pick kernels by).
+#: Instruction-set extensions named by :func:`cpu_description` (ONNX Runtime, OpenVINO, OpenCV pick kernels by them).
 _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 

@@ -126,7 +126,8 @@ def machine_lines(info: Mapping[str, Any] | None = None) -> list[str]:
     info = info if info is not None else machine()
     cpu = info["cpu"]
     lines = [
-        f"- CPU: {cpu['model']} ({cpu.get('vendor', 'unknown')}), {cpu['usable_cpus']} usable of {cpu['logical_cpus']} logical CPUs; "
+        f"- CPU: {cpu['model']} ({cpu.get('vendor', 'unknown')}), {cpu['usable_cpus']} usable of "
+        f"{cpu['logical_cpus']} logical CPUs; "
         f"flags: {', '.join(cpu['flags']) or 'none of ' + ', '.join(_FLAGS)}",
     ]
     for lib in info["blas"]:

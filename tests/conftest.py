@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _sandbox
 
 #: tests/installed/ is the smoke test of the installed wheel (`nox -s package` runs it outside the checkout).
-collect_ignore = ["installed"]
+collect_ignore = ["installed", "engines/example_plugin_ep"]
 
 #: The user's amdinfer cache (path, contents) before the run; the run must leave it as it found it.
 _USER_CACHE: tuple[Path, frozenset | None] | None = None

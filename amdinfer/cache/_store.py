@@ -475,8 +475,8 @@ class CompiledModelCache:
 
         Only what amdinfer wrote is removed: entry folders (32 hex digits holding nothing but a manifest and
         content-named artefacts), amdinfer's files in ``.locks`` and ``.building``, ``.trash-*`` and the
-        runtime-managed folders ``ort-migraphx-ep`` and ``ort-migraphx-plugin-ep``; other files, and folders that merely look like entries,
-        are left alone.
+        runtime-managed folders ``ort-migraphx-ep`` and ``ort-migraphx-plugin-ep``; other files, and folders that
+        merely look like entries, are left alone.
 
         Raises:
             CacheError: the cache path is a file, or a non-empty folder without amdinfer's ``CACHEDIR.TAG``

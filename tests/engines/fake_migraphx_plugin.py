@@ -77,7 +77,7 @@ class FakeOrt:
     def get_available_providers(self) -> list[str]:
         return [*([EP] if self.registered else []), *_ort.get_available_providers()]
 
-    def InferenceSession(self, model: Any, sess_options: Any = None, **kw: Any) -> FakeSession:  # noqa: N802
+    def InferenceSession(self, model: Any, sess_options: Any = None, **kw: Any) -> FakeSession:
         if kw.get("providers") or not getattr(sess_options, "ep_options", None):
             return _ort.InferenceSession(model, sess_options=_real_options(sess_options), **kw)  # type: ignore[return-value]
         session = FakeSession(self, model, sess_options)
@@ -99,7 +99,7 @@ class FakeSession:
 
     def __init__(self, fake: FakeOrt, model: Any, so: FakeSessionOptions) -> None:
         data = Path(model).read_bytes() if isinstance(model, (str, Path)) else bytes(model)
-        (_, options), = so.ep_options
+        ((_, options),) = so.ep_options
         self.options = options
         self.read = {k: v for k, v in options.items() if k in READS}
         self.dropped = sorted(set(options) - READS)

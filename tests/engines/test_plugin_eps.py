@@ -28,9 +28,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer
 from amdinfer import verify
-from amdinfer.errors import BackendUnavailableError, OptionError
-
 from amdinfer._hardware import cpu_description, cpu_info
+from amdinfer.errors import BackendUnavailableError, OptionError
 
 ROOT = Path(__file__).resolve().parent
 FAKE = ROOT / "fake_ep_plugin"
@@ -56,7 +55,8 @@ needs_openvino_device = pytest.mark.skipif(
     not OPENVINO_DEVICE,
     reason=(
         f"onnxruntime-ep-openvino offers no device on this CPU ({CPU}): its factory serves Intel CPUs, GPUs and "
-        "NPUs; this part runs on an Intel machine (test_openvino_offers_a_device_exactly_on_intel_cpus holds it to that)"
+        "NPUs; this part runs on an Intel machine (test_openvino_offers_a_device_exactly_on_intel_cpus holds it to "
+        "that)"
     )
     if HAVE_OPENVINO
     else "onnxruntime-ep-openvino is not installed (the plugin_eps nox session installs it)",
@@ -179,7 +179,9 @@ def test_openvino_offers_a_device_exactly_on_intel_cpus() -> None:
         "onnxruntime-ep-openvino 1.8.1: registered, but OpenVINOExecutionProvider offers no device on this machine "
         f"({CPU}); ONNX Runtime lists only: CPUExecutionProvider on CPU ("
     )
-    assert any(p.startswith("plugin EP onnxruntime-ep-openvino offers no device on this machine") for p in report["problems"])
+    assert any(
+        p.startswith("plugin EP onnxruntime-ep-openvino offers no device on this machine") for p in report["problems"]
+    )
 
 
 @needs_openvino
@@ -197,7 +199,8 @@ def test_a_plugin_without_a_device_here_is_said_so_not_not_installed() -> None:
         amdinfer.load(tiny_cnn(), providers=[ep])
     said = str(caught.value)
     assert said.startswith(
-        f"provider {ep!r}: its plugin {package} is installed and registered, but offers no device on this machine ({CPU})"
+        f"provider {ep!r}: its plugin {package} is installed and registered, but offers no device on this machine "
+        f"({CPU})"
     )
     assert "ONNX Runtime lists only ['CPUExecutionProvider on CPU (" in said
     assert "pip install" not in said and "not in this onnxruntime build" not in said
@@ -360,7 +363,8 @@ def test_the_plugin_has_a_conformance_kind() -> None:
     if OPENVINO_DEVICE:
         assert why is None
     else:  # the contract and node suites skip with this reason: the plugin, the CPU, and why
-        assert why is not None and "onnxruntime-ep-openvino 1.8.1 is installed and registered, but offers no device" in why
+        assert why is not None
+        assert "onnxruntime-ep-openvino 1.8.1 is installed and registered, but offers no device" in why
         assert CPU in why
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import BackendUnavailableError
 from ..base import EngineInfo
-from ._plugins import auto_provider_order, plugin_failure, plugin_missing, unusable_plugins
+from ._plugins import auto_provider_order, plugin_failure, plugin_missing, registered_plugins, unusable_plugins
 from ._providers import CPU_EP, PROVIDERS, fix_for, installed_ort_distributions
 
 __all__ = ["Candidates", "auto_candidates", "check_available"]
@@ -37,9 +37,11 @@ def check_available(ort: Any, candidates: Candidates, available: list[str]) -> N
             if failed is not None:
                 raise BackendUnavailableError(failed, backend=name)
             dists = installed_ort_distributions()
+            unnamed = [p.line() for p in registered_plugins() if p.state == "no device" and not p.ep_names]
+            also = f"; plugin libraries registered here without a device (their EPs unknown): {unnamed}" if unnamed else ""
             raise BackendUnavailableError(
                 f"provider {name!r} is not in this onnxruntime build (onnxruntime {ort.__version__}, "
-                f"installed: {dists or 'none'}; it offers {available}). Fix: {fix_for(name)}",
+                f"installed: {dists or 'none'}; it offers {available}{also}). Fix: {fix_for(name)}",
                 backend=name,
             )
 

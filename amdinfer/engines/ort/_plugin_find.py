@@ -89,6 +89,8 @@ class EpPlugin:
     def line(self) -> str:
         """One line for ``amdinfer doctor``."""
         what = f"{self.source} {self.version}" if self.version else self.source
+        if self.version is None and self.library:
+            what = f"{self.source} {self.library}"  # a bare library (ep_library=, $AMDINFER_EP_LIBRARIES): its path
         if self.state == "registered":
             return f"{what}: registered; " + "; ".join(self.devices)
         if self.state == "no device":

@@ -92,6 +92,7 @@ __all__ = [
     "plugin_short_names",
     "precision_note",
     "register_plugins",
+    "registered_plugins",
 ]
 
 log = logging.getLogger("amdinfer.ort")
@@ -129,7 +130,9 @@ def register_plugins(ort: Any, libraries: Iterable[str | os.PathLike] = ()) -> t
 def _register(ort: Any, plugin: EpPlugin) -> EpPlugin:
     assert plugin.library is not None
     before = {d.ep_name for d in ort.get_ep_devices()}
-    registration = f"amdinfer:{Path(plugin.library).name}"
+    # The registration name: the EP's own when the package declares one EP (ONNX Runtime's example EPs, and some
+    # others, name their EP after it), else one naming amdinfer and the library.
+    registration = plugin.ep_names[0] if len(plugin.ep_names) == 1 else f"amdinfer:{Path(plugin.library).name}"
     try:
         ort.register_execution_provider_library(registration, plugin.library)
     except Exception as exc:  # ONNX Runtime's pybind error types
@@ -143,7 +146,10 @@ def _register(ort: Any, plugin: EpPlugin) -> EpPlugin:
         # The library loaded and its factories registered, but none of them took a device of this machine
         # (OpenVINO's CPU device on a non-Intel CPU, a GPU EP without its GPU): say so, never "not in this build".
         plugin = replace(
-            plugin, state="no device", ep_names=names, listed=tuple(f"{d.ep_name} on {describe_device(d)}" for d in listed)
+            plugin,
+            state="no device",
+            ep_names=names,
+            listed=tuple(f"{d.ep_name} on {describe_device(d)}" for d in listed),
         )
         log.info("plugin EP %s registered but offers no device here", plugin.source)
         return plugin
@@ -244,6 +250,17 @@ def _problem(name: str, p: EpPlugin, record: ExecutionProvider | None) -> str:
             f"Fix: reinstall {p.source} in a version built for the installed onnxruntime; {fix}"
         )
     return f"provider {name!r}: its plugin {what} is {p.state}. Fix: {fix}"
+
+
+def registered_plugins() -> tuple[EpPlugin, ...]:
+    """Every plugin this process has tried to register (any state), without registering anything.
+
+    Example:
+        >>> all(p.state in STATES for p in registered_plugins())
+        True
+    """
+    with _LOCK:
+        return tuple(_PLUGINS.values())
 
 
 def unusable_plugins() -> list[tuple[str, str]]:

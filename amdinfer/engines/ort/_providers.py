@@ -420,7 +420,8 @@ _NV_TENSORRT_RTX = ExecutionProvider(
     label="nvtensorrtrtx",
     library=None,
     distribution="onnxruntime-ep-nv-tensorrt-rtx",
-    fix="`pip install onnxruntime-ep-nv-tensorrt-rtx` on a machine with an NVIDIA RTX GPU; check with `amdinfer doctor`",
+    fix="`pip install onnxruntime-ep-nv-tensorrt-rtx` on a machine with an NVIDIA RTX GPU; check with "
+    "`amdinfer doctor`",
     device_type="cuda",
     plugin=True,
     serves="NVIDIA RTX GPUs (GeForce/RTX professional; not data-centre GPUs such as the H200)",
@@ -680,7 +681,7 @@ def check_declared(provider: str, options: Mapping[str, str], version: str | Non
         >>> check_declared(rec.name, {"migraphx_model_cache_dir": "/c"}, "1.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        amdinfer.errors.OptionError: provider option 'migraphx_model_cache_dir': MIGraphXExecutionProvider from onnxruntime-ep-migraphx 1.0.0 does not recognise it ... use 'cache_dir' ...
+        amdinfer.errors.OptionError: provider option 'migraphx_model_cache_dir': ... use 'cache_dir' ...
         >>> del _DERIVED[rec.name]
     """
     record = provider_record(provider)

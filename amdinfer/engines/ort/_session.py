@@ -166,7 +166,8 @@ class SessionBuilder:
             try:
                 ep_cache = self._ep_cache(names, opts, info)
                 if ep_cache is not None:
-                    return self._in_ep_cache(ep_cache, lambda: self.new_session(model_arg, so, names, opts), info), source
+                    session = self._in_ep_cache(ep_cache, self.new_session, (model_arg, so, names, opts), info)
+                    return session, source
                 if self.cache is not None and not any(is_plugin_ep(n) for n in names):
                     return self._cached(source, model_arg, so, names, opts, info), source
                 if self.cache is not None:
@@ -277,7 +278,7 @@ class SessionBuilder:
         return None
 
     @staticmethod
-    def _in_ep_cache(folder: Path, build: Any, info: EngineInfo) -> Any:
+    def _in_ep_cache(folder: Path, build: Any, args: tuple[Any, ...], info: EngineInfo) -> Any:
         """Build the session and tell from the folder whether the EP compiled (it wrote programs) or read them.
 
         A hit is a folder that held programs before and got none new; an EP that wrote nothing into an empty
@@ -290,7 +291,7 @@ class SessionBuilder:
             return set()
 
         before = programs()
-        session = build()
+        session = build(*args)
         after = programs()
         written = sorted(after - before)
         hit = bool(before) and not written
