@@ -19,6 +19,9 @@ The answer, per request (see :class:`~amdinfer.serve.PipelineWorker`):
   (best first).
 
 Decoding and geometry run in the pipeline's executor (``run_batch`` decodes the bytes items on its threads).
+Before that, each request's images are checked against the pixel limit from their headers
+(:func:`image_items` with ``max_pixels``, the limit of the pipeline's ``LoadImage``): a decompression bomb is
+refused as that request's 400 / ``INVALID_ARGUMENT`` before it meets other requests or a decoder.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..preprocess._image_header import check_image_pixels
 
 __all__ = ["bytes_tensor", "image_items", "parse_length_prefixed", "text_tensor"]
 
@@ -114,11 +118,15 @@ def bytes_tensor(name: str, shape: Sequence[int], *, raw: Any = None, data: Any 
     return out.reshape(tuple(shape))
 
 
-def image_items(name: str, arr: np.ndarray) -> list[bytes]:
+def image_items(name: str, arr: np.ndarray, *, max_pixels: int | None = None) -> list[bytes]:
     """The encoded images of a request: a ``BYTES`` tensor of shape ``[N]`` or ``[N, 1]``, one file per element.
 
+    With ``max_pixels``, each image's header is read (nothing is decoded) and checked against it
+    (:func:`~amdinfer.preprocess.check_image_pixels`).
+
     Raises:
-        InputError: another shape, no items, or an empty element (the message names the tensor and the item).
+        InputError: another shape, no items, or an empty element; with ``max_pixels``, an image whose header
+            declares more pixels or cannot be read (the message names the tensor and the item).
 
     Example:
         >>> image_items("images", np.array([[b"\\x89PNG..."], [b"\\xff\\xd8..."]], dtype=object))
@@ -127,6 +135,13 @@ def image_items(name: str, arr: np.ndarray) -> list[bytes]:
         Traceback (most recent call last):
         ...
         amdinfer.errors.InputError: input 'images': item 1 is empty, expected an encoded image (JPEG, PNG, ...)
+        >>> import struct
+        >>> bomb = b"\\xff\\xd8" + struct.pack(">HHBHHB", 0xFFC0, 11, 8, 30000, 30000, 1)  # a JPEG's SOF0
+        >>> image_items("images", np.array([bomb], dtype=object), max_pixels=89_478_485)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: input 'images': item 0: refused as a decompression bomb: its JPEG header \
+declares 30000 x 30000 (width x height) = 900,000,000 pixels, above the limit of 89,478,485 pixels (...)
     """
     if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 1) or arr.shape[0] == 0:
         raise InputError(
@@ -139,6 +154,11 @@ def image_items(name: str, arr: np.ndarray) -> list[bytes]:
             raise InputError(f"input {name!r}: item {i}: got {type(item).__name__}, expected the bytes of an image")
         if not item:
             raise InputError(f"input {name!r}: item {i} is empty, expected an encoded image (JPEG, PNG, ...)")
+        if max_pixels is not None:
+            try:
+                check_image_pixels(item, max_pixels)
+            except InputError as exc:
+                raise InputError(f"input {name!r}: item {i}: {exc}") from None
     return items
 
 

@@ -375,8 +375,8 @@ class PipelineWorker:
         if list(feeds) != [self.input_name]:
             raise InputError(f"inputs: got {sorted(feeds)}, expected [{self.input_name!r}]")
         arr = feeds[self.input_name]
-        if arr.dtype == object and self.takes_images:
-            image_items(self.input_name, arr)
+        if arr.dtype == object and self.takes_images:  # headers checked here: a bomb never meets other requests
+            image_items(self.input_name, arr, max_pixels=getattr(self._load_image, "max_pixels", None))
             return
         if arr.ndim < 1 or arr.shape[0] == 0:
             raise InputError(f"input {self.input_name!r}: got shape {arr.shape}, expected items on axis 0")

@@ -367,6 +367,134 @@ class TestBadImages:
         client.close()
 
 
+# ---------------------------------------------------------------------------------------------- the pixel limit
+def _png_bomb(size: int = 20000) -> bytes:
+    """A real PNG: grey 8-bit, ``size x size`` zeros, deflated (about 400 kB for 20000)."""
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer, row = zlib.compressobj(9), b"\x00" * (size + 1)
+    idat = b"".join([packer.compress(row * 100) for _ in range(size // 100)] + [packer.flush()])
+    ihdr = struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def _jpeg_bomb(size: int = 30000) -> bytes:
+    """A real 16 x 16 JPEG (Pillow's) whose SOF0 is rewritten to declare ``size x size``."""
+    raw = bytearray(_encode(np.full((16, 16, 3), 128, np.uint8), "JPEG"))
+    at = raw.index(b"\xff\xc0")
+    raw[at + 5 : at + 9] = size.to_bytes(2, "big") * 2  # height, width
+    return bytes(raw)
+
+
+def _peak_mib(server: Any) -> int:
+    """The server process's peak resident memory (``VmHWM``), MiB."""
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) >> 10
+
+
+def _refusal(n: int, fmt: str, limit: str = "89,478,485") -> str:
+    return (
+        rf"input 'images': item {{}}: refused as a decompression bomb: its {fmt} header declares {n} x {n} \(width x "
+        rf"height\) = {n * n:,} pixels, above the limit of {limit} pixels"
+    )
+
+
+LARGER = _encode(_picture(3, (80, 100)), "JPEG")  # 100 x 80 = 8000 pixels
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    return {"png": _png_bomb(), "jpeg": _jpeg_bomb()}
+
+
+class TestPixelLimit:
+    """Issue 35: a PNG of 20000 x 20000 and a JPEG whose SOF0 says 30000 x 30000 were decoded (+2.3 / +2.9 GB)."""
+
+    def test_png_bomb_over_rest_to_the_classifier_is_400_naming_the_item(self, image_server, bombs):
+        before = _peak_mib(image_server)
+        message = _http_error(image_server, "cls", [_http([FILES[1], bombs["png"], FILES[0]])])
+        assert re.search(_refusal(20000, "PNG").format(1), message), message
+        assert _peak_mib(image_server) - before < 100  # a decode would have taken 400 MB at least
+
+    def test_jpeg_sof0_bomb_over_grpc_to_the_detector_is_invalid_argument(self, image_server, bombs):
+        before = _peak_mib(image_server)
+        message = _grpc_error(image_server, "det", [_grpc([FILES[0], FILES[2], bombs["jpeg"]])])
+        assert re.search(_refusal(30000, "JPEG").format(2), message), message
+        message = _grpc_error(image_server, "det_plain", [_grpc([bombs["jpeg"]], column=True)])
+        assert re.search(_refusal(30000, "JPEG").format(0), message), message
+        assert _peak_mib(image_server) - before < 100
+
+    def test_a_lower_limit_refuses_what_the_default_answers(self, tmp_path, detector_path, bombs):
+        # at least the model's 64 x 64: the warm-up decodes a picture of the engine's input size
+        http, grpc = free_port(), free_port()
+        argv = ["-m", "amdinfer", "serve", str(detector_path), "--recipe", "yolo", "--imgsz", "64", "--providers",
+                "cpu", "--http-port", str(http), "--grpc-port", str(grpc), "--max-image-pixels", "5000"]  # fmt: skip
+        with running_server(argv, http, grpc, tmp_path / "log.txt") as server:
+            client = httpclient.InferenceServerClient(server.http)
+            assert client.infer("det", [_http(FILES[:1])]).as_numpy("boxes").shape[1] == 4  # 80 x 48 = 3840 pixels
+            message = _http_error(server, "det", [_http([FILES[0], LARGER])])
+            assert re.search(
+                r"input 'images': item 1: refused as a decompression bomb: its JPEG header declares 100 x 80 "
+                r"\(width x height\) = 8,000 pixels, above the limit of 5,000 pixels", message
+            ), message  # fmt: skip
+            message = _grpc_error(server, "det", [_grpc([bombs["png"]])])  # the default decoder here: OpenCV
+            assert re.search(_refusal(20000, "PNG", "5,000").format(0), message), message
+            assert server.stop() == 0
+
+    def test_default_answers_the_image_a_lower_limit_refuses(self, image_server, recipes):
+        result = httpclient.InferenceServerClient(image_server.http).infer("det", [_http([LARGER])])
+        _check_detections(result, recipes["det"], [LARGER])
+
+    @pytest.mark.parametrize("bad", ["0", "-5", "1.5", "1e6", "many", str(2**30 + 1)])
+    def test_bad_values_are_usage_errors(self, bad):
+        from amdinfer.cli import build_parser
+        from amdinfer.cli._main import _UsageError
+
+        expected = r"argument --max-image-pixels: got '.*', expected an int in 1\.\.1073741824 \(pixels per image\)"
+        with pytest.raises(_UsageError, match=expected):
+            build_parser().parse_args(["serve", "m.onnx", "--recipe", "yolo", "--max-image-pixels", bad])
+        assert build_parser().parse_args(["serve", "m.onnx", "--max-image-pixels", "1073741824"]).max_image_pixels
+
+    def test_python_api_checks_and_sets_the_limit(self):
+        # in a fresh process: KServe's protos cannot load beside tritonclient's (this module's clients)
+        code = """if True:
+            import amdinfer
+            from amdinfer.errors import OptionError
+            from amdinfer.serve import serve, serve_repository
+            from amdinfer.serve._serve_api import _limit_images
+            from amdinfer.testing.models import tiny_cnn, yolov8
+            for call in (lambda: serve(b"onnx", max_image_pixels=5), lambda: serve(b"onnx", recipe="yolo",
+                         max_image_pixels=0), lambda: serve_repository("/nowhere", max_image_pixels=5)):
+                try:
+                    call()
+                except OptionError as exc:
+                    print("refused", exc)
+            pipe = amdinfer.yolo(yolov8(image_size=64), imgsz=64, providers=["CPUExecutionProvider"])
+            (worker,) = _limit_images(pipe, 1234)
+            print("set", worker.name, pipe.preprocess[0].max_pixels)
+            engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])
+            try:
+                _limit_images([engine], 1234)
+            except OptionError as exc:
+                print("refused", exc)
+        """
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip().splitlines() == [
+            "refused max_image_pixels: got 5 for a bare model, which takes no encoded images; give recipe=... "
+            "(amdinfer serve --recipe)",
+            "refused max_image_pixels: got 0, expected an int in 1..1073741824 (pixels per image)",
+            "refused max_image_pixels: got 5 with a model repository (--model-repository); its recipes keep "
+            "LoadImage's default limit of 89,478,485 pixels (not carried to them): serve the model alone",
+            "set device0 1234",
+            "refused max_image_pixels: got 1234 for a OrtEngine, which takes no encoded images; it applies to a "
+            "recipe (recipe=...) or a pipeline that starts with LoadImage",
+        ]
+
+
 def _shaped(shape: list[int]) -> Any:
     items = [FILES[0]] * int(np.prod(shape))
     arr = np.empty(len(items), dtype=object)
@@ -446,6 +574,11 @@ class TestCommandLine:
             (["--conf", "0.5"], r"--conf: not an option of a bare model \(no --recipe\); add --recipe yolo"),
             (["--topk", "3", "--imgsz", "64"], r"--imgsz, --topk: not an option of a bare model \(no --recipe\)"),
             (["--recipe", "classify", "--iou", "0.5"], r"--iou: not an option of --recipe classify"),
+            (
+                ["--max-image-pixels", "1000"],
+                r"max_image_pixels: got 1000 for a bare model, which takes no encoded images; give recipe=\.\.\. "
+                r"\(amdinfer serve --recipe\)",
+            ),
         ],
     )
     def test_a_recipe_flag_out_of_place_is_a_one_line_error(self, detector_path, flags, message):
@@ -520,4 +653,6 @@ class TestCommandLine:
         given = parser.parse_args([*args_list, "--pipeline-threads", "3"])
         assert _recipe_options(parser.parse_args(_child_argv(given, 0, 4)))["pipeline_threads"] == 3
         bare = parser.parse_args(_child_argv(parser.parse_args(["serve", "m.onnx", "--devices", "0,1"]), 0))
-        assert bare.recipe is None and _recipe_options(bare) == {}
+        assert bare.recipe is None and _recipe_options(bare) == {} and bare.max_image_pixels is None
+        limited = parser.parse_args([*args_list, "--max-image-pixels", "5000"])
+        assert parser.parse_args(_child_argv(limited, 1, 4)).max_image_pixels == 5000
