@@ -329,7 +329,31 @@ class RuntimeIpc:
         self._call(where, "SetDevice", device_id)
         ptr = ctypes.c_void_p()
         self._call(where, "IpcOpenMemHandle", ctypes.byref(ptr), handle_struct(handle), 1)  # lazy peer access
-        return _RuntimeMemory(self, where, device_id, int(ptr.value or 0))
+        memory = _RuntimeMemory(self, where, device_id, int(ptr.value or 0))
+        # a byte_size past the exported allocation would make every copy of the region run off its mapping
+        held = self.allocation_bytes(memory.ptr)
+        if held is not None and byte_size > held:
+            memory.close()
+            raise InputError(
+                f"{where}: byte_size {byte_size} is larger than the device allocation of raw_handle ({held} bytes)"
+            )
+        return memory
+
+    def allocation_bytes(self, ptr: int) -> int | None:
+        """The bytes from ``ptr`` to the end of its device allocation, from the driver
+        (``cuMemGetAddressRange``, ``hipMemGetAddressRange``); ``None`` when it cannot say."""
+        try:
+            fn = (
+                self._lib.hipMemGetAddressRange
+                if self._p == "hip"
+                else ctypes.CDLL("libcuda.so.1").cuMemGetAddressRange_v2
+            )
+        except (OSError, AttributeError):
+            return None
+        base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)  # CUdeviceptr / hipDeviceptr_t: 64-bit
+        if fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)) != 0:
+            return None
+        return int(base.value + size.value - ptr)
 
 
 class _RuntimeMemory:

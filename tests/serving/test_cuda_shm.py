@@ -327,3 +327,46 @@ def test_the_ipc_handle_reaches_the_runtime_whole() -> None:
     memory = ipc.open("region 'r'", handle, 0, 64)
     assert seen == [handle]
     assert memory.ptr == 4096
+
+
+def test_a_byte_size_past_the_device_allocation_is_refused_at_register() -> None:
+    """A region larger than the allocation its handle exports is refused when it is opened (and the handle
+    closed again), from the driver's address range of the opened pointer, so no copy ever runs past it.
+
+    The runtime here is a fake (HIP names, so no libcuda is asked). On an H200 (driver 580, libcudart 13,
+    2026-12-01) the driver reported a 1 MiB cudaMalloc as 1,048,576 bytes, a 4 MiB registration of it was
+    refused with this message, and a copy run past the end without the check was cudaMemcpy's error 1
+    (invalid argument, not sticky: the next copy worked)."""
+    import ctypes
+
+    from amdinfer.serve._cuda_shm import RuntimeIpc
+
+    closed: list[int] = []
+
+    class FakeRuntime:
+        def hipSetDevice(self, device: int) -> int:
+            return 0
+
+        def hipIpcOpenMemHandle(self, ptr, struct, flags) -> int:
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_void_p))[0] = 0x10000 + 256  # 256 bytes into an allocation
+            return 0
+
+        def hipMemGetAddressRange(self, base, size, ptr) -> int:
+            assert ptr.value == 0x10000 + 256
+            ctypes.cast(base, ctypes.POINTER(ctypes.c_uint64))[0] = 0x10000
+            ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] = 4096
+            return 0
+
+        def hipIpcCloseMemHandle(self, ptr) -> int:
+            closed.append(ptr.value)
+            return 0
+
+    ipc = object.__new__(RuntimeIpc)
+    ipc.name, ipc._p, ipc.path, ipc._lib = "HIP runtime", "hip", "fake", FakeRuntime()
+    assert ipc.open("region 'r'", bytes(64), 0, 4096 - 256).ptr == 0x10000 + 256
+    with pytest.raises(InputError) as info:
+        ipc.open("region 'r'", bytes(64), 0, 4096 - 255)
+    assert str(info.value) == (
+        "region 'r': byte_size 3841 is larger than the device allocation of raw_handle (3840 bytes)"
+    )
+    assert closed == [0x10000 + 256]
