@@ -29,8 +29,9 @@ from ._pipeline_map import PipelineMap
 from ._pipeline_steps import PipelineSteps, _positive_int
 from ._source_images import call, check_keep, takes_images
 from ._subpipeline import SubPipeline
+from .engines._checks import tensors_only
 from .engines.base import Engine
-from .errors import OptionError
+from .errors import ModelError, OptionError
 from .preprocess import _hw
 from .stages import Postprocessor, Preprocessor, Stage
 
@@ -139,6 +140,12 @@ class Pipeline(PipelineSteps):
                 f"engine: the model has inputs {[s.name for s in inputs]}, expected exactly one "
                 "(a Pipeline feeds one preprocessed array per item)"
             )
+        try:  # the executor stacks items into one batch and splits outputs by rows: tensors only
+            tensors_only(inputs, self._engine.outputs, "a Pipeline (it stacks and splits tensors by rows)")
+        except ModelError:
+            if self._owns_engine:
+                self._engine.close()
+            raise
         self._input = inputs[0]
         self._output_names = [s.name for s in self._engine.outputs]
 

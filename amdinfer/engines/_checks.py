@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from .._files import check_allocation
-from ..errors import InputError, OptionError
+from ..errors import InputError, ModelError, OptionError
 from ..types import ShapeBounds, TensorSpec
 
-__all__ = ["Feeds", "FeedChecks", "OutputSelection", "check_symbol", "dtype_expr"]
+__all__ = ["Feeds", "FeedChecks", "OutputSelection", "check_symbol", "dtype_expr", "tensors_only"]
 
 
 Feeds = Mapping[str, Any] | np.ndarray | Any
@@ -275,6 +275,23 @@ class FeedChecks:
         """An accepted DLPack feed as ``_run`` takes it; it must expose ``.shape`` and a NumPy ``.dtype``
         for the checks (e.g. a torch tensor's ``torch.float32`` is not one), so GPU backends wrap it."""
         return value
+
+
+def tensors_only(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], who: str) -> None:
+    """Raise :class:`~amdinfer.ModelError` naming the first sequence or optional input or output: ``who`` (the
+    server's tensor protocols, random feeds, a tensor comparison) takes tensors only.
+
+    Example:
+        >>> seq = TensorSpec("s", np.dtype("float32"), ("K", 2), container=("sequence",))
+        >>> tensors_only([seq], [], "the server")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.ModelError: input 's' is a sequence(tensor(float32)), but the server takes tensors only
+    """
+    for kind, specs in (("input", inputs), ("output", outputs)):
+        for spec in specs:
+            if not spec.is_tensor:
+                raise ModelError(f"{kind} {spec.name!r} is a {spec.type_name}, but {who} takes tensors only")
 
 
 def check_symbol(symbols: dict[str, tuple[int, str]], name: str, axis: int, symbol: str, size: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._source_images import takes_images
-from ..engines._checks import check_symbol
+from ..engines._checks import check_symbol, tensors_only
 from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import BackendUnavailableError, InputError, OptionError, StageError
@@ -209,6 +209,7 @@ class EngineWorker:
         self.name = name or str(engine.info.device or "engine")
         self.inputs = list(engine.inputs)
         self.outputs = list(engine.outputs)
+        tensors_only(self.inputs, self.outputs, f"the server (OIP v2 carries tensors; model {engine.model.name})")
         #: why requests cannot share an engine call (``None``: they can)
         self.unbatchable_reason = batch_axis(self.inputs, self.outputs)
         self.batchable = self.unbatchable_reason is None

@@ -900,7 +900,7 @@ def random_inputs(
         A dict from input name to a C-contiguous array of the input's float dtype.
 
     Raises:
-        TypeError: An input is not of a float type.
+        TypeError: An input is not a tensor, or not of a float type.
         ValueError: ``batch`` or a size in ``dims`` is not a positive int.
 
     Example:
@@ -919,6 +919,11 @@ def random_inputs(
     for value_info in model.graph.input:
         if value_info.name in initializers:
             continue
+        if value_info.type.WhichOneof("value") != "tensor_type":
+            raise TypeError(
+                f"input {value_info.name!r}: got a {value_info.type.WhichOneof('value')}, expected a tensor "
+                "(random_inputs makes tensors only; build sequence and optional feeds yourself)"
+            )
         tensor_type = value_info.type.tensor_type
         dtype = _FLOAT_TYPES.get(tensor_type.elem_type)
         if dtype is None:

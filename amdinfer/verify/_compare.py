@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engines._checks import tensors_only
 from ..errors import InputError, OptionError
 from ..types import normalize_precision
 from ._metrics import DEFAULT_TOLERANCES
@@ -160,7 +161,7 @@ def _check_same_inputs(a: Any, b: Any) -> None:
     for name, x in sa.items():
         y = sb[name]
         fixed_differ = any(isinstance(p, int) and isinstance(q, int) and p != q for p, q in zip(x.shape, y.shape))
-        if x.dtype != y.dtype or x.rank != y.rank or fixed_differ:
+        if x.dtype != y.dtype or x.rank != y.rank or x.container != y.container or fixed_differ:
             raise InputError(f"engines disagree on input {name!r}: a takes {x!r}, b takes {y!r}")
 
 
@@ -213,6 +214,7 @@ def compare_engines(
         OptionError: ``a`` or ``b`` is not an engine.
         InputError: the engines take different inputs (names, dtypes, fixed dims), lack a requested output,
             or return outputs of different shapes or dtype kinds.
+        ModelError: a compared output is a sequence or optional value (compare tensors, named in ``outputs``).
 
     Example:
         >>> import numpy as np, amdinfer
@@ -232,6 +234,8 @@ def compare_engines(
         )
     _check_same_inputs(a, b)
     names = list(outputs) if outputs is not None else [s.name for s in a.outputs]
+    compared = [s for s in a.outputs if s.name in names]
+    tensors_only([], compared, "compare_engines (it compares tensors; pick tensor outputs with outputs=)")
     for engine, label in ((a, "a"), (b, "b")):
         have = {s.name for s in engine.outputs}
         missing = [n for n in names if n not in have]

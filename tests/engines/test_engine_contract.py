@@ -364,3 +364,28 @@ class TestSequenceAndOptionalIO:
             got = engine.run({"o": None})
             expected = oracle(optional_model(identity=False), {"o": None})
             assert bool(got["has"]) is bool(expected["has"]) is False
+
+
+def test_tensor_only_consumers_refuse_sequences_by_name() -> None:
+    """Pipelines, the server's workers, compare_engines and random_inputs take tensors: a typed error names it."""
+    from amdinfer.serve._workers import EngineWorker
+
+    model = sequence_model()
+    with amdinfer.load(model, backend="reference") as engine, amdinfer.load(model, backend="reference") as other:
+        with pytest.raises(amdinfer.ModelError, match=r"input 's' is a sequence\(tensor\(float32\)\), but the server"):
+            EngineWorker(engine)
+        with pytest.raises(amdinfer.ModelError, match=r"output 'grown' is a sequence\(tensor\(float32\)\)"):
+            verify.compare_engines(engine, other, _seq_feeds())
+        # the tensor output alone compares
+        assert verify.compare_engines(engine, other, _seq_feeds(), outputs=["joined"]).passed
+    with pytest.raises(TypeError, match=r"input 's': got a sequence_type, expected a tensor"):
+        models.random_inputs(model)
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["K", 2]))
+    joined = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 2])
+    node = helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)
+    one_input = helper.make_graph([node], "one", [helper.make_value_info("s", seq)], [joined])
+    with amdinfer.load(
+        helper.make_model(one_input, opset_imports=[helper.make_opsetid("", 17)]), backend="reference"
+    ) as e:
+        with pytest.raises(amdinfer.ModelError, match=r"input 's' is a sequence\(tensor\(float32\)\), but a Pipeline"):
+            amdinfer.Pipeline(engine=e)
