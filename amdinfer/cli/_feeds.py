@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._files import check_allocation
+from ..engines._checks import tensors_only
 from ..errors import InputError, OptionError
 
 __all__ = ["feed_shapes", "feeds_for", "load_npz", "make_feeds", "model_specs", "plan_feeds", "shape_bounds"]
@@ -117,6 +118,7 @@ def _fmt(shape: Sequence[Any]) -> str:
 
 def make_feeds(specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
     """Seeded random inputs: floats in [0, 1), ints in [0, 10), random bools."""
+    tensors_only(specs, [], "the command line (its random feeds are tensors; run such a model from Python)")
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in specs:
@@ -144,7 +146,7 @@ def shape_bounds(specs: Sequence[Any], per_batch: Sequence[Mapping[str, tuple[in
     """``shapes=`` for ``amdinfer.load``: min/max over the shapes that will run, for inputs with dynamic dims."""
     out: dict[str, Any] = {}
     for spec in specs:
-        if all(isinstance(d, int) for d in spec.shape):
+        if all(isinstance(d, int) for d in spec.shape) or not spec.is_tensor:  # make_feeds names a sequence
             continue
         shapes = [s[spec.name] for s in per_batch]
         lo = tuple(int(v) for v in np.min(shapes, axis=0))

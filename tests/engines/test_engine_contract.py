@@ -380,6 +380,12 @@ def test_tensor_only_consumers_refuse_sequences_by_name() -> None:
         assert verify.compare_engines(engine, other, _seq_feeds(), outputs=["joined"]).passed
     with pytest.raises(TypeError, match=r"input 's': got a sequence_type, expected a tensor"):
         models.random_inputs(model)
+    from amdinfer.cli._feeds import make_feeds
+
+    with pytest.raises(
+        amdinfer.ModelError, match=r"input 's' is a sequence\(tensor\(float32\)\), but the command line"
+    ):
+        make_feeds(amdinfer.ModelSource.from_any(model).inputs, {"s": (1, 2), "x": (1, 2)}, seed=0)
     seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["K", 2]))
     joined = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 2])
     node = helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)
