@@ -192,7 +192,7 @@ def pread_exact(fd: int, offset: int, size: int) -> tuple[np.ndarray, int]:
         (4, [6, 7, 8, 9])
     """
     buf = np.empty(size, np.uint8)
-    view, got = memoryview(buf), 0
+    view, got = buf.data, 0
     while got < size:  # a regular file reads short only at its end; large reads come in pieces of 2 GiB
         n = os.preadv(fd, [view[got:]], offset + got)
         if n == 0:
@@ -212,7 +212,7 @@ def pwrite_all(fd: int, offset: int, data: np.ndarray) -> None:
         ...     _ = f.seek(0); f.read()
         b'\\x00\\x00\\x07\\x08'
     """
-    raw = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     done = 0
     while done < len(raw):
         done += os.pwrite(fd, raw[done:], offset + done)
@@ -449,7 +449,7 @@ class _HostMemory:
                 f"{self.where}: registered as {self.byte_size} bytes, but the memory of raw_handle has shrunk to "
                 f"{offset + got} bytes"
             )
-        return memoryview(buf).toreadonly()
+        return buf.data.toreadonly()
 
     def write(self, offset: int, data: np.ndarray) -> None:
         self._check()

@@ -201,7 +201,7 @@ class _Opened:
             buf, got = pread_exact(self._checked_fd(where), start, size)
         if got < size:  # shrunk between the fstat and the read
             raise self._shrank(where, start + got, during=True)
-        return memoryview(buf).toreadonly()
+        return buf.data.toreadonly()
 
     def write(self, where: str, offset: int, size: int, arr: np.ndarray) -> None:
         # a shrink after the fstat only makes pwrite grow the client's object again: no fault, no one else's bytes
