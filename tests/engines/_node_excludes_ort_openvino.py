@@ -602,3 +602,40 @@ EXCLUDE: dict[str, str] = {
     "test_top_k_same_values_2d": MISMATCH,
     "test_top_k_same_values_largest": MISMATCH,
 }
+
+#: Cases not run over this kind since the file was made: the engine contract took up sequence and optional graph
+#: I/O afterwards (issue 35), and OpenVINO offers its device only on Intel CPUs, which the stop that made the change
+#: did not have. They run; any outcome is reported (a failure as xfail with this reason). Remaking the file on an
+#: Intel machine measures them and empties this table.
+_SEQ = "sequence/optional I/O, accepted by the engine contract after this file was made; not yet run over OpenVINO"
+UNMEASURED: dict[str, str] = {
+    "test_identity_opt": _SEQ,
+    "test_identity_sequence": _SEQ,
+    "test_if_opt": _SEQ,
+    "test_if_seq": _SEQ,
+    "test_loop13_seq": _SEQ,
+    "test_loop16_seq_none": _SEQ,
+    "test_optional_get_element_optional_sequence": _SEQ,
+    "test_optional_get_element_optional_tensor": _SEQ,
+    "test_optional_get_element_sequence": _SEQ,
+    "test_optional_has_element_empty_optional_input": _SEQ,
+    "test_optional_has_element_optional_input": _SEQ,
+    "test_optional_has_element_tensor_input": _SEQ,
+    "test_sequence_insert_at_back": _SEQ,
+    "test_sequence_insert_at_front": _SEQ,
+    "test_sequence_map_add_1_sequence_1_tensor": _SEQ,
+    "test_sequence_map_add_1_sequence_1_tensor_expanded": _SEQ,
+    "test_sequence_map_add_2_sequences": _SEQ,
+    "test_sequence_map_add_2_sequences_expanded": _SEQ,
+    "test_sequence_map_extract_shapes": _SEQ,
+    "test_sequence_map_extract_shapes_expanded": _SEQ,
+    "test_sequence_map_identity_1_sequence": _SEQ,
+    "test_sequence_map_identity_1_sequence_1_tensor": _SEQ,
+    "test_sequence_map_identity_1_sequence_1_tensor_expanded": _SEQ,
+    "test_sequence_map_identity_1_sequence_expanded": _SEQ,
+    "test_sequence_map_identity_2_sequences": _SEQ,
+    "test_sequence_map_identity_2_sequences_expanded": _SEQ,
+    "test_split_to_sequence_1": _SEQ,
+    "test_split_to_sequence_2": _SEQ,
+    "test_split_to_sequence_nokeepdims": _SEQ,
+}
