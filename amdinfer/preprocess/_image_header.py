@@ -38,7 +38,7 @@ DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 #: refuses to decode anyway.
 MAX_IMAGE_PIXELS_BOUND = 1 << 30
 
-_HINT = "LoadImage(max_pixels=...), serve(max_image_pixels=...) or amdinfer serve --max-image-pixels"
+_HINT = "LoadImage(max_pixels=...), the recipe option max_image_pixels or amdinfer serve --max-image-pixels"
 
 
 def check_max_image_pixels(value: object, name: str = "max_pixels") -> int:
@@ -456,7 +456,7 @@ def check_image_pixels(raw: bytes | bytearray | memoryview, max_pixels: int) -> 
         ...
         amdinfer.errors.InputError: refused as a decompression bomb: its JPEG header declares 30000 x 30000 \
 (width x height) = 900,000,000 pixels, above the limit of 89,478,485 pixels (raise it for images you trust: \
-LoadImage(max_pixels=...), serve(max_image_pixels=...) or amdinfer serve --max-image-pixels)
+LoadImage(max_pixels=...), the recipe option max_image_pixels or amdinfer serve --max-image-pixels)
     """
     header = read_image_header(raw) or _pillow_header(raw)
     if header is None:

@@ -24,6 +24,8 @@ Why these bounds (each is far above any value that serves well, and below the fi
   two-core host), and 64 per device is past what any GPU keeps busy.
 - ``pipeline_threads`` 1..256: a recipe's decode and resize threads per process; 256 is past the cores of the
   largest host served (128), and each thread holds an image buffer.
+- ``max_image_pixels`` 1..2**30: the pixels (width x height) a recipe's image header may declare
+  (docs/security.md, "The pixel limit"); 2**30 is OpenCV's own limit, past which it refuses anyway.
 - ``max_request_bytes`` 1024..2147483647: the largest request body or gRPC message; gRPC's message-length
   options are C ints (2 GiB - 1), and a request is held whole in memory.
 - ``verify_sample`` 0..1: a fraction of requests.
@@ -52,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from ..preprocess._image_header import MAX_IMAGE_PIXELS_BOUND
 
 __all__ = [
     "BOUNDS",
@@ -140,6 +143,7 @@ BOUNDS: dict[str, Bound] = {
         Bound("batch_bucket", int, 1, 4096, "rows: the max_batch_size cap"),
         Bound("workers_per_device", int, 1, max_workers_per_device, note=_workers_note),
         Bound("pipeline_threads", int, 1, 256, "threads per server process"),
+        Bound("max_image_pixels", int, 1, MAX_IMAGE_PIXELS_BOUND, "pixels per image"),
         Bound("max_request_bytes", int, 1024, 2**31 - 1, "bytes, below 2 GiB: gRPC's message limit is a C int"),
         Bound("verify_sample", float, 0, 1, "a fraction of requests"),
         Bound("http_port", int, 0, 65535, "a TCP port"),

@@ -17,9 +17,9 @@ _LEVELS = ("debug", "info", "warning", "error")
 _SHARED_MEMORY = {"auto": None, "on": True, "off": False}
 #: each recipe's own flags (argparse dests); a flag of another recipe, or of none, is an error
 _RECIPE_FLAGS = {
-    "yolo": ("conf", "iou", "imgsz", "max_det", "decoder", "pipeline_threads"),
-    "classify": ("topk", "decoder", "pipeline_threads"),
-    "ocr": ("rec", "cls", "text_score", "pipeline_threads"),
+    "yolo": ("conf", "iou", "imgsz", "max_det", "decoder", "pipeline_threads", "max_image_pixels"),
+    "classify": ("topk", "decoder", "pipeline_threads", "max_image_pixels"),
+    "ocr": ("rec", "cls", "text_score", "pipeline_threads", "max_image_pixels"),
 }
 
 NAME = "serve"
@@ -79,14 +79,6 @@ def _auto_or(option: str) -> Callable[[str], Any]:
 
     parse.__name__ = option
     return parse
-
-
-def _pixels(text: str) -> int:
-    from ..preprocess._image_header import MAX_IMAGE_PIXELS_BOUND as high
-
-    if not text.strip().isdigit() or not 1 <= int(text) <= high:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an int in 1..{high} (pixels per image)")
-    return int(text)
 
 
 def _byte_count(text: str) -> int:
@@ -182,7 +174,6 @@ def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> li
         argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets))]
     if args.no_warmup:
         argv.append("--no-warmup")
-    argv += ["--max-image-pixels", str(args.max_image_pixels)] if args.max_image_pixels else []
     if args.log_level:
         argv += ["--log-level", args.log_level]
     if args.verify_sample:
@@ -373,7 +364,6 @@ def run(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         reuse_port=args.reuse_port,
         max_request_bytes=args.max_request_bytes,
-        max_image_pixels=args.max_image_pixels,
         shared_memory=_SHARED_MEMORY[args.shared_memory],
         backend=args.backend,
         precision=args.precision,
@@ -445,7 +435,7 @@ def _add_served_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-image-pixels",
-        type=_pixels,
+        type=_bounded("max_image_pixels"),
         metavar="N",
         help="a recipe's images: the most pixels (width x height) a header may declare; larger ones get 400 "
         "before decoding (default 89478485, Pillow's limit)",

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..engines.base import Engine
 from ..errors import OptionError
+from ..preprocess import LoadImage
 from ._batcher import DynamicBatcher
 from ._bounds import check, check_buckets
 from ._canary import Canary, check_rate, load_reference
@@ -81,7 +82,8 @@ def load_recipe_workers(
         precision: ``amdinfer.load``'s precision.
         recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
             ``cls`` (the OCR recogniser and classifier models), ``text_score``; ``decoder`` ...), and
-            ``pipeline_threads``: the threads that decode and resize (the pipeline's ``threads``; default its own).
+            ``pipeline_threads``: the threads that decode and resize (the pipeline's ``threads``; default its own);
+            ``max_image_pixels``: the pixel limit of its ``LoadImage`` (default 89,478,485; docs/security.md).
         **load_options: other ``amdinfer.load`` options (``providers=``, ...).
 
     Raises:
@@ -110,6 +112,9 @@ def load_recipe_workers(
     threads = options.pop("pipeline_threads", None)
     if threads is not None:
         threads = check("pipeline_threads", threads, "recipe_options")
+    limit = options.pop("max_image_pixels", None)  # LoadImage's, checked from each request's image headers
+    if limit is not None:
+        limit = check("max_image_pixels", limit, "recipe_options")
     if "batch_buckets" in load_options:
         load_options["batch_buckets"] = list(check_buckets(load_options["batch_buckets"]))
     workers: list[PipelineWorker] = []
@@ -122,6 +127,8 @@ def load_recipe_workers(
                 pipe.threads = threads
             # one request name for every recipe (an unfused classifier's engine input has the model's own name)
             workers.append(PipelineWorker(pipe, input_name="images", name=f"device{d}"))
+            if limit is not None and isinstance(workers[-1]._load_image, LoadImage):  # every recipe starts with one
+                workers[-1]._load_image.max_pixels = limit
     except BaseException:
         for w in workers:
             w.pipeline.close()

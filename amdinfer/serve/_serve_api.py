@@ -9,7 +9,6 @@ from typing import Any
 
 from ..engines.base import Engine
 from ..errors import OptionError
-from ..preprocess._image_header import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
 from ._bounds import check, check_options
 from ._canary import check_rate, load_reference
 from ._models import build_model, load_recipe_workers, load_workers
@@ -56,7 +55,7 @@ def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_option
         "name": "--name", "host": "--host", "http_port": "--http-port", "max_batch_size": "--max-batch-size",
         "max_delay_ms": "--max-delay-ms", "backend": "--backend", "precision": "--precision",
         "max_request_bytes": "--max-request-bytes", "verify_sample": "--verify-sample",
-        "verify_reference": "--verify-reference", "recipe": "--recipe", "max_image_pixels": "--max-image-pixels",
+        "verify_reference": "--verify-reference", "recipe": "--recipe",
     }  # fmt: skip
     for key, flag in flags.items():
         if options[key] is not None:
@@ -90,32 +89,6 @@ def _opencv_single_threaded() -> None:
     except ImportError:
         return
     cv2.setNumThreads(1)
-
-
-def _limit_images(target: Any, limit: int) -> list[Any]:
-    """``target`` (recipe workers, or the pipelines given) as workers whose ``LoadImage`` refuses images whose
-    header declares more than ``limit`` pixels (the check of requests and of the decoder alike).
-
-    Raises:
-        OptionError: something served that takes no encoded images (an engine, a pipeline without ``LoadImage``).
-    """
-    from ..preprocess import LoadImage
-    from ._workers import PipelineWorker
-
-    items = list(target) if isinstance(target, (list, tuple)) else [target]
-    workers = []
-    for i, item in enumerate(items):
-        # named as build_model names the workers it makes
-        worker = item if isinstance(item, (PipelineWorker, Engine)) else PipelineWorker(item, name=f"device{i}")
-        stage = worker._load_image if isinstance(worker, PipelineWorker) else None
-        if not isinstance(stage, LoadImage):
-            raise OptionError(
-                f"max_image_pixels: got {limit} for a {type(item).__name__}, which takes no encoded images; it "
-                "applies to a recipe (recipe=...) or a pipeline that starts with LoadImage"
-            )
-        stage.max_pixels = limit
-        workers.append(worker)
-    return workers
 
 
 def _target(
@@ -165,7 +138,6 @@ def serve(
     verify_reference: str | Engine = "ort",
     recipe: str | None = None,
     recipe_options: dict[str, Any] | None = None,
-    max_image_pixels: int | None = None,
     workers_per_device: int = 1,
     **load_options: Any,
 ) -> None:
@@ -191,12 +163,7 @@ def serve(
             ``"classify"``, ``"ocr"``: ``model`` is the text detector): requests send encoded images (``BYTES``);
             ``None``: the bare model.
         recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
-            ``cls``, ``text_score`` ...).
-        max_image_pixels: the most pixels (width x height) an encoded image's header may declare, ``1 .. 2**30``;
-            larger images are refused (400 / ``INVALID_ARGUMENT``, naming the item) before anything decodes them
-            (docs/security.md, "The pixel limit"). ``None``: the limit of the pipeline's ``LoadImage``
-            (89,478,485 in a recipe). Given, it is set on the ``LoadImage`` of every pipeline served (a
-            pipeline given is changed); an engine takes no images, so it is an error there.
+            ``cls``, ``text_score`` ...; ``max_image_pixels``: the pixel limit, docs/security.md).
         workers_per_device: server processes per device (1: this process serves, a worker thread per
             device). With more, ``model`` must be a path: ``amdinfer serve`` runs in
             ``len(devices) * workers_per_device`` child processes sharing the ports (:func:`serve_processes`),
@@ -215,16 +182,6 @@ def serve(
         amdinfer.errors.OptionError: workers_per_device: got 2 with a bytes model; ... give the model's path
     """
     check_workers_per_device(workers_per_device)
-    if max_image_pixels is not None:
-        from ..fuse import FusedPipeline
-        from ..pipeline import Pipeline
-
-        check_max_image_pixels(max_image_pixels, "max_image_pixels")
-        if recipe is None and not isinstance(model, (Pipeline, FusedPipeline, list, tuple)):
-            raise OptionError(
-                f"max_image_pixels: got {max_image_pixels} for a bare model, which takes no encoded images; give "
-                "recipe=... (amdinfer serve --recipe)"
-            )
     # every number against the one table of bounds, before anything loads or a child process starts
     check_options({"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms,
                    "max_request_bytes": max_request_bytes, **_bounded(load_options, "batch_buckets")})  # fmt: skip
@@ -238,12 +195,10 @@ def serve(
                        max_delay_ms=max_delay_ms, devices=devices, backend=backend, precision=precision,
                        warmup=warmup, max_request_bytes=max_request_bytes, shared_memory=shared_memory,
                        verify_sample=verify_sample, verify_reference=verify_reference, recipe=recipe,
-                       recipe_options=recipe_options, max_image_pixels=max_image_pixels)  # fmt: skip
+                       recipe_options=recipe_options)  # fmt: skip
         return _serve_in_processes(model, workers_per_device, options, load_options)
     target, reference = _target(model, recipe, recipe_options, rate, verify_reference, devices=devices,
                                 backend=backend, precision=precision, **load_options)  # fmt: skip
-    if max_image_pixels is not None:
-        target = _limit_images(target, max_image_pixels)
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
     server.start([build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms,
@@ -262,7 +217,6 @@ def serve_repository(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     shared_memory: bool | None = None,
     state: str | Path | None = None,
-    max_image_pixels: int | None = None,
     **defaults: Any,
 ) -> None:
     """Serve every model of a repository folder until stopped (``amdinfer serve --model-repository DIR``).
@@ -273,8 +227,6 @@ def serve_repository(
         devices: this process's devices; each model gets one worker per device.
         state: the folder of load/unload records shared by the processes of one server (default: the
             ``AMDINFER_REPOSITORY_STATE`` variable that :func:`serve_processes` sets; none: one process).
-        max_image_pixels: must be ``None``: a repository's recipes keep ``LoadImage``'s default pixel limit
-            (89,478,485); it is not carried to them.
         **defaults: options for every model (``backend``, ``providers``, ``precision``, ``max_batch_size``,
             ``max_delay_ms``, ``batch_buckets``), overridden by the folder's ``models.toml``.
 
@@ -289,12 +241,6 @@ def serve_repository(
         amdinfer.errors.OptionError: model repository: got '/no/such/folder', expected a folder of .onnx models
     """
     check("max_request_bytes", max_request_bytes)
-    if max_image_pixels is not None:
-        raise OptionError(
-            f"max_image_pixels: got {max_image_pixels!r} with a model repository (--model-repository); its recipes "
-            f"keep LoadImage's default limit of {DEFAULT_MAX_IMAGE_PIXELS:,} pixels (not carried to them): serve the "
-            "model alone"
-        )
     repository = ModelRepository(folder, devices=devices, defaults=defaults, state=state, warmup=warmup)
     server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
                     max_request_bytes=max_request_bytes, shared_memory=shared_memory,

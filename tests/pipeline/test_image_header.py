@@ -287,7 +287,7 @@ class TestLoadImageLimit:
         assert str(info.value) == (
             f"LoadImage: {len(raw)} bytes: refused as a decompression bomb: its {fmt} header declares {w} x {h} "
             f"(width x height) = {w * h:,} pixels, above the limit of 89,478,485 pixels (raise it for images you "
-            "trust: LoadImage(max_pixels=...), serve(max_image_pixels=...) or amdinfer serve --max-image-pixels)"
+            "trust: LoadImage(max_pixels=...), the recipe option max_image_pixels or amdinfer serve --max-image-pixels)"
         )
 
     @pytest.mark.parametrize("backend", ["opencv", "pillow"])

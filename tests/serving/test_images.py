@@ -458,41 +458,31 @@ class TestPixelLimit:
             build_parser().parse_args(["serve", "m.onnx", "--recipe", "yolo", "--max-image-pixels", bad])
         assert build_parser().parse_args(["serve", "m.onnx", "--max-image-pixels", "1073741824"]).max_image_pixels
 
-    def test_python_api_checks_and_sets_the_limit(self):
+    def test_recipe_option_checks_and_sets_the_limit(self):
         # in a fresh process: KServe's protos cannot load beside tritonclient's (this module's clients)
         code = """if True:
-            import amdinfer
             from amdinfer.errors import OptionError
-            from amdinfer.serve import serve, serve_repository
-            from amdinfer.serve._serve_api import _limit_images
-            from amdinfer.testing.models import tiny_cnn, yolov8
-            for call in (lambda: serve(b"onnx", max_image_pixels=5), lambda: serve(b"onnx", recipe="yolo",
-                         max_image_pixels=0), lambda: serve_repository("/nowhere", max_image_pixels=5)):
+            from amdinfer.serve import load_recipe_workers
+            from amdinfer.testing.models import yolov8
+            model = yolov8(image_size=64)
+            options = {"imgsz": 64, "max_image_pixels": 1234}
+            (w,) = load_recipe_workers(model, "yolo", recipe_options=options, providers=["CPUExecutionProvider"])
+            print("set", w._load_image.max_pixels, w.pipeline.preprocess[0].max_pixels)
+            w.pipeline.close()
+            for bad in (0, True, 1.5, 2**30 + 1):
                 try:
-                    call()
+                    load_recipe_workers(model, "yolo", recipe_options={"max_image_pixels": bad})
                 except OptionError as exc:
                     print("refused", exc)
-            pipe = amdinfer.yolo(yolov8(image_size=64), imgsz=64, providers=["CPUExecutionProvider"])
-            (worker,) = _limit_images(pipe, 1234)
-            print("set", worker.name, pipe.preprocess[0].max_pixels)
-            engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"])
-            try:
-                _limit_images([engine], 1234)
-            except OptionError as exc:
-                print("refused", exc)
         """
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.strip().splitlines() == [
-            "refused max_image_pixels: got 5 for a bare model, which takes no encoded images; give recipe=... "
-            "(amdinfer serve --recipe)",
-            "refused max_image_pixels: got 0, expected an int in 1..1073741824 (pixels per image)",
-            "refused max_image_pixels: got 5 with a model repository (--model-repository); its recipes keep "
-            "LoadImage's default limit of 89,478,485 pixels (not carried to them): serve the model alone",
-            "set device0 1234",
-            "refused max_image_pixels: got 1234 for a OrtEngine, which takes no encoded images; it applies to a "
-            "recipe (recipe=...) or a pipeline that starts with LoadImage",
+        lines = proc.stdout.strip().splitlines()
+        assert lines[0] == "set 1234 1234"
+        assert [line.partition(" got ")[2] for line in lines[1:]] == [
+            f"{bad}, expected an int in 1..1073741824 (pixels per image)" for bad in (0, True, 1.5, 2**30 + 1)
         ]
+        assert all(line.startswith("refused recipe_options: option 'max_image_pixels' got") for line in lines[1:])
 
 
 def _shaped(shape: list[int]) -> Any:
@@ -576,8 +566,8 @@ class TestCommandLine:
             (["--recipe", "classify", "--iou", "0.5"], r"--iou: not an option of --recipe classify"),
             (
                 ["--max-image-pixels", "1000"],
-                r"max_image_pixels: got 1000 for a bare model, which takes no encoded images; give recipe=\.\.\. "
-                r"\(amdinfer serve --recipe\)",
+                r"--max-image-pixels: not an option of a bare model \(no --recipe\); add --recipe classify or "
+                r"--recipe ocr or --recipe yolo",
             ),
         ],
     )
@@ -629,7 +619,11 @@ class TestCommandLine:
         lines = proc.stdout.strip().splitlines()
         assert lines[0] == "threads 3"
         assert len(lines) == 5 and all(
-            re.fullmatch(r"refused recipe_options: pipeline_threads got .*, expected an int >= 1", line)
+            re.fullmatch(
+                r"refused recipe_options: option 'pipeline_threads' got .*, expected an int in 1\.\.256 \(threads per "
+                r"server process\)",
+                line,
+            )
             for line in lines[1:4]
         ), lines
         # a server process serving a recipe turns OpenCV's own pool off (checked where OpenCV is installed)
