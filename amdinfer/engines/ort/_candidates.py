@@ -38,7 +38,7 @@ def check_available(ort: Any, candidates: Candidates, available: list[str]) -> N
                 raise BackendUnavailableError(failed, backend=name)
             dists = installed_ort_distributions()
             unnamed = [p.line() for p in registered_plugins() if p.state == "no device" and not p.ep_names]
-            also = f"; plugin libraries registered here without a device (their EPs unknown): {unnamed}" if unnamed else ""
+            also = f"; plugin libraries registered without a device here (their EPs unknown): {unnamed}" * bool(unnamed)
             raise BackendUnavailableError(
                 f"provider {name!r} is not in this onnxruntime build (onnxruntime {ort.__version__}, "
                 f"installed: {dists or 'none'}; it offers {available}{also}). Fix: {fix_for(name)}",

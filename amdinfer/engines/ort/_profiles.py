@@ -17,11 +17,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...types import ShapeBounds
 
-__all__ = ["PROFILE_OPTIONS", "profile_options"]
+__all__ = ["PROFILE_OPTIONS", "batch_knobs", "profile_options"]
 
 #: Provider -> prefix of its ``<prefix>_min_shapes`` / ``_opt_shapes`` / ``_max_shapes`` options.
 PROFILE_OPTIONS = {
@@ -46,3 +47,21 @@ def profile_options(provider: str, bounds: Mapping[str, ShapeBounds]) -> dict[st
         )
         for kind, pick in picks.items()
     }
+
+
+def batch_knobs(buckets: Sequence[int], bounds: Mapping[str, ShapeBounds]) -> dict[str, Any]:
+    """What ``batch_buckets=`` and a dynamic-batch ``shapes=`` say, for providers that compile per batch size (the
+    MIGraphX plugin's ``compile_batches`` and ``max_dynamic_batch``; :func:`~._providers.provider_options` maps them).
+
+    Example:
+        >>> from amdinfer.types import parse_shapes
+        >>> batch_knobs((1, 8), parse_shapes({"x": [(1, 3), (16, 3)]}))
+        {'compile_batches': (1, 8), 'max_dynamic_batch': 16}
+    """
+    knobs: dict[str, Any] = {}
+    if buckets:
+        knobs["compile_batches"] = tuple(buckets)
+    batch_max = {b.max[0] for b in bounds.values() if b.max and b.min[0] != b.max[0]}
+    if len(batch_max) == 1:
+        knobs["max_dynamic_batch"] = batch_max.pop()
+    return knobs

@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import json
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from ..._install import pip_extra
-from ..._validate import flag
 from ...errors import BackendUnavailableError, OptionError
+from ._plugin_records import MIGRAPHX_EP, MIGRAPHX_SERVES, PLUGIN_DISTRIBUTIONS, PLUGIN_PROVIDERS
+from ._record import _NOT_OFFERED, MIGRAPHX_TUNED, ExecutionProvider, Option, TunedDefault, _as_int, _exhaustive_cudnn
 
 __all__ = [
     "AMD_PROVIDERS",
@@ -55,125 +54,6 @@ __all__ = [
 ]
 
 
-def _exhaustive_cudnn(value: Any) -> str:
-    return "EXHAUSTIVE" if value else "HEURISTIC"
-
-
-def _as_int(value: Any) -> str:
-    return str(int(value))
-
-
-def _batches(value: Any) -> str:
-    return ",".join(str(int(b)) for b in value)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One ONNX Runtime provider option a typed knob sets.
-
-    Attributes:
-        name: ONNX Runtime's option name.
-        encode: typed value -> option string (default: ``"1"``/``"0"``).
-        fixed: a constant written whenever the knob is set (``encode`` is then ignored).
-
-    Example:
-        >>> Option("prefer_nhwc").encode(True), Option("cudnn_conv_algo_search", _exhaustive_cudnn).encode(False)
-        ('1', 'HEURISTIC')
-    """
-
-    name: str
-    encode: Callable[[Any], str] = flag
-    fixed: str | None = None
-
-    def value(self, typed: Any) -> str:
-        """The option string for ``typed``."""
-        return self.fixed if self.fixed is not None else self.encode(typed)
-
-
-@dataclass(frozen=True)
-class TunedDefault:
-    """amdinfer's default for a tunable knob on one provider, and why (``value=None``: the provider's own).
-
-    Example:
-        >>> TunedDefault(True, "faster").value
-        True
-    """
-
-    value: bool | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class ExecutionProvider:
-    """Everything amdinfer knows about one ONNX Runtime execution provider.
-
-    Attributes:
-        name: ONNX Runtime's name (``"MIGraphXExecutionProvider"``).
-        short: the short name accepted in ``providers=`` (``"migraphx"``).
-        label: the device label in ``engine.info.device`` (``"migraphx:0"``).
-        library: the provider's shared library inside ``onnxruntime/capi`` (``None``: built in).
-        distribution: the wheel that ships it.
-        fix: what to do when it cannot load.
-        device_type: the device name ONNX Runtime's Python API uses for its memory (``OrtValue``
-            and IOBinding): ``"cuda"`` for CUDA and ROCm (ROCm builds map their GPU to ``"cuda"``),
-            ``"gpu"`` for MIGraphX (a generic GPU device with AMD's vendor id), ``"cpu"``. The AMD
-            mappings follow ONNX Runtime's sources and are not verified on AMD hardware.
-        options: typed knob -> the provider options it sets (knobs absent here do not exist there).
-        precision: precision -> provider options that make the provider convert the model itself.
-        tuned: tunable knob -> :class:`TunedDefault` (see :mod:`amdinfer.engines.ort._tuning`).
-        plugin: loaded from an ``onnxruntime-ep-*`` package through ONNX Runtime's EP ABI (not built into
-            the wheel; see :mod:`amdinfer.engines.ort._plugins`).
-        lowers: what the provider does to a float32 model by default when that is less than float32
-            (``precision["fp32"]`` then holds the options that keep float32).
-        serves: the hardware the provider runs on (named when a plugin offers no device on this machine).
-        ort_min: the oldest onnxruntime that loads it (plugin EPs: the EP ABI they are built against).
-        declared: every provider option the EP recognises (``None``: amdinfer has no record of its vocabulary and
-            passes options through). Any other key is refused before the session is made, since the EP would
-            drop it without an error.
-        aliases: old option names the EP still accepts, mapped to its own.
-        renamed: old option names the EP does **not** accept, mapped to the option that replaced them (the
-            refusal names the replacement).
-        vocabulary_of: which release of the EP the ``declared`` list was taken from.
-
-    Example:
-        >>> PROVIDERS["MIGraphXExecutionProvider"].precision["fp16"]
-        {'migraphx_fp16_enable': '1'}
-        >>> PLUGIN_PROVIDERS["MIGraphXExecutionProvider"].option_names("model_cache_dir")
-        ('cache_dir',)
-    """
-
-    name: str
-    short: str
-    label: str
-    library: str | None
-    distribution: str
-    fix: str
-    device_type: str = "cpu"
-    options: Mapping[str, tuple[Option, ...]] = field(default_factory=dict)
-    precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    tuned: Mapping[str, TunedDefault] = field(default_factory=dict)
-    plugin: bool = False
-    lowers: str | None = None
-    serves: str = ""
-    ort_min: str | None = None
-    declared: frozenset[str] | None = None
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    renamed: Mapping[str, str] = field(default_factory=dict)
-    vocabulary_of: str = ""
-
-    @property
-    def gpu(self) -> bool:
-        """Whether the provider's memory is on a GPU (IO bound on the device by default)."""
-        return self.device_type != "cpu"
-
-    def option_names(self, knob: str) -> tuple[str, ...]:
-        """The provider options ``knob`` sets here (empty: the provider has no such option)."""
-        return tuple(o.name for o in self.options.get(knob, ()))
-
-
-_NOT_OFFERED = "the provider has no such option"
-
-MIGRAPHX_EP = "MIGraphXExecutionProvider"
 ROCM_EP = "ROCMExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -205,22 +85,8 @@ _MIGRAPHX = ExecutionProvider(
         "bf16": {"migraphx_bf16_enable": "1"},
         "int8": {"migraphx_int8_enable": "1"},
     },
-    tuned={
-        "prefer_nhwc": TunedDefault(None, "MIGraphX chooses layouts itself while compiling"),
-        "exhaustive_tune": TunedDefault(
-            True,
-            "MIGraphX benchmarks kernel configurations while compiling (slower compile: keep "
-            "model_cache_dir so it happens once)",
-        ),
-        "gpu_graphs": TunedDefault(
-            None,
-            "HIP graph capture (migraphx_hip_graph_enable, ROCm 7.2+) is left at the EP's default (off): not "
-            "measured on AMD hardware here; pass gpu_graphs=True to turn it on",
-        ),
-        "tunable_ops": TunedDefault(None, _NOT_OFFERED),
-        "tf32": TunedDefault(None, _NOT_OFFERED),
-    },
-    serves="AMD Instinct and Radeon GPUs through ROCm's MIGraphX",
+    tuned=MIGRAPHX_TUNED,
+    serves=MIGRAPHX_SERVES,
 )
 
 _ROCM = ExecutionProvider(
@@ -305,135 +171,6 @@ _CPU = ExecutionProvider(
     name=CPU_EP, short="cpu", label="cpu", library=None, distribution="onnxruntime", fix="reinstall onnxruntime"
 )
 
-
-def _ov_precision(hint: str) -> dict[str, str]:
-    # OpenVINO's plugin EP ignores its old `precision` option ("set it via the load_config"); the per-device
-    # INFERENCE_PRECISION_HINT in load_config is what its CPU and GPU plugins read.
-    return {"load_config": json.dumps({dev: {"INFERENCE_PRECISION_HINT": hint} for dev in ("CPU", "GPU")})}
-
-
-_OPENVINO = ExecutionProvider(
-    name="OpenVINOExecutionProvider",
-    short="openvino",
-    label="openvino",
-    library=None,
-    distribution="onnxruntime-ep-openvino",
-    fix="`pip install onnxruntime-ep-openvino` (a plugin EP: onnxruntime >= 1.23 loads it); "
-    "check with `amdinfer doctor`",
-    precision={"fp32": _ov_precision("f32")},
-    plugin=True,
-    lowers="OpenVINO runs float32 models in bf16 on CPUs with bf16 units and in fp16 on GPUs unless "
-    "INFERENCE_PRECISION_HINT says f32",
-    serves="Intel CPUs, GPUs and NPUs (its factory offers no device for other vendors' CPUs)",
-    ort_min="1.23",
-)
-
-_WEBGPU = ExecutionProvider(
-    name="WebGpuExecutionProvider",
-    short="webgpu",
-    label="webgpu",
-    library=None,
-    distribution="onnxruntime-ep-webgpu",
-    fix="`pip install onnxruntime-ep-webgpu` and a Vulkan loader (libvulkan.so.1) on a machine with a GPU; "
-    "check with `amdinfer doctor`",
-    device_type="gpu",
-    plugin=True,
-    serves="GPUs that ONNX Runtime's device discovery lists, through Dawn (Vulkan on Linux); a software Vulkan "
-    "driver such as Mesa's lavapipe is not offered as a device",
-    ort_min="1.24",
-)
-
-#: The option keys of AMD's MIGraphX plugin EP (``src/migraphx/mgx_options.h`` of onnxruntime/onnxruntime-ep-amdgpu).
-_MIGRAPHX_PLUGIN_KEYS = frozenset(
-    """device_id fp16_enable bf16_enable fp8_enable int8_enable int8_calibration_table_name
-    int8_use_native_calibration_table disable_caching force_recompile compute_mode cache_dir exhaustive_tune
-    dump_subgraphs hip_graph_enable coresident_programs max_resident_programs max_dynamic_batch compile_batches
-    precompile_at_load coalesce_io mlss_use_specific_ops cpu_control_flow model_arch user_compute_stream
-    has_user_compute_stream static_pad_seq static_pad_seq_len static_pad_inputs static_pad_outputs""".split()
-)
-
-_MIGRAPHX_PLUGIN = ExecutionProvider(
-    name=MIGRAPHX_EP,
-    short="migraphx",
-    label="migraphx",
-    library=None,
-    distribution="onnxruntime-ep-migraphx",
-    fix="install AMD's MIGraphX plugin EP for your ROCm release (`pip install onnxruntime-ep-migraphx` once AMD "
-    "publishes it; PyPI holds a 0.0.0 placeholder today) with onnxruntime >= 1.24, or the built-in EP: "
-    f"`{pip_extra('migraphx')}`; check with `amdinfer doctor`",
-    device_type="gpu",
-    options={
-        "exhaustive_tune": (Option("exhaustive_tune"),),
-        "model_cache_dir": (Option("cache_dir", str),),
-        "int8_calibration_table": (
-            Option("int8_calibration_table_name", str),
-            Option("int8_use_native_calibration_table", fixed="0"),
-        ),
-        "gpu_graphs": (Option("hip_graph_enable"),),
-        "max_dynamic_batch": (Option("max_dynamic_batch", _as_int),),
-        "compile_batches": (Option("compile_batches", _batches),),
-    },
-    precision={"fp16": {"fp16_enable": "1"}, "bf16": {"bf16_enable": "1"}, "int8": {"int8_enable": "1"}},
-    tuned=_MIGRAPHX.tuned,
-    plugin=True,
-    serves=_MIGRAPHX.serves,
-    ort_min="1.24",
-    declared=_MIGRAPHX_PLUGIN_KEYS,
-    aliases={
-        f"migraphx_{k}": k
-        for k in (
-            "fp16_enable bf16_enable fp8_enable int8_enable int8_calibration_table_name "
-            "int8_use_native_calibration_table exhaustive_tune user_compute_stream has_user_compute_stream"
-        ).split()
-    },
-    renamed={
-        "migraphx_model_cache_dir": "cache_dir",
-        "migraphx_hip_graph_enable": "hip_graph_enable",
-        "migraphx_max_dynamic_batch": "max_dynamic_batch",
-        "migraphx_compile_batches": "compile_batches",
-        "migraphx_mem_limit": "",
-        "migraphx_arena_extend_strategy": "",
-        "migraphx_external_alloc": "",
-        "migraphx_external_free": "",
-        "migraphx_external_empty_cache": "",
-    },
-    vocabulary_of="onnxruntime-ep-migraphx 1.0.0 (onnxruntime/onnxruntime-ep-amdgpu sources, 2026)",
-)
-
-_AMDGPU = ExecutionProvider(
-    name="AMDGPUExecutionProvider",
-    short="amdgpu",
-    label="amdgpu",
-    library=None,
-    distribution="onnxruntime-ep-amdgpu",
-    fix="install AMD's umbrella plugin EP (`pip install onnxruntime-ep-amdgpu` once AMD publishes it; PyPI holds "
-    "a 0.0.0 placeholder today) with onnxruntime >= 1.24; check with `amdinfer doctor`",
-    device_type="gpu",
-    plugin=True,
-    serves="AMD GPUs (AMD's umbrella EP, which picks a MIGraphX or hipDNN backend)",
-    ort_min="1.24",
-)
-
-_NV_TENSORRT_RTX = ExecutionProvider(
-    name="NvTensorRTRTXExecutionProvider",
-    short="nvtensorrtrtx",
-    label="nvtensorrtrtx",
-    library=None,
-    distribution="onnxruntime-ep-nv-tensorrt-rtx",
-    fix="`pip install onnxruntime-ep-nv-tensorrt-rtx` on a machine with an NVIDIA RTX GPU; check with "
-    "`amdinfer doctor`",
-    device_type="cuda",
-    plugin=True,
-    serves="NVIDIA RTX GPUs (GeForce/RTX professional; not data-centre GPUs such as the H200)",
-    ort_min="1.23",
-)
-
-#: Plugin execution providers amdinfer has a record for (any other plugin EP gets a plain derived record).
-PLUGIN_PROVIDERS: Mapping[str, ExecutionProvider] = {
-    p.name: p for p in (_MIGRAPHX_PLUGIN, _AMDGPU, _OPENVINO, _NV_TENSORRT_RTX, _WEBGPU)
-}
-#: Plugin records by distribution (``onnxruntime-ep-migraphx`` -> its record), for packages that did not register.
-PLUGIN_DISTRIBUTIONS: Mapping[str, ExecutionProvider] = {p.distribution: p for p in PLUGIN_PROVIDERS.values()}
 
 #: Every provider amdinfer knows, in the order ``backend="auto"`` tries them.
 PROVIDERS: Mapping[str, ExecutionProvider] = {p.name: p for p in (_MIGRAPHX, _ROCM, _CUDA, _CPU)}

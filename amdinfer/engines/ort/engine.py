@@ -41,7 +41,7 @@ from ._plugins import (
     precision_note,
     register_plugins,
 )
-from ._profiles import profile_options
+from ._profiles import batch_knobs, profile_options
 from ._providers import (
     CPU_EP,
     MIGRAPHX_EP,
@@ -341,7 +341,9 @@ class OrtEngine(Engine):
             precision = self._precision if name == MIGRAPHX_EP and self._quantizer is None else "fp32"
             if precision == "fp16" and self._options.datapath.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
-            mapped = provider_options(name, device=self._device, precision=precision, **knobs, **self._batch_knobs())
+            mapped = provider_options(
+                name, device=self._device, precision=precision, **knobs, **batch_knobs(self._buckets, self._bounds)
+            )
             mapped.update({**extra, **profile_options(name, self._bounds)})
             unsupported = [k for k, v in knobs_given.items() if v is not None and not knob_applies(name, k)]
             if unsupported and name != CPU_EP:
@@ -358,17 +360,6 @@ class OrtEngine(Engine):
             opts.append({})
         info.settings["provider_options"] = {n: o for n, o in zip(names, opts)}
         return names, opts
-
-    def _batch_knobs(self) -> dict[str, Any]:
-        """What ``batch_buckets=`` and ``shapes=`` say about the batch, for providers that compile per batch size
-        (the MIGraphX EP's compile-batches and max-dynamic-batch options)."""
-        knobs: dict[str, Any] = {}
-        if self._buckets:
-            knobs["compile_batches"] = tuple(self._buckets)
-        batch_max = {b.max[0] for b in self._bounds.values() if b.max and b.min[0] != b.max[0]}
-        if len(batch_max) == 1:
-            knobs["max_dynamic_batch"] = batch_max.pop()
-        return knobs
 
     def _new_session(self, source: ModelSource, candidates: Candidates, info: EngineInfo) -> Any:
         source, extra = self._model_for(candidates[0][0], source, info)
