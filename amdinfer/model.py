@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ._external_data import external_location, external_tensors, load_external
 from ._files import check_path, read_regular
 from .errors import ModelError, OptionError
 from .types import CONTAINERS, Dim, TensorSpec
@@ -152,113 +153,6 @@ def min_ir_version(model: onnx.ModelProto) -> int:
 _MAX_MODEL_BYTES = 2**31
 
 
-def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """Every tensor (initializers, attributes, subgraphs, functions) whose data lives in an external file."""
-    from onnx.external_data_helper import _get_all_tensors
-
-    tensors = list(_get_all_tensors(proto))
-    for func in proto.functions:
-        for node in func.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR:
-                    tensors.append(attr.t)
-                elif attr.type == onnx.AttributeProto.TENSORS:
-                    tensors.extend(attr.tensors)
-    return [t for t in tensors if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL]
-
-
-def _location(t: onnx.TensorProto) -> str | None:
-    return next((e.value for e in t.external_data if e.key == "location"), None)
-
-
-def _external_int(t: onnx.TensorProto, key: str, where: str) -> int | None:
-    value = next((e.value for e in t.external_data if e.key == key), None)
-    if value is None:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ModelError(f"{where}: tensor {t.name!r} has external-data {key} {value!r}, expected an int >= 0")
-    return n
-
-
-def _load_external(proto: onnx.ModelProto, base: Path, where: str, tensors: list[onnx.TensorProto]) -> None:
-    """Read each external tensor's bytes from a regular file inside ``base``, sizes checked first."""
-    try:
-        root = base.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise ModelError(f"{where}: external-data folder '{base}' cannot be used ({exc})") from None
-    if not root.is_dir():
-        raise ModelError(f"{where}: external-data folder '{base}' is not a directory")
-    for t in tensors:
-        loc = _location(t)
-        if loc is None:
-            raise ModelError(f"{where}: tensor {t.name!r} is external but names no location")
-        if "\0" in loc or not loc:
-            raise ModelError(f"{where}: tensor {t.name!r} has external-data location {loc!r}, expected a file name")
-        if os.path.isabs(loc):
-            raise ModelError(
-                f"{where}: tensor {t.name!r} points at {loc!r}, an absolute path; expected a path inside '{base}'"
-            )
-        try:
-            file = (root / loc).resolve()
-        except (OSError, RuntimeError) as exc:
-            raise ModelError(f"{where}: tensor {t.name!r}: location {loc!r} cannot be resolved ({exc})") from None
-        if root not in file.parents:
-            raise ModelError(
-                f"{where}: tensor {t.name!r} points at {loc!r}, outside the model's folder '{base}' "
-                "(through '..' or a symbolic link)"
-            )
-        if not file.exists():
-            raise ModelError(
-                f"{where}: external data file {loc!r} for initializer {t.name!r} not found (expected at {file})"
-            )
-        offset = _external_int(t, "offset", where) or 0
-        length = _external_int(t, "length", where)
-        expected = _tensor_nbytes(t)
-        if length is None:
-            length = expected
-        elif expected is not None and length != expected:
-            raise ModelError(
-                f"{where}: tensor {t.name!r} declares external-data length {length}, but its shape "
-                f"{list(t.dims)} needs {expected} bytes"
-            )
-        raw = read_regular(
-            file,
-            f"{where}: external data {loc!r} of tensor {t.name!r} at",
-            error=ModelError,
-            offset=offset,
-            length=length,
-        )
-        if expected is not None and len(raw) != expected:
-            raise ModelError(
-                f"{where}: tensor {t.name!r}: external file {loc!r} holds {len(raw)} bytes from offset {offset}, "
-                f"expected {expected} for shape {list(t.dims)}"
-            )
-        t.raw_data = raw
-        del t.external_data[:]
-        t.data_location = onnx.TensorProto.DEFAULT
-
-
-def _tensor_nbytes(t: onnx.TensorProto) -> int | None:
-    """Bytes the tensor's shape needs in raw form; ``None`` for strings (variable length)."""
-    if t.data_type == onnx.TensorProto.STRING:
-        return None
-    try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):
-        return None
-    count = 1
-    for d in t.dims:
-        count *= int(d)
-    bits = {getattr(onnx.TensorProto, n, -1): 4 for n in ("INT4", "UINT4", "FLOAT4E2M1")}.get(t.data_type)
-    if bits is not None:
-        return (count * bits + 7) // 8
-    return count * itemsize
-
-
 class ModelSource:
     """A validated ONNX model with its content hash, specs and where it came from.
 
@@ -277,10 +171,10 @@ class ModelSource:
     """
 
     def __init__(self, proto: onnx.ModelProto, *, path: Path | None = None, name: str = "<ModelProto>"):
-        if path is None and _external_tensors(proto):
-            t = _external_tensors(proto)[0]
+        if path is None and external_tensors(proto):
+            t = external_tensors(proto)[0]
             raise ModelError(
-                f"model {name}: tensor {t.name!r} keeps its data in external file {_location(t)!r}; build the "
+                f"model {name}: tensor {t.name!r} keeps its data in external file {external_location(t)!r}; build the "
                 "source with ModelSource.from_any(..., base_dir=) so the data is read from a known folder"
             )
         self.proto = proto
@@ -344,7 +238,7 @@ class ModelSource:
             return model
         if isinstance(model, onnx.ModelProto):
             name = (model.graph.name and f"<ModelProto {model.graph.name}>") or "<ModelProto>"
-            if base_dir is not None and _external_tensors(model):
+            if base_dir is not None and external_tensors(model):
                 copy = onnx.ModelProto()
                 copy.CopyFrom(model)  # never change the caller's proto
                 model = copy
@@ -365,17 +259,17 @@ class ModelSource:
     def _in_memory(
         cls, proto: onnx.ModelProto, name: str, base_dir: str | os.PathLike | None, data: bytes | None
     ) -> ModelSource:
-        external = _external_tensors(proto)
+        external = external_tensors(proto)
         if external:
             if base_dir is None:
                 t = external[0]
                 raise ModelError(
-                    f"model {name}: tensor {t.name!r} keeps its data in external file {_location(t)!r}, but an "
+                    f"model {name}: tensor {t.name!r} keeps its data in external file {external_location(t)!r}, but an "
                     "in-memory model has no folder to read it from; pass base_dir= (the folder holding the data) "
                     "or load the model from its file. amdinfer never resolves external data against the "
                     "working directory"
                 )
-            _load_external(proto, Path(base_dir), name, external)
+            load_external(proto, Path(base_dir), name, external)
             data = None
         src = cls(proto, name=name)
         src._bytes = data
@@ -407,9 +301,9 @@ class ModelSource:
         # Regular files only: a FIFO would block, /dev/zero would be read until memory runs out.
         data = read_regular(path, "model", error=ModelError, max_bytes=_MAX_MODEL_BYTES)
         proto = cls._parse(data, where)
-        external = _external_tensors(proto)
+        external = external_tensors(proto)
         if external:
-            _load_external(proto, path.parent, f"model {where}", external)
+            load_external(proto, path.parent, f"model {where}", external)
         src = cls(proto, path=path, name=path.name)
         if not external:
             src._bytes = data
