@@ -69,6 +69,9 @@ class FeedChecks:
 
     backend_name: str
     supports_all_outputs: bool
+    #: Whether inputs may have zero-size axes (``False``: refused, most kernels cannot run them; the reference
+    #: engine, whose kernels are ONNX's own, takes them).
+    accepts_zero_size: bool = False
     _input_names: tuple[str, ...]
     _output_names: list[str]
     _checks: list[InputCheck]
@@ -137,7 +140,7 @@ class FeedChecks:
                     raise InputError(
                         f"input {name!r}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})"
                     )
-            if 0 in shape:
+            if 0 in shape and not self.accepts_zero_size:
                 raise InputError(
                     f"input {name!r}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
                     "expected every axis >= 1"
@@ -235,7 +238,7 @@ class FeedChecks:
                     raise InputError(f"{what}: got shape {tuple(shape)}, expected {_fmt(spec)} (axis {i} must be {d})")
                 if isinstance(d, str) and symbols is not None:
                     check_symbol(symbols, spec.name, i, d, shape[i])
-        if 0 in shape:
+        if 0 in shape and not self.accepts_zero_size:
             raise InputError(
                 f"{what}: got shape {tuple(shape)} with a zero-size axis {list(shape).index(0)}, "
                 "expected every axis >= 1"
