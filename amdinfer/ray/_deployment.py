@@ -110,7 +110,10 @@ class OipDeployment:
             return 400, json_type, json.dumps({"error": str(exc)}).encode()
         payload, json_length = response.to_rest()
         if json_length is None:
-            return 200, json_type, json.dumps(payload).encode()
+            # orjson, as the server's REST path: NumPy values, and NaN/inf written as null (strict JSON), never bare NaN
+            import orjson  # a KServe dependency, as is this module's whole path
+
+            return 200, json_type, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
         return (
             200,
             {"content-type": "application/octet-stream", "inference-header-content-length": str(json_length)},

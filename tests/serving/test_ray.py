@@ -127,8 +127,32 @@ class TestLocalRay:
             with pytest.raises(InferenceServerException) as info:
                 client.infer("tiny", [bad])
             assert info.value.status() == "400" and "got shape (1, 3, 32, 31)" in info.value.message()
+            _check_strict_json_for_nan(port)
         finally:
             serve.shutdown()
+
+
+def _check_strict_json_for_nan(port: int) -> None:
+    """A NaN input makes NaN logits; their JSON answer must parse with a strict parser (null, never bare NaN)."""
+    import http.client
+
+    x = np.full((1, 3, 32, 32), np.nan, np.float32)
+    inp = httpclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    out = [httpclient.InferRequestedOutput("logits", binary_data=False)]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([inp], outputs=out)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size)}
+    conn.request("POST", "/v2/models/tiny/infer", body=body, headers=headers)
+    answer = conn.getresponse()
+    text = answer.read().decode()
+    assert answer.status == 200, text
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"bare {name} in the JSON answer: {text[:200]}")
+
+    logits = json.loads(text, parse_constant=refuse)["outputs"][0]["data"]
+    assert logits == [None] * 10
 
 
 def _ray_cli() -> str:
