@@ -17,6 +17,10 @@ The registrations live in a folder (one small file per region), so that every se
 region's object on first use and notices an unregistration at the next access. CUDA regions (Triton's CUDA
 shared-memory extension, :mod:`._cuda_shm`) share the folder and the names: a name is one region of either
 kind, and a tensor names either the same way.
+
+This module keeps the registry; :mod:`._shm_region` is one system region's opened object (the ``pread`` and
+``pwrite`` above) and :mod:`._shm_requests` the tensor parameters of an infer request, whose names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -26,27 +30,18 @@ import json
 import logging
 import os
 import shutil
-import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
-from ._cuda_shm import (
-    NO_RUNTIME,
-    NO_RUNTIME_HINT,
-    CudaRegionStatus,
-    DeviceIpc,
-    DeviceRegion,
-    load_device_ipc,
-    pread_exact,
-    pwrite_all,
-)
+from ._cuda_shm import NO_RUNTIME, NO_RUNTIME_HINT, CudaRegionStatus, DeviceIpc, DeviceRegion, load_device_ipc
+from ._shm_region import RegionStatus, SystemRegion, object_path
+from ._shm_requests import REGION, read_shared_inputs, shm_reference, uses_shm, write_shared_outputs
 
 __all__ = [
     "REGION",
@@ -61,159 +56,11 @@ __all__ = [
     "write_shared_outputs",
 ]
 
-#: The tensor parameters of the extension (Triton's names).
-REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 #: The folder of registrations shared by the server processes of one ``amdinfer serve`` (set by the supervisor).
 REGISTRY_ENV = "AMDINFER_SHM_REGISTRY"
-SHM_FOLDER = Path("/dev/shm")
 #: The longest region name (UTF-8 bytes); a registration is a file named by the name in hex.
 MAX_NAME_BYTES = 100
 logger = logging.getLogger("amdinfer.serve")
-_DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
-           "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
-           "FP32": "float32", "FP64": "float64"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RegionStatus:
-    """One registered region, as the status call reports it.
-
-    Example:
-        >>> RegionStatus("in0", "/input0", 0, 64).to_json()
-        {'name': 'in0', 'key': '/input0', 'offset': 0, 'byte_size': 64}
-    """
-
-    name: str
-    key: str
-    offset: int
-    byte_size: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
-
-
-def shm_reference(where: str, params: Mapping[str, Any] | None) -> tuple[str, int, int] | None:
-    """``(region, offset, byte_size)`` when a tensor's parameters name a shared-memory region, else ``None``.
-
-    Raises:
-        InputError: a region without a byte size (or the reverse), or values of the wrong type.
-
-    Example:
-        >>> shm_reference("input 'x'", {"shared_memory_region": "in0", "shared_memory_byte_size": 48})
-        ('in0', 0, 48)
-        >>> shm_reference("input 'x'", {"binary_data_size": 48}) is None
-        True
-    """
-    params = params or {}
-    if REGION not in params and BYTE_SIZE not in params and OFFSET not in params:
-        return None
-    region, size, offset = params.get(REGION), params.get(BYTE_SIZE), params.get(OFFSET, 0)
-    if not isinstance(region, str) or not region:
-        raise InputError(f"{where}: got {REGION}={region!r}, expected the name of a registered region")
-    for label, value in ((BYTE_SIZE, size), (OFFSET, offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{where}: got {label}={value!r} for region {region!r}, expected an int >= 0")
-    return region, int(offset), int(size)  # type: ignore[arg-type]
-
-
-def _object_path(key: Any) -> Path:
-    """The file of a POSIX shared-memory key (``/name`` or ``name``) under /dev/shm, never outside it."""
-    if not isinstance(key, str) or not key.strip("/"):
-        raise InputError(f"key: got {key!r}, expected a shared-memory key such as '/input0'")
-    name = key.lstrip("/")
-    if "/" in name or "\0" in name or name in (".", "..") or len(name.encode()) > 255:
-        raise InputError(f"key: got {key!r}, expected one POSIX shared-memory name (no '/' after the first)")
-    return SHM_FOLDER / name
-
-
-class _Opened:
-    """One process's descriptor of a registered region's object (``offset + byte_size`` bytes of it).
-
-    Reads and writes are ``pread``/``pwrite`` under a lock (so that a close never meets a copy in flight and
-    a reused descriptor number is never read), each after an ``fstat`` that the object still holds the
-    registered window; a read that comes back short is an object that shrank meanwhile.
-    """
-
-    def __init__(self, spec: RegionStatus, token: tuple[int, int]) -> None:
-        path = _object_path(spec.key)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise InputError(
-                f"region {spec.name!r}: no shared-memory object {spec.key!r}; create it first, e.g. "
-                "with tritonclient.utils.shared_memory.create_shared_memory_region"
-            ) from None
-        except OSError as exc:
-            raise InputError(f"region {spec.name!r}: cannot open {spec.key!r} ({exc.strerror})") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"region {spec.name!r}: {spec.key!r} is not a shared-memory object")
-            end = spec.offset + spec.byte_size
-            if end > info.st_size:
-                raise InputError(
-                    f"region {spec.name!r}: offset {spec.offset} + byte_size {spec.byte_size} = {end} runs past "
-                    f"the end of {spec.key!r} ({info.st_size} bytes)"
-                )
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd: int | None = fd
-        self.spec = spec
-        self.token = token
-        self._lock = threading.Lock()
-
-    def window(self, where: str, offset: int, size: int) -> tuple[int, int]:
-        """The absolute byte range of ``size`` bytes at ``offset`` into the region, bounds-checked."""
-        spec = self.spec
-        if offset + size > spec.byte_size:
-            raise InputError(
-                f"{where}: offset {offset} + byte_size {size} = {offset + size} runs past region {spec.name!r} "
-                f"({spec.byte_size} bytes)"
-            )
-        return spec.offset + offset, spec.offset + offset + size
-
-    def _shrank(self, where: str, size: int, *, during: bool = False) -> InputError:
-        spec = self.spec
-        now = f"shrank during the read (it ended after {size} bytes)" if during else f"has shrunk to {size} bytes"
-        return InputError(
-            f"{where}: region {spec.name!r} was registered as {spec.offset + spec.byte_size} bytes of "
-            f"{spec.key!r} (offset {spec.offset} + byte_size {spec.byte_size}), but the object {now}"
-        )
-
-    def _checked_fd(self, where: str) -> int:
-        """The descriptor, once ``fstat`` says the object still holds the registered window (lock held)."""
-        if self.fd is None:
-            raise InputError(f"{where}: shared-memory region {self.spec.name!r} was unregistered")
-        size = os.fstat(self.fd).st_size
-        if size < self.spec.offset + self.spec.byte_size:
-            raise self._shrank(where, size)
-        return self.fd
-
-    def check(self, where: str, offset: int, size: int) -> None:
-        self.window(where, offset, size)
-        with self._lock:
-            self._checked_fd(where)
-
-    def read(self, where: str, offset: int, size: int) -> memoryview:
-        start, _ = self.window(where, offset, size)
-        with self._lock:
-            buf, got = pread_exact(self._checked_fd(where), start, size)
-        if got < size:  # shrunk between the fstat and the read
-            raise self._shrank(where, start + got, during=True)
-        return buf.data.toreadonly()
-
-    def write(self, where: str, offset: int, size: int, arr: np.ndarray) -> None:
-        # a shrink after the fstat only makes pwrite grow the client's object again: no fault, no one else's bytes
-        start, _ = self.window(where, offset, size)
-        with self._lock:
-            pwrite_all(self._checked_fd(where), start, arr)
-
-    def close(self) -> None:
-        with self._lock:
-            fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -273,7 +120,7 @@ class SharedMemoryRegistry:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.enabled = bool(enabled)
         self.disabled_reason = disabled_reason or "system shared memory is turned off on this server"
-        self._mapped: dict[str, _Opened | DeviceRegion] = {}
+        self._mapped: dict[str, SystemRegion | DeviceRegion] = {}
         self._lock = threading.Lock()
         self._ipc = device_ipc
         self._ipc_error: str | None = None  # why no runtime loads here, without the library paths tried
@@ -320,9 +167,9 @@ class SharedMemoryRegistry:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"region {name!r}: got {label}={value!r}, expected an int >= {low}")
         spec = RegionStatus(name, key, offset, byte_size)
-        _object_path(key)
+        object_path(key)
         with self._lock, _no_paths():
-            self._record(spec, _Opened(spec, (0, 0)))  # opens and size-checks the object first
+            self._record(spec, SystemRegion(spec, (0, 0)))  # opens and size-checks the object first
         return spec
 
     def register_cuda(self, name: Any, raw_handle: Any, device_id: Any, byte_size: Any) -> CudaRegionStatus:
@@ -340,7 +187,7 @@ class SharedMemoryRegistry:
             self._record(spec, self._open_device(spec, (0, 0)))
         return spec
 
-    def _record(self, spec: RegionStatus | CudaRegionStatus, mapped: _Opened | DeviceRegion) -> None:
+    def _record(self, spec: RegionStatus | CudaRegionStatus, mapped: SystemRegion | DeviceRegion) -> None:
         """Write the registration (atomically, refusing a taken name) and keep this process's opening."""
         name = spec.name
         record = spec.to_record() if isinstance(spec, CudaRegionStatus) else spec.to_json()
@@ -482,14 +329,14 @@ class SharedMemoryRegistry:
         if mapped is not None:
             mapped.close()
 
-    def _lookup(self, where: str, region: str) -> _Opened | DeviceRegion:
+    def _lookup(self, where: str, region: str) -> SystemRegion | DeviceRegion:
         """The opening of ``region`` as registered now (opened again if it was registered again elsewhere)."""
         self._check_enabled()
         check_region_name(f"{where}: ", region)
         with _no_paths():
             return self._lookup_checked(where, region)
 
-    def _lookup_checked(self, where: str, region: str) -> _Opened | DeviceRegion:
+    def _lookup_checked(self, where: str, region: str) -> SystemRegion | DeviceRegion:
         try:
             info = os.stat(self._file(region))
         except FileNotFoundError:
@@ -506,7 +353,9 @@ class SharedMemoryRegistry:
                 spec = self._read(region)
                 if spec is None:
                     raise InputError(f"{where}: shared-memory region {region!r} is not registered")
-                opened = self._open_device(spec, token) if isinstance(spec, CudaRegionStatus) else _Opened(spec, token)
+                opened = (
+                    self._open_device(spec, token) if isinstance(spec, CudaRegionStatus) else SystemRegion(spec, token)
+                )
                 mapped = self._mapped[region] = opened
             return mapped
 
@@ -543,86 +392,3 @@ def check_region_name(where: str, name: Any) -> str:
     else:
         shown = repr(name)[:40]
     raise InputError(f"{where}region name: got {shown}, expected 1 to {MAX_NAME_BYTES} bytes of text")
-
-
-def uses_shm(request: Any) -> bool:
-    """Whether an ``InferRequest`` names a shared-memory region for an input or an output.
-
-    Example:
-        >>> from types import SimpleNamespace as T
-        >>> uses_shm(T(inputs=[T(parameters={"shared_memory_region": "in0"})], request_outputs=None))
-        True
-    """
-    tensors = [*request.inputs, *(request.request_outputs or [])]
-    return any(t.parameters and REGION in t.parameters for t in tensors)
-
-
-def read_shared_inputs(registry: SharedMemoryRegistry, request: Any) -> list[tuple[str, tuple[str, int, int]]]:
-    """Read each shared-memory input of an ``InferRequest`` into its own buffer (see the module's docstring
-    for why a copy) and check the output regions before anything runs.
-
-    Returns:
-        ``(output name, (region, offset, byte size))`` of each output asked for in shared memory.
-
-    Raises:
-        InputError: an input with data as well, a non-numeric datatype, a byte size that is not the
-            tensor's, or a region that is not registered or too small.
-
-    Example:
-        >>> from types import SimpleNamespace as T
-        >>> request = T(inputs=[T(name="x", datatype="FP32", shape=[2, 2], _raw_data=None, data=None,
-        ...             parameters={"shared_memory_region": "in0", "shared_memory_byte_size": 8})],
-        ...             request_outputs=None)
-        >>> registry = SharedMemoryRegistry()
-        >>> read_shared_inputs(registry, request)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        amdinfer.errors.InputError: input 'x': shared_memory_byte_size is 8 in region 'in0', expected 16 bytes ...
-        >>> registry.close()
-    """
-    for inp in request.inputs:
-        where = f"input {inp.name!r}"
-        ref = shm_reference(where, inp.parameters)
-        if ref is None:
-            continue
-        if inp._raw_data is not None or inp.data not in (None, []):
-            raise InputError(f"{where}: has both data and a shared-memory region")
-        if inp.datatype not in _DTYPES:
-            raise InputError(f"{where}: got datatype {inp.datatype!r}, expected one of {', '.join(_DTYPES)}")
-        shape = list(inp.shape)
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
-            raise InputError(f"{where}: got shape {shape}, expected non-negative integers")
-        region, offset, size = ref
-        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[inp.datatype]).itemsize
-        if size != expected:
-            raise InputError(
-                f"{where}: shared_memory_byte_size is {size} in region {region!r}, expected {expected} bytes "
-                f"for shape {shape} {inp.datatype}"
-            )
-        inp._raw_data = registry.read(where, region, offset, size)
-    wanted = []
-    for out in request.request_outputs or []:
-        ref = shm_reference(f"output {out.name!r}", out.parameters)
-        if ref is not None:
-            registry.check(f"output {out.name!r}", *ref)
-            wanted.append((out.name, ref))
-    return wanted
-
-
-def write_shared_outputs(registry: SharedMemoryRegistry, response: Any, wanted: list) -> None:
-    """Copy the outputs asked for in shared memory into their regions; the response keeps no data for them,
-    only the region and the bytes written (``shared_memory_byte_size``).
-
-    Example:
-        >>> write_shared_outputs(None, None, [])  # nothing asked for: nothing to do
-    """
-    if not wanted:
-        return
-    by_name = {o.name: o for o in response.outputs}
-    for name, (region, offset, size) in wanted:
-        out = by_name[name]
-        written = registry.write(f"output {name!r}", region, offset, size, np.asarray(out.data))
-        params: dict[str, Any] = {REGION: region, BYTE_SIZE: written}
-        if offset:
-            params[OFFSET] = offset
-        out._data, out._raw_data, out._parameters = None, b"", params
