@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -276,7 +277,8 @@ _SCALAR_LIST = re.compile(r"\[\n\s+([^\[\]{}\n]*(?:\n\s+[^\[\]{}\n]*)*)\n\s*\]")
 
 
 def dumps(doc: Any) -> str:
-    """JSON with two-space indents, lists of scalars on one line.
+    """Strict JSON with two-space indents, lists of scalars on one line; NaN and infinities are written as ``null``
+    (JSON has no such numbers, and strict parsers refuse Python's bare ``NaN``).
 
     Example:
         >>> print(dumps({"shape": [1, 3], "name": "x [ y ]"}))
@@ -284,10 +286,25 @@ def dumps(doc: Any) -> str:
           "shape": [1, 3],
           "name": "x [ y ]"
         }
+        >>> dumps({"rms": float("nan"), "max": [1.0, float("inf")]}).split()
+        ['{', '"rms":', 'null,', '"max":', '[1.0,', 'null]', '}']
     """
-    text = json.dumps(doc, indent=2, default=_json_default)
+    text = json.dumps(_finite(doc), indent=2, default=_json_default, allow_nan=False)
     # "[\n" never occurs inside a JSON string, so only structural lists are folded.
     return _SCALAR_LIST.sub(lambda m: "[" + " ".join(part.strip() for part in m.group(1).split("\n")) + "]", text)
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float (Python or NumPy, in dicts, lists, tuples and arrays) replaced by None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (np.ndarray, np.generic)) and np.asarray(x).dtype.kind in "fc":
+        return _finite(np.asarray(x).tolist())
+    return x
 
 
 def _json_default(x: Any) -> Any:
