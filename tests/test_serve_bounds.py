@@ -44,6 +44,7 @@ DOCUMENTED = {
     "verify_sample": (0, 1),
     "http_port": (0, 65535),
     "grpc_port": (0, 65535),
+    "max_image_pixels": (1, 2**30),
 }
 NOT_FINITE = [math.nan, math.inf, -math.inf]
 
@@ -204,7 +205,10 @@ class TestModelsToml:
     @pytest.mark.parametrize(
         ("text", "match"),
         [
-            ('{"models": {"tiny": {"max_delay_ms": NaN}}}', r"\[models.tiny\]: option 'max_delay_ms' got nan, expected"),
+            (
+                '{"models": {"tiny": {"max_delay_ms": NaN}}}',
+                r"\[models.tiny\]: option 'max_delay_ms' got nan, expected",
+            ),
             ('{"models": {"tiny": {"max_delay_ms": Infinity}}}', r"\[models.tiny\]: option 'max_delay_ms' got inf"),
             ('{"defaults": {"providers": [NaN]}}', r"\[defaults\]: option 'providers' got \[nan\]"),
             ('{"models": {"tiny": {"max_delay_ms": 1e400}}}', r"\[models.tiny\]: option 'max_delay_ms' got inf"),
