@@ -28,6 +28,7 @@ def _bounded(options: dict[str, Any], *keys: str) -> dict[str, Any]:
 def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_options: dict[str, Any]) -> None:
     """``serve(model, workers_per_device=n, ...)`` as the command line of :func:`serve_processes`'s children."""
     from . import _cli
+    from ._cli_args import RECIPE_FLAGS
 
     if not isinstance(model, (str, Path)):
         raise OptionError(
@@ -35,7 +36,7 @@ def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_option
             "own engine, so give the model's path"
         )
 
-    allowed = _cli._RECIPE_FLAGS.get(options["recipe"] or "", ())
+    allowed = RECIPE_FLAGS.get(options["recipe"] or "", ())
     wrong = sorted(str(k) for k in options["recipe_options"] or {} if k not in allowed)
     if wrong:
         raise OptionError(f"recipe_options: got {wrong} for recipe {options['recipe']!r}, expected some of {allowed}")
