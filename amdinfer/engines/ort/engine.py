@@ -33,14 +33,7 @@ from ..base import Engine, EngineInfo, Feeds, OutputSelection
 from ._candidates import Candidates, auto_candidates, check_available
 from ._errors import translate_run_error
 from ._options import OrtOptions, ProviderSpec
-from ._plugins import (
-    check_took_nodes,
-    is_plugin_ep,
-    plugin_settings,
-    plugin_version,
-    precision_note,
-    register_plugins,
-)
+from ._plugins import check_took_nodes, is_plugin_ep, plugin_settings, plugin_version, precision_note, register_plugins
 from ._profiles import batch_knobs, profile_options
 from ._providers import (
     CPU_EP,
