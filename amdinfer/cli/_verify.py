@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,12 @@ def _tolerance(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
+    p.add_argument(
+        "expected_model",
+        nargs="?",
+        metavar="EXPECTED",
+        help="the expected side's model (e.g. the float model of a quantized MODEL), run on --against; default MODEL",
+    )
     g = p.add_argument_group("comparison")
     g.add_argument(
         "--against",
@@ -63,6 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rms-tol", type=_tolerance, help="bound on the RMS error metric (default: by precision)")
     g.add_argument("--per-layer", action="store_true", help="compare every intermediate tensor; name the first bad one")
     g.add_argument("--top", type=_non_negative, default=10, help="rows of the per-layer table (default 10)")
+    g.add_argument(
+        "--bisect",
+        action="store_true",
+        help="find the first node whose output diverges while its inputs agree (each tensor on its own scale)",
+    )
+    g.add_argument("--out", metavar="DIR", help="with --bisect: write a minimal ONNX reproducer of that node there")
     m = p.add_mutually_exclusive_group()
     m.add_argument("--save-golden", metavar="OUT.npz", help="write the inputs and the expected outputs (for CI)")
     m.add_argument(
@@ -76,7 +89,7 @@ def _against(args: argparse.Namespace, feeds: dict[str, Any]) -> Any:
     import amdinfer
 
     backend = args.against or "reference"
-    source = model_specs(args.model)
+    source = model_specs(args.expected_model or args.model)
     options: dict[str, Any] = {}
     if args.against_providers:
         options["providers"] = [p.strip() for p in args.against_providers.split(",") if p.strip()]
@@ -122,6 +135,44 @@ def _layer_table(report: Any, top: int) -> list[str]:
     return lines
 
 
+def _check_out_dir(path: str, args: argparse.Namespace) -> Path:
+    """``--out DIR``: a folder (created if missing) in an existing folder, not one of the files the command reads."""
+    from .._files import check_path, same_file
+
+    p = check_path(path, "--out").expanduser()
+    if p.exists() and not p.is_dir():
+        raise OptionError(f"--out: got {path!r}, a file; expected a folder for the reproducer (created if missing)")
+    if not p.parent.is_dir():
+        raise OptionError(f"--out: got {path!r}, but folder '{p.parent}' does not exist")
+    for label, other in (("the model", args.model), ("EXPECTED", args.expected_model), ("--inputs", args.inputs)):
+        if other and Path(other).parent.resolve() == p.resolve() and Path(other).name in _REPRO_FILES:
+            raise OptionError(f"--out: got {path!r}; the reproducer would replace {label} ({other!r})")
+        if other and same_file(p, other):
+            raise OptionError(f"--out: got {path!r}, the same path as {label}")
+    return p
+
+
+#: The files ``--bisect --out DIR`` writes in DIR.
+_REPRO_FILES = ("model.onnx", "actual.onnx", "expected.onnx", "inputs.npz", "expected.npz", "actual.npz",
+                "bisect.json", "README.md")  # fmt: skip
+
+
+def _bisect_lines(report: Any, top: int, out: Path | None) -> list[str]:
+    """The table (the culprit's inputs and outputs, or the largest errors), the verdict, the reproducer."""
+    lines = [f"bisect    walked {len(report.steps)} nodes of the float graph; precision {report.precision}"]
+    lines.append(report.table(top=min(top, 5)))
+    if report.skipped:
+        lines.append(f"  not compared: {len(report.skipped)} tensors without a counterpart (see --json)")
+    lines.append("verdict   " + report.verdict)
+    repro = report.reproducer
+    if repro is not None:
+        checked = {True: "reproduces", False: "does not reproduce alone", None: "not run"}[repro.reproduced]
+        lines.append(f"reproducer {repro.directory} ({checked}): {repro.command}")
+    elif report.culprit is not None and out is None:
+        lines.append("reproducer none written: add --out DIR")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     import amdinfer
 
@@ -135,6 +186,13 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--against-providers: ONNX Runtime providers; got --against {args.against}")
     if args.reference_precision != "fp64" and args.against not in (None, "reference"):
         raise OptionError(f"--reference-precision: applies to --against reference, got --against {args.against}")
+    if args.bisect and (args.per_layer or golden is not None or save is not None):
+        raise OptionError("--bisect: walks every intermediate tensor itself; drop --per-layer, --golden, --save-golden")
+    if args.out and not args.bisect:
+        raise OptionError("--out: the folder of the --bisect reproducer; add --bisect")
+    if golden is not None and args.expected_model:
+        raise OptionError(f"{args.expected_model}: a second model is the expected side; drop it or --golden")
+    out = _check_out_dir(args.out, args) if args.out else None
     tol = _tolerances(args)
     shapes = plan_feeds(args, [args.batch]) if not (args.inputs or golden) else None
     engine = load_engine(args, shapes)
@@ -155,9 +213,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             with _against(args, feeds) as ref:
                 ref_desc = describe(ref.info)
-                if args.per_layer:
+                if args.per_layer or args.bisect:
                     note(args, f"comparing every intermediate tensor of {len(engine.model.proto.graph.node)} nodes")
-                report = verify.compare_engines(engine, ref, feeds, per_layer=args.per_layer, **tol)
+                if args.bisect:
+                    report = verify.bisect(engine, ref, feeds, out_dir=out, **tol)
+                else:
+                    report = verify.compare_engines(engine, ref, feeds, per_layer=args.per_layer, **tol)
                 if save is not None:
                     meta = {"engine": ref_desc, "model_sha256": engine.model.sha256, "amdinfer": amdinfer.__version__}
                     verify.save_golden(save, feeds, ref.run(feeds), meta, what="--save-golden")
@@ -170,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
         lines.append(
             "tolerance " + ", ".join(f"{k} {v:g}" for k, v in given.items()) + " (given; the rest by precision)"
         )
-    if args.per_layer:
+    if args.bisect:
+        lines += _bisect_lines(report, args.top, out)
+    elif args.per_layer:
         lines += _layer_table(report, args.top)
     else:
         lines.append(repr(report))

@@ -4,8 +4,10 @@
 RMS metric, an elementwise ``|a - b| <= atol + rtol * |b|`` bound, and NaN/Inf accounting, using default
 tolerances per precision (those of ``migraphx-driver verify``). ``compare_engines(a, b, inputs)`` runs
 two engines on the same feeds; ``compare_layers`` (or ``per_layer=True``) walks every intermediate
-tensor and names the first node whose output diverges. ``save_golden``/``load_golden`` keep a run's inputs and
-outputs in one ``.npz`` (what ``amdinfer run --save`` and ``verify --save-golden`` write, ``verify --golden`` reads).
+tensor and names the first node whose output diverges; ``bisect(a, b, inputs, out_dir=...)`` also matches a model
+with its quantized form, judges each tensor on its own scale and writes a minimal ONNX reproducer of that node.
+``save_golden``/``load_golden`` keep a run's inputs and outputs in one ``.npz`` (what ``amdinfer run --save`` and
+``verify --save-golden`` write, ``verify --golden`` reads).
 
 Example:
     >>> import numpy as np, amdinfer
@@ -22,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+from ._bisect import BisectReport, BisectStep, Reproducer, bisect, judge
 from ._compare import compare, compare_engines, compare_layers
 from ._golden import Golden, load_golden, save_golden
 from ._metrics import (
@@ -40,17 +43,22 @@ from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "BisectReport",
+    "BisectStep",
     "ComparisonReport",
     "Golden",
     "LayerEntry",
     "LayerReport",
+    "Reproducer",
     "TensorReport",
     "Tolerance",
+    "bisect",
     "compare",
     "compare_engines",
     "compare_layers",
     "cosine_similarity",
     "default_tolerance",
+    "judge",
     "load_golden",
     "max_abs_error",
     "max_rel_error",
