@@ -548,6 +548,56 @@ class TestCommandLine:
         # warmed up before it reported ready, at the sizes the batcher forms (1 and --max-batch-size)
         assert re.search(r"pipeline 'det' on .*; batches of up to 4 rows .*, warmed up at \[1, 4\]", log), log
 
+    def test_bombs_to_a_two_process_server_fail_alone(self, tmp_path, detector_path, bombs):
+        """``--workers-per-device 2`` under a stream of bombs beside good images from four clients: every bomb is a
+        400 / INVALID_ARGUMENT naming its item, every good answer equals the local recipe's, and both server processes
+        live to the end with their memory bounded."""
+        import threading
+
+        import psutil
+
+        import amdinfer
+
+        http, grpc = free_port(), free_port()
+        argv = ["-m", "amdinfer", "serve", str(detector_path), *CLI_DETECTOR, "--workers-per-device", "2"]
+        argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--max-delay-ms", "5", "--max-batch-size", "4"]
+        local = amdinfer.yolo(detector_path, conf=0.03, imgsz=64, decoder="pillow", keep_image=False,
+                              providers=["CPUExecutionProvider"])  # fmt: skip
+        failures: list[str] = []
+
+        def client(k: int, server: Any) -> None:
+            try:
+                for i in range(6):  # bounded: 24 bombs and 24 good requests in all
+                    bomb, fmt, n = (bombs["png"], "PNG", 20000) if (i + k) % 2 else (bombs["jpeg"], "JPEG", 30000)
+                    if k % 2:
+                        message = _http_error(server, "det", [_http([FILES[0], bomb])])
+                        good = httpclient.InferenceServerClient(server.http).infer("det", [_http(FILES[1:])])
+                    else:
+                        message = _grpc_error(server, "det", [_grpc([FILES[2], FILES[0], bomb])])
+                        good = grpcclient.InferenceServerClient(server.grpc).infer("det", [_grpc(FILES[1:])])
+                    index = 1 if k % 2 else 2
+                    assert re.search(_refusal(n, fmt).format(index), message), message
+                    _check_detections(good, local, FILES[1:])
+            except BaseException as exc:  # collected: an assertion in a thread would be lost
+                failures.append(f"client {k}: {type(exc).__name__}: {exc}")
+
+        try:
+            with running_server(argv, http, grpc, tmp_path / "log.txt") as server:
+                supervisor = psutil.Process(server.process.pid)
+                pids = sorted(c.pid for c in supervisor.children())
+                assert len(pids) == 2, pids
+                threads = [threading.Thread(target=client, args=(k, server)) for k in range(4)]
+                [t.start() for t in threads]
+                [t.join(timeout=240) for t in threads]
+                assert not any(t.is_alive() for t in threads), "a client did not finish in 240 s"
+                assert not failures, failures
+                children = supervisor.children()
+                assert sorted(c.pid for c in children) == pids  # neither server process died
+                assert max(c.memory_info().rss for c in children) < 2 << 30  # no bomb was decoded
+                assert server.stop() == 0
+        finally:
+            local.close()
+
     def test_serve_recipe_no_warmup_skips_it(self, tmp_path, detector_path):
         http, grpc = free_port(), free_port()
         argv = ["-m", "amdinfer", "serve", str(detector_path), *CLI_DETECTOR, "--no-warmup"]
