@@ -117,6 +117,7 @@ def yolo(
     fuse: bool | str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
+    calibration: Any = None,
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -148,6 +149,11 @@ def yolo(
             see :class:`~amdinfer.preprocess.LoadImage`).
         keep_image: results keep the picture they answer (``result.image``: the decoded image, or your array,
             not a copy), for ``plot()``/``save()``; ``False`` for bulk runs that hold many results (Ray).
+        calibration: with ``precision="int8"``: images (``(H, W, 3)`` uint8 arrays in ``channels`` order, paths,
+            anything ``LoadImage`` reads) that this recipe's own preprocessing (the letterbox, ``/ 255``, CHW)
+            turns into calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults
+            (on a YOLO, the decode head kept in float: ``docs/quantization.md#int8-on-detectors``). For other
+            int8 settings pass ``quantizer=`` instead (not both).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...); the
             fused engine is loaded with them too.
@@ -159,13 +165,21 @@ def yolo(
         files with an image suffix, sorted; not its subfolders) a list of results in order.
 
     Raises:
-        OptionError: a bad argument.
+        OptionError: a bad argument (``calibration`` without ``precision="int8"``, or with ``quantizer=``).
+        StageError: the preprocessing failed on a calibration image (the message names it).
 
     Example:
         >>> from amdinfer.testing.models import yolov8
         >>> det = yolo(yolov8(image_size=64, num_classes=2), providers=["CPUExecutionProvider"])
         >>> det.preprocess[1]
         Letterbox(new_shape=(64, 64))
+        >>> det.close()
+        >>> import numpy as np
+        >>> pages = [np.full((48, 80, 3), v, np.uint8) for v in (0, 128, 255)]
+        >>> det = yolo(yolov8(image_size=64, num_classes=2), precision="int8", calibration=pages,
+        ...            providers=["CPUExecutionProvider"])
+        >>> det.engine.info.precision, any("YOLO v8 head" in n for n in det.engine.info.notes)
+        ('int8', True)
         >>> det.close()
     """
     from .preprocess import _hw
@@ -176,7 +190,8 @@ def yolo(
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
-    return _recipe(model, stages, {"keep_image": keep_image}, channels, fuse, backend, load_options)
+    args = {"keep_image": keep_image, "calibration": calibration}
+    return _recipe(model, stages, args, channels, fuse, backend, load_options)
 
 
 def _yolo_stages(
@@ -242,6 +257,7 @@ def classify(
     fuse: bool | str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
+    calibration: Any = None,
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -282,6 +298,8 @@ def classify(
             top-k either way (see :func:`yolo`).
         decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
         keep_image: results keep the picture they answer (see :func:`yolo`).
+        calibration: with ``precision="int8"``: images that this recipe's preprocessing (resize, crop,
+            normalisation) turns into int8 calibration samples (see :func:`yolo`).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
 
@@ -291,7 +309,8 @@ def classify(
         a list, glob or folder of them as :func:`yolo`'s does.
 
     Raises:
-        OptionError: a bad argument, or a model that is not a one-input, one-output classifier.
+        OptionError: a bad argument (``calibration`` as for :func:`yolo`), or a model that is not a one-input,
+            one-output classifier.
         ModelError: the model's ``mean``/``std`` metadata is not a list of numbers or is out of range.
 
     Example:
@@ -310,7 +329,7 @@ def classify(
     if softmax is not None and not isinstance(softmax, bool):
         raise OptionError(f"softmax: got {softmax!r}, expected None (decide from the model), True or False")
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
-    args["decoder"], args["keep_image"] = _decoder(decoder), keep_image
+    args["decoder"], args["keep_image"], args["calibration"] = _decoder(decoder), keep_image, calibration
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
 
 
@@ -326,6 +345,11 @@ def _recipe(
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
     _check_fuse(fuse)
     keep = check_keep(args["keep_image"])
+    from .quantize._data import check_calibration
+
+    if check_calibration(args["calibration"], load):
+        model = ModelSource.from_any(model)  # read once: the calibration's stages and the engine share it
+        load = {**load, "quantizer": _calibrated(model, stages, args, channels)}
     engine = load_model(model, backend=backend, **load)
     try:
         preprocess, postprocess = stages(engine, args, channels)
@@ -334,6 +358,21 @@ def _recipe(
         engine.close()
         raise
     return _finish(pipe, fuse, load)
+
+
+def _calibrated(source: ModelSource, stages: Any, args: dict[str, Any], channels: str) -> Any:
+    """An :class:`~amdinfer.quantize.Int8Quantizer` on ``args["calibration"]`` run through the recipe's own
+    preprocessing (built for the float model's inputs, which int8 keeps)."""
+    from types import SimpleNamespace
+
+    from .quantize import Int8Quantizer
+    from .quantize._data import materialize
+    from .stages import Sample
+
+    spec = SimpleNamespace(model=source, inputs=source.inputs, outputs=source.outputs)
+    preprocess, _ = stages(spec, args, channels)
+    samples = materialize(args["calibration"], what="calibration", preprocess=[Sample.wrap, *preprocess])
+    return Int8Quantizer(calibration=samples, progress=False)
 
 
 def _classify_stages(engine: Any, args: dict[str, Any], channels: str) -> tuple[list[Any], list[Any]]:

@@ -17,12 +17,16 @@ from ..errors import InputError, OptionError, StageError
 
 __all__ = [
     "Progress",
+    "TensorRows",
+    "check_calibration",
+    "check_rows",
     "data_hash",
     "describe_nonfinite",
     "input_dims",
     "input_specs",
     "materialize",
     "shape_groups",
+    "tensor_rows",
     "to_feeds",
 ]
 
@@ -163,9 +167,11 @@ def materialize(
 ) -> list[Any]:
     """Pull every sample out of ``data`` once (it may be a one-shot generator), applying ``preprocess``.
 
-    Each sample is a feed dict, an array (for a single-input model) or, with ``preprocess``, an image that
-    the callables turn into one (each stage takes the previous result; the last may return an array, a
-    pipeline :class:`~amdinfer.stages.Sample` (its ``.data``) or an object with ``.array``). A progress bar
+    ``data`` is a list (or any iterable) of samples, or a tensor layout, axis 0 = samples
+    (:func:`tensor_rows`: an array, ``{input: array}`` or an ``.npz`` path). Each sample is a feed dict, an
+    array (for a single-input model) or, with ``preprocess``, an image that the callables turn into one
+    (each stage takes the previous result; the last may return an array, a pipeline
+    :class:`~amdinfer.stages.Sample` (its ``.data``) or an object with ``.array``). A progress bar
     is shown over the preprocessing only (``progress``: ``None`` on a terminal's stderr, ``True``/``False``
     force it).
 
@@ -184,10 +190,16 @@ def materialize(
         ...
         amdinfer.errors.InputError: calibration sample 1: the iterable raised OSError while producing it: disk gone
     """
+    rows = tensor_rows(data, what) if not preprocess else None
+    if rows is not None:  # axis 0 = samples
+        return rows if max_samples is None else _first(rows, max_samples)
     if data is None or isinstance(data, (str, bytes)):
-        raise OptionError(f"{what}: got {data!r}, expected an iterable of feed dicts, arrays or images")
-    if isinstance(data, (np.ndarray, Mapping)):
-        data = [data]  # one batch
+        raise OptionError(
+            f"{what}: got {data!r}, expected an iterable of feed dicts, arrays or images, an array or "
+            "{input: array} with axis 0 = samples, or an .npz path"
+        )
+    if isinstance(data, Mapping):
+        data = [data]  # one feed dict
     try:
         iterator: Iterator[Any] = iter(data)
     except TypeError:
@@ -232,6 +244,12 @@ def materialize(
     if not items:
         raise InputError(f"{what}: the iterable gave no samples, expected at least one")
     return items
+
+
+def _first(rows: TensorRows, n: int) -> TensorRows:
+    out = TensorRows(rows[:n])
+    out.shapes = rows.shapes
+    return out
 
 
 def to_feeds(
@@ -383,3 +401,132 @@ def data_hash(feeds: Iterable[Mapping[str, np.ndarray]]) -> str:
             h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
             h.update(arr.tobytes())
     return h.hexdigest()
+
+
+def check_calibration(calibration: Any, load_options: Mapping[str, Any], items: str = "images") -> bool:
+    """Whether a recipe's ``calibration=`` asks for int8 calibration; refuse one it cannot use.
+
+    The recipes (:func:`amdinfer.yolo`, :func:`amdinfer.classify`, :func:`amdinfer.ocr`,
+    :func:`amdinfer.text.embed`) share it: ``calibration`` goes with ``precision="int8"`` and without
+    ``quantizer=``, and is a list of ``items`` (one array is refused: is it one image or a stack?).
+
+    Raises:
+        OptionError: the message names ``calibration`` and what was received.
+
+    Example:
+        >>> check_calibration(None, {}), check_calibration(["page.png"], {"precision": "int8"})
+        (False, True)
+        >>> check_calibration(["page.png"], {})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: calibration: given with precision='fp32', expected precision='int8' (...)
+    """
+    if calibration is None:
+        return False
+    if load_options.get("quantizer") is not None:
+        raise OptionError("calibration: given together with quantizer=; pass one or the other")
+    precision = load_options.get("precision", "fp32")
+    if precision != "int8":
+        raise OptionError(
+            f"calibration: given with precision={precision!r}, expected precision='int8' (the {items} calibrate "
+            "the int8 model)"
+        )
+    if isinstance(calibration, (str, bytes, np.ndarray, Mapping)) or not isinstance(calibration, Iterable):
+        raise OptionError(
+            f"calibration: got {type(calibration).__name__}, expected a list of {items}"
+            + (" (arrays (H, W, 3) uint8 or paths)" if items == "images" else "")
+        )
+    return True
+
+
+class TensorRows(list):  # type: ignore[type-arg]
+    """Samples given as tensors (axis 0 = samples): the rows, and each tensor's shape for the layout check."""
+
+    shapes: dict[str | None, tuple[int, ...]]
+
+
+def _as_tensors(data: Any, what: str) -> dict[str | None, np.ndarray] | None:
+    """``data`` as ``{input name (None: the one input): array}`` when it is a tensor layout, else ``None``.
+
+    An array, a mapping of arrays (``{input: (samples, ...)}``) or a path to an ``.npz`` (one array per input).
+    """
+    import os
+
+    if isinstance(data, (str, os.PathLike)) and str(data).lower().endswith(".npz"):
+        from .._files import read_npz
+
+        arrays = read_npz(str(data), what)
+        return {None: next(iter(arrays.values()))} if len(arrays) == 1 else dict(arrays)
+    if isinstance(data, np.ndarray):
+        return {None: data}
+    if isinstance(data, Mapping) and data and all(isinstance(v, np.ndarray) for v in data.values()):
+        return {str(k): v for k, v in data.items()}
+    return None
+
+
+def tensor_rows(data: Any, what: str) -> TensorRows | None:
+    """The samples of a tensor layout (axis 0 = samples), or ``None`` when ``data`` is a list of samples.
+
+    The one tensor layout of calibration data, for :class:`~amdinfer.quantize.Int8Quantizer` and
+    ``amdinfer quantize --calibration data.npz``: an array ``(samples, ...)`` for a one-input model, a mapping
+    ``{input: (samples, ...)}`` or an ``.npz`` with one such array per input. Row ``i`` of every array is
+    sample ``i``; a row without the model's batch axis gets one (:func:`check_rows` checks the ranks once the
+    model is known).
+
+    Raises:
+        InputError: the arrays disagree on the sample count (axis 0), or one has no axis 0.
+
+    Example:
+        >>> rows = tensor_rows(np.zeros((5, 3, 8, 8), np.float32), "calibration")
+        >>> len(rows), rows[0].shape, rows.shapes
+        (5, (3, 8, 8), {None: (5, 3, 8, 8)})
+        >>> tensor_rows([np.zeros((3, 8, 8))], "calibration") is None
+        True
+    """
+    tensors = _as_tensors(data, what)
+    if tensors is None:
+        return None
+    counts = {k: (v.shape[0] if v.ndim else 0) for k, v in tensors.items()}
+    if len(set(counts.values())) != 1 or 0 in counts.values():
+        shown = {("the array" if k is None else k): v for k, v in counts.items()}
+        raise InputError(
+            f"{what}: got arrays whose sample counts (axis 0) are {shown}, expected one count >= 1 shared by "
+            "all (axis 0 = samples)"
+        )
+    n = next(iter(counts.values()))
+    rows = TensorRows(tensors[None][i] if None in tensors else {k: v[i] for k, v in tensors.items()} for i in range(n))
+    rows.shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    return rows
+
+
+def check_rows(rows: Any, dims: Mapping[str, Sequence[int | str | None] | None], what: str) -> None:
+    """Refuse a tensor layout whose arrays do not have the model's rank or one more (axis 0 = samples).
+
+    ``dims``: each input's declared shape (:func:`input_dims`). Rows of the model's rank keep their batch
+    axis; rows of one less get one.
+
+    Raises:
+        InputError: names ``what``, the input, the shape received and the shapes expected.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> rows = tensor_rows(np.zeros((3, 32, 32), np.float32), "calibration")
+        >>> check_rows(rows, input_dims(tiny_cnn()), "calibration")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.InputError: calibration: got an array of shape (3, 32, 32) for input 'input', expected ...
+    """
+    if not isinstance(rows, TensorRows):
+        return
+    for name, shape in rows.shapes.items():
+        key = name if name is not None else (next(iter(dims)) if len(dims) == 1 else None)
+        if key is None or key not in dims or dims[key] is None:
+            continue  # to_feeds names what does not fit
+        want = tuple(dims[key] or ())
+        if len(shape) in (len(want), len(want) + 1):
+            continue
+        inner = _fmt_dims(want)[1:]
+        raise InputError(
+            f"{what}: got an array of shape {tuple(shape)} for input {key!r}, expected (samples, "
+            f"{_fmt_dims(want[1:])[1:]} or (samples, {inner} (axis 0 = samples; one image is a list of one)"
+        )

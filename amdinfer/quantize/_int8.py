@@ -18,13 +18,15 @@ from ..errors import (
     AmdinferError,
     CacheError,
     InputError,
+    ModelError,
     OptionError,
     StageError,
 )
 from ..model import ModelSource
 from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce, measure
 from ._base import QuantizationSpec, QuantizerBase
-from ._data import data_hash, input_specs, materialize, to_feeds
+from ._data import check_rows, data_hash, input_dims, input_specs, materialize, to_feeds
+from ._detector_head import DetectorHead, detector_head
 from ._fp16 import _check_nodes, _str_list
 from ._int8_checks import (
     check_scales,
@@ -78,7 +80,12 @@ class Int8Quantizer(QuantizerBase):
     per-channel int8 weights, uint8 activations, no range reduction, ``Softmax``/``Sigmoid`` in float. On a
     Transformer (``transformer=None`` detects one) only ``MatMul``/``Gemm`` are quantized and their outputs
     stay in float, and so do the nodes that read an attention-mask value (a float constant of magnitude
-    >= 1e4, e.g. ``-3.4e38``; see ``docs/quantization.md#transformers``).
+    >= 1e4, e.g. ``-3.4e38``; see ``docs/quantization.md#transformers``). On a YOLO v5/v8/v11 detector
+    (``detector_head=None`` finds its decode head, :func:`~amdinfer.quantize.detector_head`) the head stays in
+    float: the last convolution of each branch and the decode after it, whose final ``Concat`` puts box
+    coordinates (0 to the image size) next to class scores (0 to 1), so that one int8 scale would round every
+    score to 0 (see ``docs/quantization.md#int8-on-detectors``); what was kept is logged and in
+    ``describe().notes`` (:attr:`head`).
 
     The result is checked: the quantized and the float model run on (up to 16 of) the calibration samples and
     each float output must keep a mean cosine similarity of at least ``min_cosine`` with the float model's,
@@ -86,8 +93,14 @@ class Int8Quantizer(QuantizerBase):
     (the figures are in :attr:`agreement`).
 
     Args:
-        calibration: an iterable of samples: feed dicts, arrays (single-input models) or, with
-            ``preprocess``, images. A one-shot generator is read once and kept.
+        calibration: the samples, in one of two layouts. A list (any iterable; a one-shot generator is read
+            once and kept) of samples: feed dicts, arrays (single-input models; each one sample, or one batch
+            when it has the model's batch axis) or, with ``preprocess``, images. Or one tensor layout, axis
+            0 = samples (what ``amdinfer quantize --calibration data.npz`` reads too): an array
+            ``(samples, ...)``, a mapping ``{input: (samples, ...)}`` or an ``.npz`` path with one such array
+            per input; row ``i`` is sample ``i``, with or without the model's batch axis (an array whose
+            rank is neither the model's nor one more is an :class:`~amdinfer.errors.InputError` naming
+            ``calibration``, the shape received and the shapes expected).
         preprocess: callables applied in turn to each calibration sample (e.g. ``amdinfer.preprocess``
             stages); the last returns an array, a pipeline ``Sample`` (its ``.data``) or an object with
             ``.array``. A missing batch axis is added.
@@ -108,6 +121,9 @@ class Int8Quantizer(QuantizerBase):
         keep_last_n: keep the last ``n`` weighted layers and every node after the first of them (the head,
             e.g. a detection head) in float.
         max_samples: read at most this many calibration samples.
+        detector_head: ``None`` (default) keeps a YOLO decode head in float when the model has one;
+            ``True`` requires one (a model without is a :class:`~amdinfer.errors.ModelError`); ``False``
+            quantizes the head like the rest.
         progress: a progress bar (tqdm when installed, else INFO lines on the ``amdinfer.quantize``
             logger) while preprocessing and calibrating: ``None`` (default) only when stderr is a terminal,
             ``True``/``False`` always/never.
@@ -164,6 +180,7 @@ class Int8Quantizer(QuantizerBase):
         exclude_op_types: Sequence[str] = ("Softmax", "Sigmoid"),
         keep_last_n: int = 0,
         max_samples: int | None = None,
+        detector_head: bool | None = None,
         progress: bool | None = None,
         cache: Any = None,
         prepare: bool = True,
@@ -211,6 +228,9 @@ class Int8Quantizer(QuantizerBase):
         ):
             raise OptionError(f"max_samples: got {max_samples!r}, expected a positive int or None")
         self.max_samples = max_samples
+        self.detector_head = None if detector_head is None else flag("detector_head", detector_head)
+        #: The YOLO head kept in float on the last :meth:`quantize` (``None`` before it, or when there was none).
+        self.head: DetectorHead | None = None
         self.progress = check_progress(progress)
         self.prepare = flag("prepare", prepare)
         self.transformer = None if transformer is None else flag("transformer", transformer)
@@ -271,8 +291,10 @@ class Int8Quantizer(QuantizerBase):
         proto = ModelSource.from_any(model, check=False).proto
         key = repr(sorted((name, str(dtype), rank) for name, dtype, rank in input_specs(proto)))
         if key not in self._shared.feeds:
+            items = self.calibration_items()
+            check_rows(items, input_dims(proto), "calibration")
             self._shared.feeds[key] = to_feeds(
-                self.calibration_items(), proto, what="calibration", input_name=self.input_name, finite=True
+                items, proto, what="calibration", input_name=self.input_name, finite=True
             )
         return self._shared.feeds[key]
 
@@ -298,6 +320,7 @@ class Int8Quantizer(QuantizerBase):
             "exclude_nodes": list(self.exclude_nodes),
             "exclude_op_types": list(self.exclude_op_types),
             "keep_last_n": self.keep_last_n,
+            "detector_head": self.detector_head,
             "prepare": self.prepare,
             "transformer": self.transformer,
         }
@@ -351,11 +374,28 @@ class Int8Quantizer(QuantizerBase):
             return list(TRANSFORMER_OP_TYPES)
         return self.op_types
 
+    def _find_head(self, prepared: onnx.ModelProto) -> DetectorHead | None:
+        """The YOLO head to keep in float (``detector_head``), logged once per model."""
+        if self.detector_head is False:
+            return None
+        head = detector_head(prepared)
+        if head is None and self.detector_head:
+            raise ModelError(
+                f"detector_head=True: model {prepared.graph.name or '<ModelProto>'} has no YOLO decode head (an "
+                "output made by a Concat of box and score decode ops after the last convolutions); pass "
+                "detector_head=None or exclude_nodes= for the nodes to keep in float"
+            )
+        if head is not None and head != self.head:
+            log.info("int8: %s (%s ... %s)", head.summary(), head.float_nodes[0], head.float_nodes[-1])
+        return head
+
     def _excluded(self, prepared: onnx.ModelProto) -> list[str]:
         _check_nodes("exclude_nodes", self.exclude_nodes, prepared)
         out = list(self.exclude_nodes) + (mask_path_nodes(prepared) if self._transformer_on(prepared) else [])
         out += [n.name for n in prepared.graph.node if n.op_type in self.exclude_op_types]
         out += tail_nodes(prepared, self.keep_last_n)
+        self.head = self._find_head(prepared)
+        out += list(self.head.float_nodes) if self.head is not None else []
         return list(dict.fromkeys(out))
 
     def _calibration_cache_path(self, sha: str, feeds_hash: str, op_types: list[str] | None) -> Path:
@@ -482,8 +522,16 @@ class Int8Quantizer(QuantizerBase):
             weight_type=self.weight_type,
             format=self.format,
             op_types=None if self.op_types is None else tuple(self.op_types),
-            notes=() if self.agreement is None else (f"int8 accuracy check: {self.agreement.summary()}",),
+            notes=self._notes(),
         )
+
+    def _notes(self) -> tuple[str, ...]:
+        notes = []
+        if self.head is not None:
+            notes.append(f"int8: {self.head.summary()} (its one Concat mixes box coordinates and class scores)")
+        if self.agreement is not None:
+            notes.append(f"int8 accuracy check: {self.agreement.summary()}")
+        return tuple(notes)
 
     def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Int8Quantizer:
         clone = object.__new__(Int8Quantizer)

@@ -369,6 +369,7 @@ def embed(
     truncate: bool = False,
     batch_size: int = 32,
     output: str | None = None,
+    calibration: Iterable[str] | None = None,
     backend: str = "auto",
     precision: str = "fp32",
     **load_options: Any,
@@ -396,6 +397,10 @@ def embed(
         batch_size: the most texts in one engine call.
         output: the token-embedding output ``(batch, sequence, hidden)`` to pool; default the model's one
             float output of rank 3.
+        calibration: with ``precision="int8"``: texts that this embedder's own tokenizer and length buckets
+            turn into int8 calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its
+            defaults (a Transformer: only ``MatMul``/``Gemm`` quantized); pass ``quantizer=`` for other
+            settings (not both). Only with a model.
         backend, precision, **load_options: :func:`amdinfer.load`'s (``providers=``, ``threads=`` ...); only
             with a model.
 
@@ -427,6 +432,14 @@ def embed(
         max_length = _positive_int("max_length", max_length)
     tokenizer = load_tokenizer(tokenizer)  # cheap checks before the model loads
     pool = Pool(pooling, normalize=normalize)
+    if calibration is not None:
+        from ..quantize._data import check_calibration
+
+        check_calibration(calibration, {**load_options, "precision": precision}, items="texts")
+        model, quantizer = _calibrated(
+            model, tokenizer, calibration, (buckets, max_length, truncate), backend, load_options
+        )
+        load_options = {**load_options, "quantizer": quantizer}
     engine, owns = _engine(model, backend, precision, load_options)
     try:
         tokenize = _tokenize(engine, tokenizer, buckets, max_length, truncate)
@@ -437,6 +450,28 @@ def embed(
         raise
     pipe._owns_engine = owns
     return TextEmbedder(pipe)
+
+
+def _calibrated(
+    model: Any, tokenizer: Any, texts: Iterable[str], sizes: tuple[Any, ...], backend: str, options: dict[str, Any]
+) -> tuple[Any, Any]:
+    """``(model source, Int8Quantizer)``: ``texts`` tokenized and bucketed as the float embedder feeds them."""
+    from ..model import ModelSource
+    from ..quantize import Int8Quantizer
+
+    if isinstance(model, Engine):
+        raise OptionError("calibration: an Engine instance was given; pass the model to calibrate its int8 form")
+    source = ModelSource.from_any(model)
+    text_list = list(texts)
+    if not text_list or not all(isinstance(t, str) for t in text_list):
+        raise OptionError(f"calibration: got {len(text_list)} items, expected a non-empty list of texts (str)")
+    engine = _engine(source, backend, "fp32", options)[0]
+    try:
+        pipe = EmbedPipeline(engine=engine, tokenize=_tokenize(engine, tokenizer, *sizes), pool=Pool("mean"))
+        samples = [pipe.feeds(pipe._preprocess_one(i, t).data[None]) for i, t in enumerate(text_list)]
+    finally:
+        engine.close()
+    return source, Int8Quantizer(calibration=samples, progress=False)
 
 
 def _engine(model: Any, backend: str, precision: str, load_options: dict[str, Any]) -> tuple[Engine, bool]:

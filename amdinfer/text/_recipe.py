@@ -200,8 +200,11 @@ def _check_int8(load_options: dict[str, Any], calibration: Any, quantizers: dict
                 f"calibration: given with precision={load_options.get('precision', 'fp32')!r}, expected "
                 "precision='int8' (the pages calibrate the int8 models)"
             )
-        if isinstance(calibration, (str, bytes)) or not isinstance(calibration, Iterable):
-            raise OptionError(f"calibration: got {type(calibration).__name__}, expected an iterable of pages")
+        if isinstance(calibration, (str, bytes, np.ndarray)) or not isinstance(calibration, Iterable):
+            raise OptionError(
+                f"calibration: got {type(calibration).__name__}, expected a list of pages (arrays (H, W, 3) "
+                "uint8 or paths)"
+            )
     elif int8:
         needed = ["det_quantizer", "rec_quantizer"] + (["cls_quantizer"] if has_cls else [])
         missing = [k for k in needed if k not in given]
