@@ -146,9 +146,10 @@ class BisectStep:
         op_type: its operator (``domain::Op`` outside ai.onnx).
         outputs: output tensor -> its comparison (the outputs both sides returned).
         status: ``"ok"``, ``"diverges"`` (the first divergence: inputs within tolerance, an output not),
-            ``"inherited"`` (an output fails after the first divergence) or ``"not compared"`` (no output of
-            it has a counterpart on both sides, e.g. a Conv whose Relu the quantizer fused: it is judged with
-            the node that reads it).
+            ``"inherited"`` (an output fails after the first divergence), ``"amplifies"`` (over tolerance, but
+            the node alone, fed the expected side's inputs, agrees: it amplifies its inputs' small errors) or
+            ``"not compared"`` (no output of it has a counterpart on both sides, e.g. a Conv whose Relu the
+            quantizer fused: it is judged with the node that reads it).
 
     Example:
         >>> BisectStep(3, "conv2", "Conv", {}, "ok").status
@@ -220,7 +221,10 @@ class BisectReport:
 
     Attributes:
         steps: one :class:`BisectStep` per node of the float graph, in topological order.
-        culprit: the first diverging step, or ``None`` when every compared tensor agrees.
+        culprit: the first step whose outputs diverge while its inputs agree and that diverges alone too (run
+            by itself on the expected side's inputs); ``None`` when no step does.
+        first_divergence: the first step over tolerance with its inputs within it (the culprit, unless that
+            step only amplified its inputs' errors; then the culprit is a later one, or ``None``).
         group: names of the nodes the culprit stands for (it and the nodes before it whose outputs were not
             compared, e.g. a Conv fused with its Relu by the quantizer), in graph order.
         inputs: the culprit's inputs (the float graph's names) -> their comparison (``None``: a graph input both
@@ -249,11 +253,19 @@ class BisectReport:
     actual: str = "actual"
     expected: str = "expected"
     reproducer: Reproducer | None = None
+    first_divergence: BisectStep | None = None
+    local_checks: int = 0
+    local: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.first_divergence is None:
+            self.first_divergence = self.culprit
 
     @property
     def passed(self) -> bool:
         """Whether no compared tensor diverges (graph inputs included)."""
-        return self.culprit is None and all(r.passed for r in self.graph_inputs.values())
+        ok_inputs = all(r.passed for r in self.graph_inputs.values())
+        return self.culprit is None and self.first_divergence is None and ok_inputs
 
     @property
     def checked(self) -> list[BisectStep]:
@@ -264,7 +276,7 @@ class BisectReport:
     @property
     def diverged(self) -> list[BisectStep]:
         """Every step with an output outside tolerance (the culprit and those that inherit it)."""
-        return [s for s in self.steps if s.status in ("diverges", "inherited")]
+        return [s for s in self.steps if s.status in ("diverges", "inherited", "amplifies")]
 
     @property
     def verdict(self) -> str:
@@ -274,14 +286,24 @@ class BisectReport:
         if bad_inputs:
             return f"divergence enters at graph input(s) {bad_inputs}: the actual side changes them (quantization)"
         c = self.culprit
+        first = self.first_divergence
+        if c is None and first is not None:
+            return (
+                f"error accumulates from node {first.node!r} ({first.op_type}, #{first.index}) on: "
+                f"{len(self.diverged)} nodes over tolerance, none of the {self.local_checks} run alone on the "
+                "expected side's inputs diverges by itself"
+            )
         if c is None:
             return f"no divergence: all {compared} compared tensors within tolerance"
+        amplified = ""
+        if first is not None and first is not c:
+            amplified = f" (over tolerance from {first.node!r}, #{first.index}, on, amplified errors)"
         worst = max(c.outputs.values(), key=lambda r: (not r.passed, _finite(r.rms)))
         fused = f" (with {', '.join(repr(g) for g in self.group if g != c.node)})" if len(self.group) > 1 else ""
         return (
             f"first divergence at node {c.node!r} ({c.op_type}, #{c.index}){fused}: output {worst.name!r} "
             f"{'; '.join(worst.reasons)}; its {len(self.inputs)} input(s) within tolerance; "
-            f"{len(self.diverged) - 1} later node(s) inherit it"
+            f"{len(self.diverged) - 1} other node(s) over tolerance{amplified}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,6 +317,7 @@ class BisectReport:
             "precision": self.precision,
             "tolerance": {k: _jsonable(v) for k, v in self.tolerance.items()},
             "culprit": None if c is None else c.to_dict(),
+            "first_divergence": None if self.first_divergence is None else self.first_divergence.node,
             "group": list(self.group),
             "inputs": {k: None if r is None else r.to_dict() for k, r in self.inputs.items()},
             "graph_inputs": {k: r.to_dict() for k, r in self.graph_inputs.items()},
@@ -387,6 +410,8 @@ def bisect(
     axis: int | None = 1,
     out_dir: str | Path | None = None,
     check: bool = True,
+    local: bool = True,
+    local_checks: int = 256,
 ) -> BisectReport:
     """Find the first node whose output diverges beyond tolerance while all of its inputs are within it.
 
@@ -416,6 +441,10 @@ def bisect(
         axis: the channel axis (``None``: one scale per tensor).
         out_dir: write the reproducer there (created if missing; its parent must exist).
         check: run the reproducer on both sides again and record whether it diverges the same way.
+        local: confirm the first divergence by running its node alone on both sides, fed the expected side's
+            inputs; when it agrees there (it only amplifies its inputs' errors), go on to the next node over
+            tolerance, up to ``local_checks`` nodes. The culprit is the first that diverges alone.
+        local_checks: how many nodes ``local`` runs at most.
 
     Returns:
         A :class:`BisectReport`: ``culprit`` the first diverging step (or ``None``), ``inputs`` its inputs'
@@ -467,8 +496,9 @@ def bisect(
     report = walk.run()
     report.actual, report.expected = _describe(a), _describe(b)
     report.tolerance = {"atol": atol, "rtol": rtol, "rms_tol": rms_tol, "elementwise": elementwise, "axis": axis}
+    region = _search_local(report, walk, a, b, local_checks) if local and report.culprit is not None else None
     if out is not None and report.culprit is not None:
-        report.reproducer = _write_reproducer(out, report, walk, a, b, check=check)
+        report.reproducer = _write_reproducer(out, report, walk, a, b, check=check, region=region)
     return report
 
 
@@ -727,25 +757,29 @@ def _flags(spec: Mapping[str, Any], against: bool) -> list[str]:
     return [*flags, "--precision", spec["precision"]]
 
 
-def _write_reproducer(out: Path, report: BisectReport, walk: _Walk, a: Any, b: Any, *, check: bool) -> Reproducer:
-    from .._files import write_atomic
-    from ._golden import save_golden
+@dataclass
+class _Region:
+    """A node's reproducer in memory: the models per side, the inputs, both sides' outputs in the full run."""
 
-    culprit = report.culprit
-    assert culprit is not None
-    out.mkdir(exist_ok=True)
-    outputs = list(culprit.outputs)
-    ins = list(walk.region_inputs)
-    expected_in = {t: np.asarray(walk.values[t][1] if t in walk.values else walk.feeds[t]) for t in ins}
+    models: dict[str, onnx.ModelProto]
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, Any]
+    actual: dict[str, Any]
+    outputs: list[str]
+    same: bool
+
+
+def _region(walk: _Walk, a: Any, b: Any, step: BisectStep, region_inputs: list[str]) -> _Region:
+    """Extract ``step``'s node (and the nodes it stands for) from each side's graph, inputs as graph inputs."""
+    outputs = list(step.outputs)
+    expected_in = {t: np.asarray(walk.values[t][1] if t in walk.values else walk.feeds[t]) for t in region_inputs}
     exp_vals = {t: walk.values[t][1] for t in outputs}
     act_vals = {t: walk.values[t][0] for t in outputs}
     walk_is_b = walk.proto is walk.pb
     stop = (set(walk.reports) | set(walk.graph_inputs)) - set(outputs)
-    # the float side: the walk's own graph
     float_vals = {**{t: v[1 if walk_is_b else 0] for t, v in walk.values.items()}, **expected_in}
     float_model = _extract(walk.proto, outputs, stop, float_vals, expected_in, {})
     same = a.model.sha256 == b.model.sha256
-    files: dict[str, Path] = {}
     models: dict[str, onnx.ModelProto] = {}
     if same:
         models["model"] = float_model
@@ -764,37 +798,102 @@ def _write_reproducer(out: Path, report: BisectReport, walk: _Walk, a: Any, b: A
             )
         except InputError as exc:
             raise InputError(f"reproducer of the {'actual' if side == 'a' else 'expected'} side: {exc}") from None
-        extra = {i.name: expected_in.get(i.name, fed.get(i.name)) for i in other_model.graph.input}
-        for t, v in extra.items():
-            if t not in expected_in and v is not None:
-                expected_in[t] = np.asarray(v)
+        for i in other_model.graph.input:
+            v = expected_in.get(i.name, fed.get(i.name))
+            if i.name not in expected_in and v is not None:
+                expected_in[i.name] = np.asarray(v)
         _pad_inputs(float_model, expected_in)
         _pad_inputs(other_model, expected_in)
         fm, om = ("expected_model", "actual_model") if walk_is_b else ("actual_model", "expected_model")
         models[fm], models[om] = float_model, other_model
-    names = {"model": "model.onnx", "actual_model": "actual.onnx", "expected_model": "expected.onnx"}
-    for key, m in models.items():
-        files[key] = write_atomic(out / names[key], m.SerializeToString(), argument="out_dir")
-    files["inputs"] = write_atomic(out / "inputs.npz", lambda f: np.savez(f, **expected_in), argument="out_dir")  # type: ignore[arg-type]
-    files["expected"] = save_golden(
-        out / "expected.npz", expected_in, exp_vals, {"engine": report.expected}, what="out_dir"
+    return _Region(models, expected_in, exp_vals, act_vals, outputs, same)
+
+
+def _run_region(region: _Region, a: Any, b: Any, walk: _Walk) -> tuple[bool | None, dict[str, TensorReport], str]:
+    """Run the region on both sides (as each side ran the full model): (diverges?, comparisons, what it means)."""
+    import amdinfer
+
+    spec_a, spec_b = _load_spec(a, region.same), _load_spec(b, region.same)
+    ma = region.models["model"] if region.same else region.models["actual_model"]
+    mb = region.models["model"] if region.same else region.models["expected_model"]
+    try:
+        with amdinfer.load(ma, **spec_a) as ea, amdinfer.load(mb, **spec_b) as eb:
+            xa, xb = ea.run(dict(region.inputs)), eb.run(dict(region.inputs))
+    except Exception as exc:  # the check is best effort: the files are written either way
+        return None, {}, f"not run: {type(exc).__name__}: {exc}"
+    check = {t: judge(t, xa[t], xb[t], precision=walk.prec, **walk.tol) for t in region.outputs}
+    reproduced = not all(r.passed for r in check.values())
+    note = (
+        "the node alone, fed the expected side's inputs, diverges the same way: the fault is in the node"
+        if reproduced
+        else "the node alone agrees on exact inputs: the divergence comes from how it amplifies its inputs' "
+        "small (within tolerance) errors"
     )
-    files["actual"] = save_golden(out / "actual.npz", expected_in, act_vals, {"engine": report.actual}, what="out_dir")
-    spec_a, spec_b = _load_spec(a, same), _load_spec(b, same)
-    positional = [str(files["model"])] if same else [str(files["actual_model"]), str(files["expected_model"])]
-    cmd = [
-        "amdinfer",
-        "verify",
-        *positional,
-        "--inputs",
-        str(files["inputs"]),
-        *_flags(spec_a, False),
-        *_flags(spec_b, True),
-    ]
-    command = shlex.join(cmd)
+    return reproduced, check, note
+
+
+def _search_local(report: BisectReport, walk: _Walk, a: Any, b: Any, limit: int) -> _Region | None:
+    """From the first divergence on, the first diverging node that diverges alone on the expected side's inputs.
+
+    A node that does not (it amplifies its inputs' small errors) is marked ``"amplifies"`` and the search goes
+    on; the one found becomes the culprit (``first_divergence`` keeps the first node over tolerance).
+    """
+    first = report.culprit
+    assert first is not None
+    tried = 0
+    for step in report.steps[first.index :]:
+        if step.status not in ("diverges", "inherited"):
+            continue
+        if tried >= limit:
+            break
+        tried += 1
+        ins, group = walk.effective_inputs(step.index)
+        region = _region(walk, a, b, step, ins)
+        reproduced, check, note = _run_region(region, a, b, walk)
+        if reproduced is False:
+            step.status = "amplifies"
+            continue
+        step.status = "diverges"
+        report.culprit = step
+        report.group = [report.steps[i].node for i in group]
+        report.inputs = {t: walk.reports.get(t) for t in ins}
+        walk.region_inputs = ins
+        report.local = (reproduced, check, note)
+        return region
+    report.culprit = None  # every diverging node only amplifies its inputs' errors (or the limit was reached)
+    report.local_checks = tried
+    return None
+
+
+def _write_reproducer(
+    out: Path, report: BisectReport, walk: _Walk, a: Any, b: Any, *, check: bool, region: _Region | None = None
+) -> Reproducer:
+    from .._files import write_atomic
+    from ._golden import save_golden
+
+    culprit = report.culprit
+    assert culprit is not None
+    out.mkdir(exist_ok=True)
+    if region is None:
+        region = _region(walk, a, b, culprit, list(walk.region_inputs))
+    files: dict[str, Path] = {}
+    names = {"model": "model.onnx", "actual_model": "actual.onnx", "expected_model": "expected.onnx"}
+    for key, m in region.models.items():
+        files[key] = write_atomic(out / names[key], m.SerializeToString(), argument="out_dir")
+    arrays = dict(region.inputs)
+    files["inputs"] = write_atomic(out / "inputs.npz", lambda f: np.savez(f, **arrays), argument="out_dir")  # type: ignore[arg-type]
+    meta_e, meta_a = {"engine": report.expected}, {"engine": report.actual}
+    files["expected"] = save_golden(out / "expected.npz", region.inputs, region.expected, meta_e, what="out_dir")
+    files["actual"] = save_golden(out / "actual.npz", region.inputs, region.actual, meta_a, what="out_dir")
+    spec_a, spec_b = _load_spec(a, region.same), _load_spec(b, region.same)
+    positional = [str(files["model"])] if region.same else [str(files["actual_model"]), str(files["expected_model"])]
+    cmd = ["amdinfer", "verify", *positional, "--inputs", str(files["inputs"])]
+    command = shlex.join([*cmd, *_flags(spec_a, False), *_flags(spec_b, True)])
     repro = Reproducer(out, files, command, None)
-    if check:
-        _check_reproducer(repro, models, spec_a, spec_b, same, expected_in, walk, outputs)
+    if report.local is not None:
+        repro.reproduced, repro.check, repro.note = report.local
+    elif check:
+        repro.reproduced, repro.check, repro.note = _run_region(region, a, b, walk)
     files["report"] = write_atomic(
         out / "bisect.json",
         json.dumps(report.to_dict() | {"reproducer": repro.to_dict()}, indent=2).encode(),
@@ -802,29 +901,6 @@ def _write_reproducer(out: Path, report: BisectReport, walk: _Walk, a: Any, b: A
     )
     files["readme"] = write_atomic(out / "README.md", _readme(report, repro).encode(), argument="out_dir")
     return repro
-
-
-def _check_reproducer(
-    repro: Reproducer, models: dict, spec_a: dict, spec_b: dict, same: bool, feeds: dict, walk: _Walk, outputs: list
-) -> None:
-    import amdinfer
-
-    ma = models["model"] if same else models["actual_model"]
-    mb = models["model"] if same else models["expected_model"]
-    try:
-        with amdinfer.load(ma, **spec_a) as ea, amdinfer.load(mb, **spec_b) as eb:
-            xa, xb = ea.run(dict(feeds)), eb.run(dict(feeds))
-    except Exception as exc:  # the check is best effort: the files are written either way
-        repro.note = f"not run: {type(exc).__name__}: {exc}"
-        return
-    repro.check = {t: judge(t, xa[t], xb[t], precision=walk.prec, **walk.tol) for t in outputs}
-    repro.reproduced = not all(r.passed for r in repro.check.values())
-    repro.note = (
-        "the node alone, fed the expected side's inputs, diverges the same way: the fault is in the node"
-        if repro.reproduced
-        else "the node alone agrees on exact inputs: the divergence comes from how it amplifies its inputs' "
-        "small (within tolerance) errors"
-    )
 
 
 def _readme(report: BisectReport, repro: Reproducer) -> str:
