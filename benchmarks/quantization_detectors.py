@@ -162,7 +162,7 @@ def measure(
                 t8.append(_timed(int8, im)[1])
                 e32.append(_timed(fp32.engine.run, {feed: x})[1])
                 e8.append(_timed(int8.engine.run, {feed: x})[1])
-        p, r, f1, n = box_agreement([(d.boxes, d.classes) for d in r8], [(d.boxes, d.classes) for d in r32])
+        p, r, f1, _ = box_agreement([(d.boxes, d.classes) for d in r8], [(d.boxes, d.classes) for d in r32])
         notes = [x for x in int8.engine.info.notes if "head" in x]
         row = {
             "model": name,
@@ -191,8 +191,9 @@ def measure(
 
 
 def measure_ocr(args: argparse.Namespace) -> dict[str, Any] | None:
-    import amdinfer
     from _models import DATA, PAGES, models
+
+    import amdinfer
 
     m = models()
     if m is None:
