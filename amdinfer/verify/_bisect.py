@@ -295,6 +295,10 @@ class BisectReport:
             )
         if c is None:
             return f"no divergence: all {compared} compared tensors within tolerance"
+        if all(r is None or r.passed for r in self.inputs.values()):
+            inputs = f"its {len(self.inputs)} input(s) within tolerance"
+        else:
+            inputs = "it diverges alone too, fed the expected side's values of its inputs"
         amplified = ""
         if first is not None and first is not c:
             amplified = f" (over tolerance from {first.node!r}, #{first.index}, on, amplified errors)"
@@ -302,7 +306,7 @@ class BisectReport:
         fused = f" (with {', '.join(repr(g) for g in self.group if g != c.node)})" if len(self.group) > 1 else ""
         return (
             f"first divergence at node {c.node!r} ({c.op_type}, #{c.index}){fused}: output {worst.name!r} "
-            f"{'; '.join(worst.reasons)}; its {len(self.inputs)} input(s) within tolerance; "
+            f"{'; '.join(worst.reasons)}; {inputs}; "
             f"{len(self.diverged) - 1} other node(s) over tolerance{amplified}"
         )
 
