@@ -81,7 +81,7 @@ class Int8Quantizer(QuantizerBase):
     Transformer (``transformer=None`` detects one) only ``MatMul``/``Gemm`` are quantized and their outputs
     stay in float, and so do the nodes that read an attention-mask value (a float constant of magnitude
     >= 1e4, e.g. ``-3.4e38``; see ``docs/quantization.md#transformers``). On a YOLO v5/v8/v11 detector
-    (``detector_head=None`` finds its decode head, :func:`~amdinfer.quantize.detector_head`) the head stays in
+    (``detector_head=None`` finds its decode head, :func:`amdinfer.quantize._detector_head.detector_head`) the head stays in
     float: the last convolution of each branch and the decode after it, whose final ``Concat`` puts box
     coordinates (0 to the image size) next to class scores (0 to 1), so that one int8 scale would round every
     score to 0 (see ``docs/quantization.md#int8-on-detectors``); what was kept is logged and in
