@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from ..quantize._tasks import TASKS
 from ._common import (
     add_cache_args,
     add_normalization_args,
@@ -28,11 +29,15 @@ from ._common import (
 )
 from ._outputs import check_plot_path, check_writable, save_figure
 
+TASK_CHOICES = ("auto", *TASKS)
+
 NAME = "quantize"
 HELP = "write an fp16 or int8 (calibrated) model and its accuracy report against the float model"
 
 #: Below this many held-out samples the report's verdict rests on a few inputs: a warning says so.
 MIN_EVAL_SAMPLES = 50
+#: Exit codes: the report passed, failed (the model is written either way), or was not judged.
+EXIT_PASS, EXIT_FAIL, EXIT_NOT_JUDGED = 0, 1, 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="int8 without calibration: MatMul weights in int8, activations quantized at run time "
         "(DynamicInt8Quantizer; for Transformers on the CPU)",
     )
-    p.add_argument("--task", default="auto", choices=["auto", "classifier", "generic"], help="report metrics")
+    p.add_argument(
+        "--task",
+        default="auto",
+        choices=list(TASK_CHOICES),
+        help="the metric the verdict is judged in: detect (mAP50/F1 of the boxes), classify (top-1/top-5), "
+        "ocr (CER of a recogniser), embed (cosine, retrieval), generic (each output on its scale); auto: from "
+        "the model's task metadata or output layout",
+    )
     p.add_argument("--per-layer", action="store_true", help="per-layer errors in the report (implied by --plot)")
     p.add_argument("--plot", metavar="OUT.png", help="per-layer error along the graph (matplotlib)")
     p.add_argument(
@@ -134,6 +146,7 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
             keep_last_n=args.keep_last,
             progress=progress_enabled(args),
             cache=quantizer_cache(args),
+            low_accuracy="warn",  # the report below judges the model in its task's metric and sets the exit code
         )
     else:
         if args.cache_dir is not None:
@@ -149,7 +162,7 @@ def _data(args: argparse.Namespace, source: Any) -> tuple[list[Any], list[Any], 
     if args.dynamic:  # its accuracy check runs on the samples the report uses
         from ..quantize import DynamicInt8Quantizer
 
-        quantizer = DynamicInt8Quantizer(data=held_out)
+        quantizer = DynamicInt8Quantizer(data=held_out, low_accuracy="warn")
     return calib, held_out, data_note, quantizer
 
 
@@ -198,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
 
     write_atomic(out, lambda f: onnx.save_model(qmodel, f), argument="--out")
     note(args, f"evaluating on {len(held_out)} samples")
-    report = evaluate(qmodel, source.proto, held_out, task=args.task, per_layer=bool(args.per_layer or plot))
+    report = evaluate(
+        qmodel, source.proto, held_out, task=args.task, per_layer=bool(args.per_layer or plot), precision=args.precision
+    )
     if plot is not None:
         save_figure(report.plot(), plot, "--plot")
     size_in = source.path.stat().st_size if source.path else len(source.to_bytes())
@@ -211,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if plot is not None:
         lines.append(f"plot      {plot}")
-    lines.append("result    " + ("PASSED" if report.passed else "FAILED the tolerance (exit 1); the model was written"))
+    lines.append("result    " + _result_line(report))
     payload = {
         "model": source.name,
         "precision": args.precision,
@@ -224,8 +239,21 @@ def run(args: argparse.Namespace) -> int:
         "warnings": warnings,
         "settings": quantizer.settings() if callable(getattr(quantizer, "settings", None)) else {},
         "passed": report.passed,
+        "verdict": report.verdict,
         "report": report.to_dict(),
         "plot": str(plot) if plot else None,
     }
     emit(args, payload, "\n".join(lines))
-    return 0 if report.passed else 1
+    if report.passed:
+        return EXIT_PASS
+    return EXIT_FAIL if report.judged else EXIT_NOT_JUDGED
+
+
+def _result_line(report: Any) -> str:
+    """The last line: PASSED, FAILED or NOT JUDGED, with the exit code."""
+    if report.passed:
+        return "PASSED"
+    if report.judged:
+        return f"FAILED the {report.task} metric (exit {EXIT_FAIL}); the model was written"
+    reason = report.failures[0] if report.failures else "too little held-out data"
+    return f"NOT JUDGED: {reason} (exit {EXIT_NOT_JUDGED}); the model was written, give --eval with more data"

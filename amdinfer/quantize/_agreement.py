@@ -6,10 +6,16 @@ mean cosine of 0.67 to the float ones, 0.35 for the worst, no warning). After qu
 :class:`~amdinfer.quantize.Int8Quantizer` and :class:`~amdinfer.quantize.DynamicInt8Quantizer` run the float
 and the quantized model on a few of their samples (:data:`CHECK_SAMPLES` at most, spread over the data) on
 ONNX Runtime CPU and compare each float output row by row (one row per batch item, the item's values
-flattened): the cosine similarity of the two rows. An output whose mean cosine is below ``min_cosine`` fails
-the check: an :class:`AgreementError` (a :class:`~amdinfer.errors.ModelError`) naming the output, the figure
-and what to try, or with ``low_accuracy="warn"`` a WARNING on the ``amdinfer.quantize`` logger. The figures
-stay on the quantizer (``q.agreement``) and in ``q.describe().notes``.
+flattened): the cosine similarity of the two rows. An output whose channels have very different ranges (a
+YOLO head's box coordinates, 0-1024, next to its class scores, 0-1) is compared per channel group
+(:func:`~amdinfer.quantize.scale_groups`), so the coordinates cannot hide scores that rounded to zero. An
+output (or group) whose mean cosine is below ``min_cosine`` fails the check; so does a detector (a YOLO head,
+or Ultralytics' ``task: detect`` metadata) whose quantized form finds fewer than half the float model's boxes
+on those samples (the task metric's collapse rule, :class:`~amdinfer.quantize.DetectTask`; the full task
+verdict needs held-out data: :func:`~amdinfer.quantize.evaluate`). A failure is an :class:`AgreementError`
+(a :class:`~amdinfer.errors.ModelError`) naming the output, the figure and what to try, or with
+``low_accuracy="warn"`` a WARNING on the ``amdinfer.quantize`` logger. The figures stay on the quantizer
+(``q.agreement``) and in ``q.describe().notes``.
 
 Example:
     >>> import numpy as np
@@ -30,6 +36,7 @@ import numpy as np
 import onnx
 
 from ..errors import AgreementError, ModelError, OptionError
+from ._tasks import TaskVerdict, make_task, scale_groups, task_from_model
 
 __all__ = [
     "CHECK_SAMPLES",
@@ -93,10 +100,13 @@ class AgreementCheck:
     """What the accuracy guard measured: per float output, the cosine with the float model, and the verdict.
 
     Attributes:
-        outputs: per float output (integer outputs are not compared).
+        outputs: per float output, or per channel group ``name[ch a-b]`` of an output whose channels have very
+            different ranges (integer outputs are not compared).
         samples: samples run.
         threshold: the bound on each output's mean cosine.
         failed: names of the outputs below it.
+        task: a detector's task judgement on the samples (``None`` for other models); a collapse (far fewer
+            boxes than the float model) fails the check.
 
     Example:
         >>> c = AgreementCheck({"emb": OutputAgreement("emb", 0.5, 0.2, 4)}, 1, 0.98, ("emb",))
@@ -108,21 +118,30 @@ class AgreementCheck:
     samples: int
     threshold: float
     failed: tuple[str, ...] = field(default_factory=tuple)
+    task: TaskVerdict | None = None
+
+    @property
+    def collapsed(self) -> bool:
+        """The quantized detector found far fewer boxes than the float model."""
+        return self.task is not None and self.task.collapsed
 
     @property
     def passed(self) -> bool:
-        """No output below the threshold."""
-        return not self.failed
+        """No output below the threshold, and no collapse of the answers."""
+        return not self.failed and not self.collapsed
 
     def summary(self) -> str:
-        """One line: the failing outputs' figures, else every output's."""
-        shown = self.failed or tuple(self.outputs)
+        """One line: the failing outputs' figures, else every output's (and the detector's boxes)."""
+        shown = self.failed or (() if self.collapsed else tuple(self.outputs))
         sign = "<" if self.failed else ">="
         parts = [
             f"output {n!r} mean cosine {self.outputs[n].mean_cosine:.4f} "
             f"(worst row {self.outputs[n].min_cosine:.4f}) {sign} {self.threshold:g}"
             for n in shown
         ]
+        if self.task is not None:
+            f, q = self.task.answers
+            parts.append(f"{self.task.reasons[0]}" if self.collapsed else f"{q} boxes against the float model's {f}")
         return "; ".join(parts) if parts else "no float output to compare"
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +151,7 @@ class AgreementCheck:
             "samples": self.samples,
             "threshold": self.threshold,
             "passed": self.passed,
+            "task": None if self.task is None else self.task.to_dict(),
         }
 
 
@@ -187,7 +207,23 @@ def measure(
         for name, cos in _float_cosines(q_out, r_out).items()
     }
     failed = tuple(n for n, a in found.items() if not a.mean_cosine >= threshold)
-    return AgreementCheck(found, len(chosen), threshold, failed)
+    return AgreementCheck(found, len(chosen), threshold, failed, _detector_check(reference, q_out, r_out, chosen))
+
+
+def _detector_check(
+    reference: onnx.ModelProto,
+    q_out: Sequence[Mapping[str, np.ndarray]],
+    r_out: Sequence[Mapping[str, np.ndarray]],
+    feeds: Sequence[Mapping[str, np.ndarray]],
+) -> TaskVerdict | None:
+    """A detector's boxes on the check's samples (its collapse fails the check), else ``None``."""
+    if task_from_model(reference, r_out, feeds)[0] != "detect":
+        return None
+    task = make_task("detect")
+    try:
+        return task.judge(task.answers(q_out), task.answers(r_out), precision="int8")
+    except (OptionError, ValueError):  # detect metadata on outputs that are no YOLO layout: cosines only
+        return None
 
 
 def enforce(check: AgreementCheck, *, what: str, model: str, low_accuracy: str, hints: str) -> None:
@@ -206,7 +242,7 @@ def enforce(check: AgreementCheck, *, what: str, model: str, low_accuracy: str, 
 
 
 def cosine_error(quantized: Sequence[Mapping[str, np.ndarray]], reference: Sequence[Mapping[str, np.ndarray]]) -> float:
-    """``1 -`` the lowest mean row cosine over the float outputs (``AutoMixedPrecision(metric="cosine")``).
+    """``1 -`` the lowest mean row cosine over the float outputs and their channel groups.
 
     Example:
         >>> r = [{"e": np.array([[1.0, 0.0]])}]; q = [{"e": np.array([[1.0, 1.0]])}]
@@ -219,9 +255,20 @@ def cosine_error(quantized: Sequence[Mapping[str, np.ndarray]], reference: Seque
 def _float_cosines(
     quantized: Sequence[Mapping[str, np.ndarray]], reference: Sequence[Mapping[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
-    """Each float output's row cosines (:func:`row_cosines`) over all samples; integer outputs are skipped."""
-    return {
-        name: np.concatenate([row_cosines(q[name], r[name]) for q, r in zip(quantized, reference)])
-        for name in reference[0]
-        if np.asarray(reference[0][name]).dtype.kind == "f"
-    }
+    """Each float output's row cosines (:func:`row_cosines`) over all samples, per channel group
+    (``name[ch a-b]``) where the output's channels have very different ranges; integer outputs are skipped.
+    The groups come from the first sample's float output (a sample of another channel count is one row)."""
+    found: dict[str, list[np.ndarray]] = {}
+    for name in reference[0]:
+        first = np.asarray(reference[0][name])
+        if first.dtype.kind != "f":
+            continue
+        groups = scale_groups(first)
+        for q, r in zip(quantized, reference):
+            a, b = np.asarray(q[name]), np.asarray(r[name])
+            fits = all(not label or (b.ndim > axis and b.shape[axis] == first.shape[axis]) for label, axis, _ in groups)
+            for label, axis, idx in groups if fits else [("", 0, np.arange(0))]:
+                key = f"{name}[{label}]" if label else name
+                views = (a, b) if not label else (np.take(a, idx, axis=axis), np.take(b, idx, axis=axis))
+                found.setdefault(key, []).append(row_cosines(*views))
+    return {k: np.concatenate(v) for k, v in found.items()}

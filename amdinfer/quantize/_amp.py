@@ -35,22 +35,33 @@ import onnx
 from .._progress import check_progress
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
-from ..verify import rms_error, topk_agreement
-from ._agreement import cosine_error
 from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, materialize, to_feeds
 from ._evaluate import _is_engine, _load_cpu, _run_all
-from ._metrics import _classifier_scores, _collect_boxes, _concat, box_agreement
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
+from ._tasks import METRICS, TaskMetric, make_task, task_from_model
 
 __all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
 
 log = logging.getLogger("amdinfer.quantize")
 
 Outputs = Sequence[Mapping[str, np.ndarray]]
-Metric = str | Callable[[Outputs, Outputs], float]
+Metric = str | TaskMetric | Callable[[Outputs, Outputs], float]
 
-METRICS = ("rms", "top1", "box_f1", "cosine")
+#: The task whose metric a name means when ``task="auto"`` (``cosine`` and ``rms``: every output, on its scale).
+METRIC_TASKS = {
+    "map50": "detect",
+    "f1": "detect",
+    "precision": "detect",
+    "recall": "detect",
+    "top1": "classify",
+    "top5": "classify",
+    "cer": "ocr",
+    "lines": "ocr",
+    "retrieval_top1": "embed",
+    "cosine": "generic",
+    "rms": "generic",
+}
 MODES = ("only", "keep")
 
 
@@ -143,32 +154,44 @@ class MixedPrecisionResult:
         return "\n".join(lines)
 
 
-def _metric_fn(metric: Metric, boxes: Any, iou: float) -> tuple[str, Callable[[Outputs, Outputs], float]]:
+class _TaskError:
+    """``error(quantized_outputs, reference_outputs)`` of one task metric: ``1 - value`` for metrics where higher
+    is better (``map50``, ``f1``, ``top1``, ``cosine``...), ``value`` for ``cer`` and ``rms``. The reference's
+    answers are decoded once."""
+
+    def __init__(self, task: TaskMetric, metric: str) -> None:
+        if metric not in task.metrics:
+            raise OptionError(f"metric: got {metric!r}, which task {task.name!r} has not; it has {list(task.metrics)}")
+        self.task, self.metric = task, metric
+        self.__name__ = f"1 - {metric}" if METRICS[metric] == ">=" else metric
+        self._ref: tuple[int, list[Any]] | None = None
+
+    def __call__(self, q: Outputs, r: Outputs) -> float:
+        if self._ref is None or self._ref[0] != id(r):
+            self._ref = (id(r), self.task.answers(r))
+        value = self.task.compute(self.task.answers(q), self._ref[1]).get(self.metric)
+        if value is None:
+            raise OptionError(f"metric {self.metric!r}: task {self.task.name!r} cannot compute it on this data")
+        return 1.0 - value if METRICS[self.metric] == ">=" else float(value)
+
+
+def _metric_fn(
+    metric: Metric, task: str | TaskMetric, boxes: Any, iou: float
+) -> tuple[str, Callable[[Outputs, Outputs], float] | None]:
+    """The metric's label and error function (``None``: decided on the model, for ``task="auto"``)."""
+    if isinstance(metric, TaskMetric):
+        return f"1 - {metric.metrics[0]}", _TaskError(metric, metric.metrics[0])
     if callable(metric):
         return getattr(metric, "__name__", "custom"), metric
-    if metric == "rms":
-
-        def rms(q: Outputs, r: Outputs) -> float:
-            return max(rms_error(_concat(q, n), _concat(r, n)) for n in r[0])
-
-        return "rms", rms
-    if metric == "top1":
-
-        def top1(q: Outputs, r: Outputs) -> float:
-            return 1.0 - topk_agreement(_classifier_scores(q), _classifier_scores(r), k=1)
-
-        return "1 - top1 agreement", top1
-    if metric == "box_f1":
-        if boxes is None:
-            raise OptionError("metric='box_f1': give boxes=, a callable turning one batch's outputs into box sets")
-
-        def box_f1(q: Outputs, r: Outputs) -> float:
-            return 1.0 - box_agreement(_collect_boxes(q, boxes), _collect_boxes(r, boxes), iou=iou)[2]
-
-        return "1 - box F1", box_f1
-    if metric == "cosine":
-        return "1 - mean cosine", cosine_error
-    raise OptionError(f"metric: got {metric!r}, expected one of {list(METRICS)} or a callable(quantized, reference)")
+    if metric not in METRICS:
+        raise OptionError(f"metric: got {metric!r}, expected one of {list(METRICS)}, a TaskMetric or a callable")
+    name = task if isinstance(task, TaskMetric) else (METRIC_TASKS[metric] if task == "auto" else task)
+    if isinstance(name, str) and name == "detect":
+        if boxes is None and task != "detect":
+            return f"1 - {metric}", None  # YOLO outputs decode themselves; checked on the model by search()
+        return f"1 - {metric}", _TaskError(make_task("detect", boxes=boxes, iou=iou), metric)
+    fn = _TaskError(make_task(name), metric)
+    return fn.__name__, fn
 
 
 def layer_groups(proto: onnx.ModelProto) -> dict[str, list[str]]:
@@ -207,12 +230,18 @@ class AutoMixedPrecision(QuantizerBase):
     Args:
         quantizer: the quantizer to apply (its own block lists and exclusions stay in force).
         data: evaluation samples (feed dicts or arrays), distinct from int8 calibration data.
-        tolerance: the bound on the metric's error (``error <= tolerance``).
-        metric: ``"rms"`` (largest MIGraphX RMS error over outputs), ``"top1"`` (1 - top-1 agreement),
-            ``"box_f1"`` (1 - box-set F1; needs ``boxes``), ``"cosine"`` (1 - the lowest mean cosine
-            similarity of a float output, e.g. sentence embeddings), or ``callable(quantized_outs, reference_outs)``
-            over lists of output dicts, lower is better.
-        boxes: box decoder for ``metric="box_f1"`` (see :func:`~amdinfer.quantize.evaluate`).
+        tolerance: the bound on the metric's error (``error <= tolerance``); the error of a metric where higher
+            is better is ``1 - value`` (``metric="map50", tolerance=0.02`` means ``map50 >= 0.98``), of ``cer``
+            and ``rms`` the value.
+        metric: a task metric's name (:data:`~amdinfer.quantize.METRICS`): ``"rms"`` (largest RMS error over
+            the outputs and their channel groups, each on its own scale), ``"cosine"`` (lowest mean cosine of
+            one), ``"top1"``/``"top5"`` (classify), ``"map50"``/``"f1"`` (detect: YOLO outputs are decoded, or
+            give ``boxes``), ``"cer"`` (ocr), ``"retrieval_top1"`` (embed); a
+            :class:`~amdinfer.quantize.TaskMetric` (its first metric); or ``callable(quantized_outs,
+            reference_outs)`` over lists of output dicts, lower is better.
+        task: the task whose metric ``metric`` names (``"auto"``: the metric's own task, ``cosine`` and ``rms``
+            over every output); e.g. ``task="embed", metric="cosine"`` for the embedding's cosine.
+        boxes: box decoder for the detect metrics (see :func:`~amdinfer.quantize.evaluate`).
         reference: an engine giving the reference outputs (e.g. ``backend="reference", precision="fp64"``);
             default the float model on ONNX Runtime CPU.
         mode: ``"only"`` (quantize one layer at a time) or ``"keep"`` (keep one layer at a time in float).
@@ -246,6 +275,7 @@ class AutoMixedPrecision(QuantizerBase):
         *,
         tolerance: float,
         metric: Metric = "rms",
+        task: str | TaskMetric = "auto",
         boxes: Callable[[dict[str, np.ndarray]], Any] | None = None,
         reference: Any = None,
         mode: str = "only",
@@ -277,7 +307,8 @@ class AutoMixedPrecision(QuantizerBase):
             raise OptionError(f"prune: got {prune!r}, expected True or False")
         self.quantizer = quantizer
         self.tolerance = float(tolerance)
-        self.metric_name, self._metric = _metric_fn(metric, boxes, iou)
+        self.metric_name, self._metric = _metric_fn(metric, task, boxes, iou)
+        self._metric_spec = (metric, iou)
         self.mode = mode
         self.candidates = candidates if candidates in (None, "all") else list(candidates)  # type: ignore[arg-type]
         self.prune = prune
@@ -316,6 +347,8 @@ class AutoMixedPrecision(QuantizerBase):
             outs = _run_all(engine, feeds)
         finally:
             engine.close()
+        if self._metric is None:
+            raise OptionError("AutoMixedPrecision: the metric is chosen by search(); call search(model) first")
         err = float(self._metric(outs, ref))
         return (err if math.isfinite(err) else math.inf), proto
 
@@ -337,6 +370,14 @@ class AutoMixedPrecision(QuantizerBase):
             self._items = materialize(self._data, what="data", progress=False)
         feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name, finite=True)
         ref = self._reference_outputs(src, feeds)
+        if self._metric is None:  # a detect metric without boxes=: the model's outputs must be a YOLO head
+            name, reason = task_from_model(src.proto, ref, feeds)
+            if name != "detect":
+                raise OptionError(
+                    f"metric={self._metric_spec[0]!r}: the model is not a detector whose outputs decode as YOLO "
+                    f"({reason}); give boxes=, a callable turning one batch's outputs into box sets"
+                )
+            self._metric = _TaskError(make_task("detect", iou=self._metric_spec[1]), str(self._metric_spec[0]))
         op_of = {n.name: n.op_type for n in prepared.graph.node}
         trials = _Trials(self, base, self._candidate_groups(prepared, base, op_of), prepared, feeds, ref)
         cands = [k for k, v in trials.groups.items() if v]

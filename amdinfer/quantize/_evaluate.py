@@ -11,12 +11,14 @@ import onnx
 from ..errors import OptionError
 from ._base import Quantizer
 from ._data import materialize, to_feeds
-from ._metrics import _detect_task, _layer_errors, _output_errors, _task_metrics, _verdict
-from ._report import AccuracyTolerance, QuantizationReport
+from ._metrics import _layer_errors, _output_errors
+from ._report import AccuracyTolerance, OutputError, QuantizationReport
+from ._tasks import FAIL, NOT_JUDGED, PASS, TASKS, Bound, TaskMetric, TaskVerdict, make_task, task_from_model
 
 __all__ = ["evaluate"]
 
-TASKS = ("auto", "classifier", "detector", "generic")
+#: ``task=`` names: the tasks and ``"auto"`` (chosen from the model).
+TASK_CHOICES = ("auto", *TASKS)
 
 
 def _is_engine(x: Any) -> bool:
@@ -62,7 +64,7 @@ def evaluate(
     reference: Any,
     data: Iterable[Any],
     *,
-    task: str = "auto",
+    task: str | TaskMetric = "auto",
     boxes: Callable[[dict[str, np.ndarray]], Any] | None = None,
     tolerance: AccuracyTolerance | None = None,
     per_layer: bool = False,
@@ -71,18 +73,26 @@ def evaluate(
     input_name: str | None = None,
     max_samples: int | None = None,
 ) -> QuantizationReport:
-    """Run the quantized model and its float reference on held-out data and judge the difference.
+    """Run the quantized model and its float reference on held-out data and judge the difference in the
+    task's own metric, the float model's answers being the truth.
 
     Args:
         quantized: an :class:`~amdinfer.Engine`, a quantized model (path, bytes, ``ModelProto``; run on
             ONNX Runtime CPU), or a :class:`~amdinfer.quantize.Quantizer`, applied to ``reference``.
         reference: the float model or an engine running it (e.g. ``backend="reference", precision="fp64"``).
         data: held-out samples: feed dicts or arrays (one batch each). Do not reuse calibration data.
-        task: ``"classifier"`` (top-1/top-5 agreement), ``"detector"`` (box-set agreement; needs ``boxes``),
-            ``"generic"`` (output errors only) or ``"auto"`` (detector with ``boxes``, classifier for one
-            2-D float output, else generic).
+        task: ``"detect"`` (boxes matched by class and IoU: ``map50``, ``f1``, precision, recall; raw YOLO
+            outputs are decoded and suppressed, or give ``boxes``), ``"classify"`` (``top1``, ``top5``),
+            ``"ocr"`` (``cer``, ``lines`` of a recogniser's CTC output), ``"embed"`` (``cosine``,
+            ``retrieval_top1``), ``"generic"`` (each output, or each channel group of an output whose
+            channels have very different ranges, on its own scale: ``cosine``, ``rms``), a
+            :class:`~amdinfer.quantize.TaskMetric`, or ``"auto"``: detect with ``boxes``, else from the model
+            (:func:`~amdinfer.quantize.task_from_model`: Ultralytics' ``task`` metadata, a YOLO output layout,
+            one 2-D float output -> classify, else generic).
         boxes: for detectors, ``boxes(outputs) -> [box set per image]`` decoding the outputs of one batch
-            (e.g. decode + NMS); a box set is ``(K, 4)`` xyxy, ``(K, 6+)`` xyxy/score/class, or ``(boxes, classes)``.
+            (e.g. decode + NMS); a box set is ``(K, 4)`` xyxy, ``(K, 6+)`` xyxy/score/class, ``(boxes, classes)``,
+            ``(boxes, scores, classes)`` or a :class:`~amdinfer.results.Detections`. Boxes without scores get
+            no ``map50``.
         tolerance: the bounds (default :meth:`AccuracyTolerance.default` for the precision and task).
         per_layer: also compare every intermediate tensor on the first sample (``outputs="all"``).
         precision: the quantized precision for the report (default: the quantizer's or engine's).
@@ -91,10 +101,14 @@ def evaluate(
         max_samples: evaluate at most this many samples.
 
     Returns:
-        A :class:`QuantizationReport`.
+        A :class:`QuantizationReport` whose ``verdict`` is ``"PASS"`` only when the task metric meets its
+        bounds; ``"FAIL"`` when it does not, when the quantized model gives far fewer answers (boxes, lines)
+        than the float model, or when it gives NaN/Inf where the float model does not; ``"NOT JUDGED"`` when
+        the held-out data is too small for a verdict (e.g. fewer than 8 images or 20 float boxes).
 
     Raises:
-        OptionError: an unknown task, a detector without ``boxes``, or per-layer on an engine without it.
+        OptionError: an unknown task, a detector without ``boxes`` whose output is no YOLO layout, a
+            tolerance field the task has no metric for, or per-layer on an engine without it.
         InputError: the data does not fit the model or holds NaN or inf (the message names the sample's index
             and the input), or the outputs differ in shape.
 
@@ -106,8 +120,8 @@ def evaluate(
         >>> held_out = [random_inputs(model, batch=4, seed=s) for s in range(10, 12)]
         >>> q = Int8Quantizer(calibration=calib, progress=False, cache=False)
         >>> report = evaluate(q, model, held_out, task="generic")
-        >>> report.precision, report.outputs["logits"].rms < 0.1
-        ('int8', True)
+        >>> report.precision, report.verdict, report.outputs["logits"].rms < 0.1
+        ('int8', 'PASS', True)
     """
     _check_options(task, boxes, iou, tolerance)
     opened: list[Any] = []
@@ -122,36 +136,87 @@ def evaluate(
         precision = precision or q_precision
         r_out = _run_all(r_engine, feeds)
         q_out = _run_all(q_engine, feeds)
-        chosen = _detect_task(r_out, boxes) if task == "auto" else task
+        metric, reason = _choose_task(task, boxes, iou, r_engine.model.proto, r_out, feeds)
+        tol = tolerance or AccuracyTolerance.default(precision, metric.name)
         outputs = _output_errors(q_out, r_out)
-        metrics = _task_metrics(chosen, q_out, r_out, boxes, iou)
-        tol = tolerance or AccuracyTolerance.default(precision, chosen)
-        failures = _verdict(metrics, outputs, tol)
+        judgement = metric.judge(
+            metric.answers(q_out), metric.answers(r_out), _task_bounds(tol, metric), precision=precision
+        )
+        verdict, failures = _verdict(judgement, outputs, tol)
         layers = _layer_errors(q_engine, r_engine, feeds[0]) if per_layer else None
         return QuantizationReport(
             precision=precision,
-            task=chosen,
+            task=metric.name,
             samples=len(feeds),
             outputs=outputs,
+            judgement=judgement,
             tolerance=tol,
-            passed=not failures,
+            verdict=verdict,
             failures=failures,
+            task_reason=reason,
             layers=layers,
-            **metrics,
         )
     finally:
         for e in opened:
             e.close()
 
 
-def _check_options(task: str, boxes: Any, iou: Any, tolerance: Any) -> None:
+def _choose_task(
+    task: str | TaskMetric,
+    boxes: Any,
+    iou: float,
+    proto: onnx.ModelProto,
+    outputs: list[dict[str, np.ndarray]],
+    feeds: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[TaskMetric, str]:
+    """The task metric and why it was chosen."""
+    if isinstance(task, TaskMetric):
+        return task, "given"
+    if task == "auto":
+        name, reason = ("detect", "boxes= given") if boxes is not None else task_from_model(proto, outputs, feeds)
+    else:
+        name, reason = task, "named"
+    if name == "detect":
+        return make_task("detect", boxes=boxes, iou=iou), reason
+    return make_task(name), reason
+
+
+def _task_bounds(tol: AccuracyTolerance, metric: TaskMetric) -> list[Bound]:
+    """The tolerance's bounds on the task's metrics; ``rms`` is an output bound of any task."""
+    bounds = tol.bounds()
+    foreign = [str(b) for b in bounds if b.metric not in metric.metrics and b.metric != "rms"]
+    if foreign:
+        raise OptionError(
+            f"tolerance: {foreign} are not metrics of task {metric.name!r}, which has {list(metric.metrics)}"
+        )
+    return [b for b in bounds if b.metric in metric.metrics]
+
+
+def _verdict(
+    judgement: TaskVerdict, outputs: Mapping[str, OutputError], tol: AccuracyTolerance
+) -> tuple[str, list[str]]:
+    """The report's verdict: the task's, made a FAIL by NaN/Inf outputs or an ``rms`` bound of a named task."""
+    failures = list(judgement.reasons) if judgement.verdict == FAIL else []
+    for label, e in outputs.items():
+        if e.nonfinite:
+            failures.append(f"output {label!r}: {e.nonfinite} NaN/Inf values where the float model is finite")
+        if tol.rms is not None and judgement.task != "generic" and not e.rms <= tol.rms:
+            failures.append(f"output {label!r}: rms {e.rms:.3g} > {tol.rms:.3g}")
+    if failures:
+        return FAIL, failures
+    if judgement.verdict == NOT_JUDGED:
+        return NOT_JUDGED, list(judgement.reasons)
+    return PASS, []
+
+
+def _check_options(task: Any, boxes: Any, iou: Any, tolerance: Any) -> None:
     """``evaluate``'s option checks, before anything is loaded."""
-    if task not in TASKS:
-        raise OptionError(f"task: got {task!r}, expected one of {list(TASKS)}")
-    if task == "detector" and boxes is None:
-        raise OptionError("task='detector': give boxes=, a callable turning one batch's outputs into box sets")
+    if not isinstance(task, TaskMetric) and task not in TASK_CHOICES:
+        raise OptionError(f"task: got {task!r}, expected one of {list(TASK_CHOICES)} or a TaskMetric")
     if boxes is not None and not callable(boxes):
         raise OptionError(f"boxes: got {boxes!r}, expected a callable")
+    if boxes is not None and task not in ("auto", "detect"):
+        raise OptionError(f"boxes: given with task={task!r}; boxes= decodes a detector's outputs (task='detect')")
     if not (isinstance(iou, (int, float)) and 0.0 < iou <= 1.0):
         raise OptionError(f"iou: got {iou!r}, expected a float in (0, 1]")
     if tolerance is not None and not isinstance(tolerance, AccuracyTolerance):

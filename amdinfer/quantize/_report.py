@@ -3,77 +3,93 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
+from ._tasks import METRICS, NOT_JUDGED, PASS, Bound, TaskVerdict
 
 __all__ = ["AccuracyTolerance", "LayerError", "OutputError", "QuantizationReport"]
 
 
 @dataclass(frozen=True)
 class AccuracyTolerance:
-    """The verdict's bounds. ``None`` skips a check.
+    """The verdict's bounds, one field per metric (:data:`~amdinfer.quantize.METRICS`). ``None`` skips a bound.
+
+    The fields of the chosen task's metrics bound its verdict (``map50``, ``f1``, ``precision``, ``recall``:
+    detect; ``top1``, ``top5``: classify; ``cer``, ``lines``: ocr; ``cosine``, ``retrieval_top1``: embed;
+    ``cosine``, ``rms``: generic). ``rms`` also bounds each output's error (on its own scale) for any task; a
+    field the task has no metric for is an error.
 
     Agreement with the float model bounds the accuracy change: if the quantized model's top-1 agrees with
     the float model's on a fraction ``g`` of the samples, its accuracy differs from the float model's by at
     most ``1 - g`` on any labelled set drawn like them. So ``top1=0.97`` means "within 3 points".
 
-    Attributes:
-        top1: minimum top-1 agreement with the float model (classifiers).
-        top5: minimum top-5 overlap (classifiers with at least 5 classes).
-        box_f1: minimum F1 of the quantized box set against the float model's (detectors).
-        rms: maximum MIGraphX RMS error (:func:`amdinfer.verify.rms_error`) of each output.
-
     Example:
-        >>> AccuracyTolerance.default("int8", "classifier")
-        AccuracyTolerance(top1=0.97, top5=None, box_f1=None, rms=None)
+        >>> AccuracyTolerance.default("int8", "classify")
+        AccuracyTolerance(top1=0.97)
+        >>> [str(b) for b in AccuracyTolerance.default("fp16", "detect").bounds()]
+        ['map50>=0.995', 'f1>=0.995']
     """
 
+    map50: float | None = None
+    f1: float | None = None
+    precision: float | None = None
+    recall: float | None = None
     top1: float | None = None
     top5: float | None = None
-    box_f1: float | None = None
+    cer: float | None = None
+    lines: float | None = None
+    cosine: float | None = None
+    retrieval_top1: float | None = None
     rms: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("top1", "top5", "box_f1"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
-                raise OptionError(f"tolerance.{name}: got {v!r}, expected a fraction in [0, 1] or None")
-        if self.rms is not None and not (isinstance(self.rms, (int, float)) and self.rms >= 0):
-            raise OptionError(f"tolerance.rms: got {self.rms!r}, expected a float >= 0 or None")
+        for b in self._fields():
+            if b[1] is not None:
+                name, v = b
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                    raise OptionError(f"tolerance.{name}: got {v!r}, expected a number >= 0 or None")
+                if METRICS[name] == ">=" and v > 1:
+                    raise OptionError(f"tolerance.{name}: got {v!r}, expected a fraction in [0, 1] or None")
+
+    def _fields(self) -> list[tuple[str, float | None]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
     @classmethod
-    def default(cls, precision: str, task: str) -> AccuracyTolerance:
-        """The issue's targets: int8 within 3 points, fp16 within 0.5 point of the float model.
+    def default(cls, precision: str | None, task: str) -> AccuracyTolerance:
+        """The task's default bounds (:data:`amdinfer.quantize._tasks.DEFAULT_BOUNDS`): int8 within 3 points of
+        the float model (detectors: F1 and mAP50 >= 0.95, the issue's target), fp16 within 0.5 point."""
+        from ._tasks import make_task
 
-        Without a task metric (``task="generic"``) the bound is :data:`amdinfer.verify.DEFAULT_TOLERANCES`'
-        RMS for the precision.
-        """
-        from ..verify import default_tolerance
+        return cls(**{b.metric: b.value for b in make_task(task).default_bounds(precision)})
 
-        agree = 0.995 if precision in ("fp16", "bf16") else 0.97
-        if task == "classifier":
-            return cls(top1=agree)
-        if task == "detector":
-            return cls(box_f1=agree)
-        return cls(rms=default_tolerance(precision if precision != "fp32" else "fp16").rms)
+    def bounds(self) -> list[Bound]:
+        """The bounds given (fields not ``None``)."""
+        return [Bound(name, METRICS[name], float(v)) for name, v in self._fields() if v is not None]
 
     def to_dict(self) -> dict[str, float | None]:
         """A plain dict."""
         return asdict(self)
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={v!r}" for name, v in self._fields() if v is not None)
+        return f"AccuracyTolerance({shown})"
+
 
 @dataclass(frozen=True)
 class OutputError:
-    """Error of one model output over all samples.
+    """Error of one model output (or one channel group of it) over all samples, on its own scale.
 
     Attributes:
         name: the output's name.
-        rms: MIGraphX's scale-free RMS error (:func:`amdinfer.verify.rms_error`).
+        rms: MIGraphX's scale-free RMS error (:func:`amdinfer.verify.rms_error`), of the group's channels only.
         max_abs: largest absolute difference.
         nonfinite: NaN/Inf values in the quantized output where the reference is finite.
+        cosine: mean cosine similarity of each item's values (``None`` for integer outputs).
+        group: ``""`` (the whole output) or the channels judged together (``"ch 4-14"``): an output whose
+            channels have very different ranges (box coordinates next to class scores) is judged per group.
 
     Example:
         >>> OutputError("logits", 0.01, 0.2, 0).to_dict()["rms"]
@@ -84,6 +100,13 @@ class OutputError:
     rms: float
     max_abs: float
     nonfinite: int
+    cosine: float | None = None
+    group: str = ""
+
+    @property
+    def label(self) -> str:
+        """``name``, or ``name[ch a-b]`` for a channel group."""
+        return f"{self.name}[{self.group}]" if self.group else self.name
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict."""
@@ -111,19 +134,20 @@ class LayerError:
 
 @dataclass
 class QuantizationReport:
-    """The accuracy cost of a quantized model against its float reference.
+    """The accuracy cost of a quantized model against its float reference, judged in the task's metric.
 
     Attributes:
         precision: the quantized model's precision.
-        task: ``"classifier"``, ``"detector"`` or ``"generic"``.
+        task: ``"detect"``, ``"classify"``, ``"ocr"``, ``"embed"`` or ``"generic"``.
+        task_reason: why that task (named, metadata, output layout...).
         samples: evaluation batches run.
-        outputs: per-output errors.
-        top1, top5: agreement with the float model (classifiers).
-        box_precision, box_recall, box_f1: the quantized box set against the float one (detectors).
-        boxes_reference: boxes the float model found in all samples.
+        outputs: per-output errors, keyed by output name, or ``name[ch a-b]`` for the channel groups of an
+            output whose channels have very different ranges.
+        judgement: the task metric's :class:`~amdinfer.quantize.TaskVerdict` (metrics, bounds, answer counts).
         tolerance: the bounds of the verdict.
-        passed: the verdict.
-        failures: why it failed, one line per bound.
+        verdict: ``"PASS"``, ``"FAIL"`` or ``"NOT JUDGED"`` (too little held-out data; the reason in
+            ``failures``).
+        failures: why it failed or was not judged, one line each.
         layers: per-layer errors when ``per_layer=True``.
 
     Example:
@@ -132,32 +156,52 @@ class QuantizationReport:
         >>> from amdinfer.quantize import Fp16Quantizer, evaluate
         >>> data = [random_inputs(tiny_cnn(), batch=4, seed=s) for s in range(2)]
         >>> report = evaluate(Fp16Quantizer(), tiny_cnn(), data)
-        >>> report.passed, report.task, report.top1
-        (True, 'classifier', 1.0)
+        >>> report.verdict, report.task, report.metrics["top1"]
+        ('PASS', 'classify', 1.0)
     """
 
     precision: str
     task: str
     samples: int
     outputs: dict[str, OutputError]
+    judgement: TaskVerdict
     tolerance: AccuracyTolerance
-    passed: bool
+    verdict: str
     failures: list[str] = field(default_factory=list)
-    top1: float | None = None
-    top5: float | None = None
-    box_precision: float | None = None
-    box_recall: float | None = None
-    box_f1: float | None = None
-    boxes_reference: int | None = None
+    task_reason: str = ""
     layers: list[LayerError] | None = None
+
+    @property
+    def passed(self) -> bool:
+        """``verdict == "PASS"``: the task metric met its bounds on enough held-out data."""
+        return self.verdict == PASS
+
+    @property
+    def judged(self) -> bool:
+        """``verdict != "NOT JUDGED"``."""
+        return self.verdict != NOT_JUDGED
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        """The task's metrics (``map50``, ``f1``, ``top1``, ``cer``, ``cosine``...)."""
+        return self.judgement.metrics
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
-        out = asdict(self)
-        out["outputs"] = {k: v.to_dict() for k, v in self.outputs.items()}
-        out["tolerance"] = self.tolerance.to_dict()
-        out["layers"] = None if self.layers is None else [layer.to_dict() for layer in self.layers]
-        return out
+        return {
+            "precision": self.precision,
+            "task": self.task,
+            "task_reason": self.task_reason,
+            "samples": self.samples,
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "metrics": dict(self.metrics),
+            "judgement": self.judgement.to_dict(),
+            "outputs": {k: v.to_dict() for k, v in self.outputs.items()},
+            "tolerance": self.tolerance.to_dict(),
+            "failures": list(self.failures),
+            "layers": None if self.layers is None else [layer.to_dict() for layer in self.layers],
+        }
 
     def worst_layers(self, n: int = 5) -> list[LayerError]:
         """The ``n`` intermediate tensors with the largest error (needs ``per_layer=True``)."""
@@ -166,31 +210,24 @@ class QuantizationReport:
         return sorted(self.layers, key=lambda e: -e.rms if math.isfinite(e.rms) else -math.inf)[:n]
 
     def __repr__(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
-        lines = [f"QuantizationReport({self.precision} vs float, {self.task}, {self.samples} samples): {verdict}"]
-        tol = self.tolerance
-        if self.top1 is not None:
-            bound = f" (>= {tol.top1:.3f})" if tol.top1 is not None else ""
-            lines.append(f"  top-1 agreement {self.top1:.4f}{bound}")
-        if self.top5 is not None:
-            bound = f" (>= {tol.top5:.3f})" if tol.top5 is not None else ""
-            lines.append(f"  top-5 overlap   {self.top5:.4f}{bound}")
-        if self.box_f1 is not None:
-            bound = f" (>= {tol.box_f1:.3f})" if tol.box_f1 is not None else ""
-            lines.append(
-                f"  boxes: F1 {self.box_f1:.4f}{bound}, precision {self.box_precision:.4f}, "
-                f"recall {self.box_recall:.4f} against {self.boxes_reference} float boxes"
-            )
+        j = self.judgement
+        lines = [
+            f"QuantizationReport({self.precision} vs float, {self.task}, {self.samples} samples, {j.items} items): "
+            f"{self.verdict}"
+        ]
+        lines.append(f"  {self.task}: {j.summary()}")
         width = max([len(n) for n in self.outputs] + [6])
-        rms_bound = f"  (rms <= {tol.rms:g})" if tol.rms is not None else ""
-        lines.append(f"  {'output':<{width}}  {'rms':>9}  {'max_abs':>9}  nonfinite{rms_bound}")
+        rms_bound = f"  (rms <= {self.tolerance.rms:g})" if self.tolerance.rms is not None else ""
+        lines.append(f"  {'output':<{width}}  {'rms':>9}  {'max_abs':>9}  {'cosine':>9}  nonfinite{rms_bound}")
         for name, e in self.outputs.items():
-            lines.append(f"  {name:<{width}}  {e.rms:9.3g}  {e.max_abs:9.3g}  {e.nonfinite:9d}")
+            cos = f"{e.cosine:9.4f}" if e.cosine is not None else f"{'-':>9}"
+            lines.append(f"  {name:<{width}}  {e.rms:9.3g}  {e.max_abs:9.3g}  {cos}  {e.nonfinite:9d}")
         if self.layers:
             worst = ", ".join(f"{e.node} ({e.op_type}) {e.rms:.3g}" for e in self.worst_layers(3))
             lines.append(f"  worst layers: {worst}")
+        mark = "?" if self.verdict == NOT_JUDGED else "!"
         for f in self.failures:
-            lines.append(f"  ! {f}")
+            lines.append(f"  {mark} {f}")
         return "\n".join(lines)
 
     def plot(self, path: str | Path | None = None, *, log_scale: bool = True) -> Any:
@@ -224,7 +261,7 @@ class QuantizationReport:
             ax.set_yscale("log")
         ax.set_xlabel("tensor (graph order)")
         ax.set_ylabel("RMS error vs float (MIGraphX metric)")
-        ax.set_title(f"{self.precision}: per-layer error ({'PASS' if self.passed else 'FAIL'})")
+        ax.set_title(f"{self.precision}: per-layer error ({self.verdict})")
         if path is not None:  # a temporary file beside it, renamed over: a planted symbolic link is not followed
             from .._files import write_atomic
 

@@ -555,26 +555,32 @@ class TestEvaluate:
     def test_classifier_report(self, cnn, calib, held_out):
         report = evaluate(_int8(calib), cnn, held_out)
         assert isinstance(report, QuantizationReport)
-        assert report.task == "classifier" and report.precision == "int8" and report.samples == 2
+        assert report.task == "classify" and report.precision == "int8" and report.samples == 2
         want = np.concatenate([oracle(cnn, f)["logits"] for f in held_out])
         with amdinfer.load(_int8(calib).quantize(cnn), backend="ort", providers=["cpu"]) as e:
             got = np.concatenate([e.run(f)["logits"] for f in held_out])
-        assert report.top1 == pytest.approx(np.mean(got.argmax(1) == want.argmax(1)))
+        top1 = report.metrics["top1"]
+        assert top1 == pytest.approx(np.mean(got.argmax(1) == want.argmax(1)))
+        in_top5 = [w in np.argsort(-g)[:5] for g, w in zip(got, want.argmax(1))]
+        assert report.metrics["top5"] == pytest.approx(np.mean(in_top5))
         assert report.outputs["logits"].rms == pytest.approx(rms_error(got, want), rel=1e-3)
         assert report.tolerance == AccuracyTolerance(top1=0.97)
-        assert report.passed == (report.top1 >= 0.97)
+        assert report.judgement.items == 16
+        assert report.passed == (top1 >= 0.97) and report.verdict in ("PASS", "FAIL")
         text = repr(report)
-        assert "top-1 agreement" in text and ("PASS" in text or "FAIL" in text)
+        assert "top1 " in text and "classify" in text and report.verdict in text
         json.dumps(report.to_dict())
 
     def test_failing_verdict_names_the_bound(self, cnn, calib, held_out):
         report = evaluate(_int8(calib), cnn, held_out, tolerance=AccuracyTolerance(rms=1e-6))
         assert not report.passed
-        assert report.failures and "rms" in report.failures[0] and "logits" in report.failures[0]
+        assert report.failures and "rms" in report.failures[-1] and "logits" in report.failures[-1]
         assert "FAIL" in repr(report)
+        with pytest.raises(OptionError, match="f1"):
+            evaluate(_int8(calib), cnn, held_out, tolerance=AccuracyTolerance(f1=0.9))  # not a classify metric
 
     def test_detector_report(self):
-        rows = np.array([[[0, 0, 10, 10, 0.9, 0], [20, 0, 30, 10, 0.9, 0], [40, 0, 80, 10, 0.9, 1]]], np.float32)
+        rows = np.array([[[0, 0, 10, 10, 0.9, 0], [20, 0, 30, 10, 0.8, 0], [40, 0, 80, 10, 0.7, 1]]], np.float32)
 
         def boxes(outputs):
             return list(outputs["det"])
@@ -582,12 +588,24 @@ class TestEvaluate:
         ref = amdinfer.load(_box_model(0.0), backend="ort", providers=["cpu"])
         # a shift of 4 moves the 10-wide boxes below IoU 0.5 (6/14) but keeps the 40-wide one (36/44)
         q = amdinfer.load(_box_model(4.0), backend="ort", providers=["cpu"])
-        report = evaluate(q, ref, [rows], boxes=boxes)
-        assert report.task == "detector"
-        assert (report.box_precision, report.box_recall, report.boxes_reference) == (1 / 3, 1 / 3, 3)
-        assert not report.passed and "box F1" in report.failures[0]
+        report = evaluate(q, ref, [rows] * 8, boxes=boxes)  # 8 images, 24 float boxes: enough to judge
+        assert report.task == "detect" and report.task_reason == "boxes= given"
+        m = report.metrics
+        assert (m["precision"], m["recall"], report.judgement.answers) == (1 / 3, 1 / 3, (24, 24))
+        # class 1's one box matches in every image (AP 1), class 0's never (AP 0): mAP 0.5
+        assert m["map50"] == pytest.approx(0.5)
+        assert report.verdict == "FAIL" and "map50" in report.failures[0]
+        # (N, k, 6) rows x1 y1 x2 y2 score class are the end-to-end YOLO layout: they decode without boxes=
+        decoded = evaluate(q, ref, [rows] * 8, task="detect")
+        assert decoded.metrics == m and decoded.task_reason == "named"
+        few = evaluate(q, ref, [rows] * 3, boxes=boxes)
+        assert few.verdict == "NOT JUDGED" and not few.passed and "3 items" in few.failures[0]
+
+    def test_detect_needs_a_yolo_layout_or_boxes(self, cnn, held_out):
+        with pytest.raises(OptionError, match="YOLO layout"):
+            evaluate(Fp16Quantizer(), cnn, held_out, task="detect")  # (N, 10) logits: boxes= is needed
         with pytest.raises(OptionError, match="boxes="):
-            evaluate(q, ref, [rows], task="detector")
+            evaluate(Fp16Quantizer(), cnn, held_out, task="classify", boxes=lambda o: [])
 
     def test_per_layer_and_plot(self, cnn, calib, held_out, tmp_path):
         report = evaluate(_int8(calib), cnn, held_out, per_layer=True)
@@ -612,6 +630,7 @@ class TestEvaluate:
         ref = amdinfer.load(cnn, backend="reference", precision="fp64")
         report = evaluate(Fp16Quantizer(), ref, held_out, task="generic")
         assert report.passed and report.outputs["logits"].rms < 2e-3
+        assert report.metrics["cosine"] == report.outputs["logits"].cosine > 0.999
 
 
 # ------------------------------------------------------------------------------------------ mixed precision
@@ -693,7 +712,11 @@ class TestAutoMixedPrecision:
             AutoMixedPrecision(_int8(calib), held_out, tolerance=-1)
         with pytest.raises(OptionError, match="mode"):
             AutoMixedPrecision(_int8(calib), held_out, tolerance=0.1, mode="both")
-        with pytest.raises(OptionError, match="boxes="):
+        with pytest.raises(OptionError, match="metric"):
             AutoMixedPrecision(_int8(calib), held_out, tolerance=0.1, metric="box_f1")
+        with pytest.raises(OptionError, match="boxes="):  # a detect metric on a model that is no YOLO detector
+            AutoMixedPrecision(_int8(calib), held_out, tolerance=0.1, metric="f1", progress=False).search(cnn)
+        with pytest.raises(OptionError, match="has not"):
+            AutoMixedPrecision(_int8(calib), held_out, tolerance=0.1, task="classify", metric="cer")
         with pytest.raises(OptionError, match="candidates"):
             AutoMixedPrecision(_int8(calib), held_out, tolerance=0.1, candidates=["nope"], progress=False).search(cnn)
