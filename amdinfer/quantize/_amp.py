@@ -39,7 +39,7 @@ from ._base import QuantizationSpec, QuantizerBase
 from ._data import Progress, materialize, to_feeds
 from ._evaluate import _is_engine, _load_cpu, _run_all
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
-from ._tasks import METRICS, TaskMetric, make_task, task_from_model
+from ._tasks import METRIC_TASKS, METRICS, TaskMetric, make_task, metric_error, task_from_model
 
 __all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
 
@@ -48,20 +48,6 @@ log = logging.getLogger("amdinfer.quantize")
 Outputs = Sequence[Mapping[str, np.ndarray]]
 Metric = str | TaskMetric | Callable[[Outputs, Outputs], float]
 
-#: The task whose metric a name means when ``task="auto"`` (``cosine`` and ``rms``: every output, on its scale).
-METRIC_TASKS = {
-    "map50": "detect",
-    "f1": "detect",
-    "precision": "detect",
-    "recall": "detect",
-    "top1": "classify",
-    "top5": "classify",
-    "cer": "ocr",
-    "lines": "ocr",
-    "retrieval_top1": "embed",
-    "cosine": "generic",
-    "rms": "generic",
-}
 MODES = ("only", "keep")
 
 
@@ -154,33 +140,12 @@ class MixedPrecisionResult:
         return "\n".join(lines)
 
 
-class _TaskError:
-    """``error(quantized_outputs, reference_outputs)`` of one task metric: ``1 - value`` for metrics where higher
-    is better (``map50``, ``f1``, ``top1``, ``cosine``...), ``value`` for ``cer`` and ``rms``. The reference's
-    answers are decoded once."""
-
-    def __init__(self, task: TaskMetric, metric: str) -> None:
-        if metric not in task.metrics:
-            raise OptionError(f"metric: got {metric!r}, which task {task.name!r} has not; it has {list(task.metrics)}")
-        self.task, self.metric = task, metric
-        self.__name__ = f"1 - {metric}" if METRICS[metric] == ">=" else metric
-        self._ref: tuple[int, list[Any]] | None = None
-
-    def __call__(self, q: Outputs, r: Outputs) -> float:
-        if self._ref is None or self._ref[0] != id(r):
-            self._ref = (id(r), self.task.answers(r))
-        value = self.task.compute(self.task.answers(q), self._ref[1]).get(self.metric)
-        if value is None:
-            raise OptionError(f"metric {self.metric!r}: task {self.task.name!r} cannot compute it on this data")
-        return 1.0 - value if METRICS[self.metric] == ">=" else float(value)
-
-
 def _metric_fn(
     metric: Metric, task: str | TaskMetric, boxes: Any, iou: float
 ) -> tuple[str, Callable[[Outputs, Outputs], float] | None]:
     """The metric's label and error function (``None``: decided on the model, for ``task="auto"``)."""
     if isinstance(metric, TaskMetric):
-        return f"1 - {metric.metrics[0]}", _TaskError(metric, metric.metrics[0])
+        return f"1 - {metric.metrics[0]}", metric_error(metric, metric.metrics[0])
     if callable(metric):
         return getattr(metric, "__name__", "custom"), metric
     if metric not in METRICS:
@@ -189,8 +154,8 @@ def _metric_fn(
     if isinstance(name, str) and name == "detect":
         if boxes is None and task != "detect":
             return f"1 - {metric}", None  # YOLO outputs decode themselves; checked on the model by search()
-        return f"1 - {metric}", _TaskError(make_task("detect", boxes=boxes, iou=iou), metric)
-    fn = _TaskError(make_task(name), metric)
+        return f"1 - {metric}", metric_error(make_task("detect", boxes=boxes, iou=iou), metric)
+    fn = metric_error(make_task(name), metric)
     return fn.__name__, fn
 
 
@@ -377,7 +342,7 @@ class AutoMixedPrecision(QuantizerBase):
                     f"metric={self._metric_spec[0]!r}: the model is not a detector whose outputs decode as YOLO "
                     f"({reason}); give boxes=, a callable turning one batch's outputs into box sets"
                 )
-            self._metric = _TaskError(make_task("detect", iou=self._metric_spec[1]), str(self._metric_spec[0]))
+            self._metric = metric_error(make_task("detect", iou=self._metric_spec[1]), str(self._metric_spec[0]))
         op_of = {n.name: n.op_type for n in prepared.graph.node}
         trials = _Trials(self, base, self._candidate_groups(prepared, base, op_of), prepared, feeds, ref)
         cands = [k for k, v in trials.groups.items() if v]

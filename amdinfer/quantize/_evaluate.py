@@ -134,31 +134,32 @@ def evaluate(
         feeds = to_feeds(items, r_engine.model.proto, what="data", input_name=input_name, finite=True)
         q_engine, q_precision = _open_quantized(quantized, reference, opened)
         precision = precision or q_precision
-        r_out = _run_all(r_engine, feeds)
-        q_out = _run_all(q_engine, feeds)
+        q_out, r_out = _run_all(q_engine, feeds), _run_all(r_engine, feeds)
         metric, reason = _choose_task(task, boxes, iou, r_engine.model.proto, r_out, feeds)
-        tol = tolerance or AccuracyTolerance.default(precision, metric.name)
-        outputs = _output_errors(q_out, r_out)
-        judgement = metric.judge(
-            metric.answers(q_out), metric.answers(r_out), _task_bounds(tol, metric), precision=precision
-        )
-        verdict, failures = _verdict(judgement, outputs, tol)
-        layers = _layer_errors(q_engine, r_engine, feeds[0]) if per_layer else None
-        return QuantizationReport(
-            precision=precision,
-            task=metric.name,
-            samples=len(feeds),
-            outputs=outputs,
-            judgement=judgement,
-            tolerance=tol,
-            verdict=verdict,
-            failures=failures,
-            task_reason=reason,
-            layers=layers,
-        )
+        report = _judge(metric, q_out, r_out, precision, tolerance)
+        report.task_reason = reason
+        report.layers = _layer_errors(q_engine, r_engine, feeds[0]) if per_layer else None
+        return report
     finally:
         for e in opened:
             e.close()
+
+
+def _judge(
+    metric: TaskMetric,
+    q_out: Sequence[Mapping[str, np.ndarray]],
+    r_out: Sequence[Mapping[str, np.ndarray]],
+    precision: str,
+    tolerance: AccuracyTolerance | None,
+) -> QuantizationReport:
+    """The report of ``metric`` on both models' outputs (without task reason and layers)."""
+    tol = tolerance or AccuracyTolerance.default(precision, metric.name)
+    outputs = _output_errors(q_out, r_out)
+    judgement = metric.judge(
+        metric.answers(q_out), metric.answers(r_out), _task_bounds(tol, metric), precision=precision
+    )
+    verdict, failures = _verdict(judgement, outputs, tol)
+    return QuantizationReport(precision, metric.name, len(r_out), outputs, judgement, tol, verdict, failures)
 
 
 def _choose_task(

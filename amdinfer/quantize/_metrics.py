@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import InputError, OptionError
 from ..verify import max_abs_error, rms_error
 from ._report import LayerError, OutputError
-from ._tasks import _cosines, _rows, group_views
+from ._task_base import _cosines, _rows
+from ._tasks import group_views
 
 __all__: list[str] = []
 
