@@ -227,7 +227,7 @@ def test_cli_refuses_a_rate_outside_0_1(rate: str, tiny_path: Path):
     cmd = [sys.executable, "-m", "amdinfer", "serve", str(tiny_path), "--verify-sample", rate]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert f"--verify-sample: got {rate!r}, expected a fraction in [0, 1]" in proc.stderr
+    assert f"--verify-sample: got {rate!r}, expected a finite number in 0..1 (a fraction of requests)" in proc.stderr
 
 
 @pytest.mark.parametrize("rate", [1.01, -1, float("nan"), "0.5", True])
