@@ -517,3 +517,34 @@ class TestCli:
         argv = ["quantize", str(path), "--precision", "fp16", "--out", str(tmp / "q.onnx"), "--task", "classifier"]
         assert main(argv) == 2
         assert "invalid choice: 'classifier'" in capsys.readouterr().err
+
+
+class TestGuardJudgesDetectorsByBoxes:
+    """The int8 guard on a detector: its boxes decide, its raw score channels' cosines do not (NudeNet 320n's int8
+    score channels: mean cosine 0.76 with the same boxes as the float model)."""
+
+    @staticmethod
+    def _check(f1: float, answers: tuple[int, int], collapsed: bool = False) -> AgreementCheck:
+        from amdinfer.quantize._agreement import OutputAgreement
+        from amdinfer.quantize._task_base import TaskVerdict
+
+        task = TaskVerdict("detect", "NOT JUDGED", {"f1": f1}, (), 8, answers, ("too few",), "boxes", collapsed)
+        low = OutputAgreement("output0[ch 4-21]", 0.76, 0.18, 8)
+        return AgreementCheck({low.name: low}, 8, 0.98, (low.name,), task)
+
+    def test_low_score_cosines_with_the_same_boxes_pass(self) -> None:
+        check = self._check(1.0, (2, 2))
+        assert check.passed and check.summary() == "2 boxes against the float model's 2 (F1 1.000 at IoU 0.5)"
+
+    def test_boxes_far_off_fail_even_without_a_collapse(self) -> None:
+        check = self._check(0.3, (4, 9))  # more boxes, but mostly not the float model's
+        assert check.collapsed and not check.passed
+
+    def test_a_collapse_fails(self) -> None:
+        assert not self._check(0.0, (9, 0), collapsed=True).passed
+
+    def test_other_models_keep_the_cosine_floor(self) -> None:
+        from amdinfer.quantize._agreement import OutputAgreement
+
+        low = OutputAgreement("emb", 0.76, 0.18, 8)
+        assert not AgreementCheck({"emb": low}, 8, 0.98, ("emb",)).passed
