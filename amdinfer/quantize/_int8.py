@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,29 +11,24 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._progress import check_progress, show_progress
-from ..errors import (
-    AmdinferError,
-    CacheError,
-    InputError,
-    ModelError,
-    OptionError,
-    StageError,
-)
+from .._progress import check_progress
+from ..errors import CacheError, ModelError, OptionError
 from ..model import ModelSource
 from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce, measure
 from ._base import QuantizationSpec, QuantizerBase
-from ._data import check_rows, data_hash, input_dims, input_specs, materialize, to_feeds
+from ._data import data_hash
 from ._detector_head import DetectorHead, detector_head
 from ._fp16 import _check_nodes, _str_list
-from ._int8_checks import (
-    check_scales,
-    check_weights,
-    quantize_static_error,
-    quantized_nodes,
-    save_for_quantizer,
+from ._int8_checks import check_weights, quantized_nodes
+from ._int8_data import CalibrationData
+from ._int8_reader import _import_quantization, _ort_version
+from ._int8_static import (
+    CALIBRATION_METHODS,
+    QUANT_FORMATS,
+    QUANT_TYPES,
+    TRANSFORMER_OP_TYPES,
+    run_quantize_static,
 )
-from ._int8_reader import _import_quantization, _ort_prints_to_log, _ort_version, grouped_reader
 from ._options import choice, flag, resolve_cache
 from ._prepare import prepare_model, tail_nodes
 from ._transformer import float_readers_read_float, is_transformer, mask_path_nodes
@@ -44,32 +37,8 @@ __all__ = ["CALIBRATION_METHODS", "INT8_KIND", "QUANT_FORMATS", "QUANT_TYPES", "
 
 log = logging.getLogger("amdinfer.quantize")
 
-#: ``method=`` values and ONNX Runtime's ``CalibrationMethod`` member names.
-CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
-#: ``format=`` values and ONNX Runtime's ``QuantFormat`` member names.
-QUANT_FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
-#: ``activation_type=`` / ``weight_type=`` values and ONNX Runtime's ``QuantType`` member names.
-QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
-
 #: The ``kind`` part of the cache entries the quantizer writes (``amdinfer cache list`` shows it).
 INT8_KIND = "int8 quantized model"
-#: What int8 quantizes in a Transformer by default: the linear layers, their outputs left in float.
-TRANSFORMER_OP_TYPES = ("MatMul", "Gemm")
-
-
-class _Shared:
-    """State shared by a quantizer and its mixed-precision copies: the data, a scratch folder for ranges."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] | None = None
-        self.read_error: AmdinferError | None = None  # a one-shot iterable that failed is not read again
-        self.feeds: dict[str, list[dict[str, np.ndarray]]] = {}
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-
-    def scratch(self) -> Path:
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="amdinfer-int8-")
-        return Path(self._tmp.name)
 
 
 class Int8Quantizer(QuantizerBase):
@@ -81,11 +50,12 @@ class Int8Quantizer(QuantizerBase):
     Transformer (``transformer=None`` detects one) only ``MatMul``/``Gemm`` are quantized and their outputs
     stay in float, and so do the nodes that read an attention-mask value (a float constant of magnitude
     >= 1e4, e.g. ``-3.4e38``; see ``docs/quantization.md#transformers``). On a YOLO v5/v8/v11 detector
-    (``detector_head=None`` finds its decode head, :func:`amdinfer.quantize._detector_head.detector_head`) the head stays in
-    float: the last convolution of each branch and the decode after it, whose final ``Concat`` puts box
-    coordinates (0 to the image size) next to class scores (0 to 1), so that one int8 scale would round every
-    score to 0 (see ``docs/quantization.md#int8-on-detectors``); what was kept is logged and in
-    ``describe().notes`` (:attr:`head`).
+    (``detector_head=None`` finds its decode head:
+    :func:`amdinfer.quantize._detector_head.detector_head`) the head stays in float: the last convolution of
+    each branch and the decode after it, whose final ``Concat`` puts box coordinates (0 to the image size)
+    next to class scores (0 to 1), so that one int8 scale would round every score to 0 (see
+    ``docs/quantization.md#int8-on-detectors``); what was kept is logged and in ``describe().notes``
+    (:attr:`head`).
 
     The result is checked: the quantized and the float model run on (up to 16 of) the calibration samples and
     each float output must keep a mean cosine similarity of at least ``min_cosine`` with the float model's,
@@ -240,7 +210,7 @@ class Int8Quantizer(QuantizerBase):
         self.agreement: AgreementCheck | None = None
         self._cache = resolve_cache(cache)
         self._only: list[str] | None = None
-        self._shared = _Shared()
+        self._shared = CalibrationData()
 
     # ------------------------------------------------------------------ data
     def calibration_items(self) -> list[Any]:
@@ -251,21 +221,9 @@ class Int8Quantizer(QuantizerBase):
             >>> len(q.calibration_items()), len(q.calibration_items())
             (2, 2)
         """
-        if self._shared.read_error is not None:
-            raise self._shared.read_error
-        if self._shared.items is None:
-            try:
-                self._shared.items = materialize(
-                    self._calibration,
-                    what="calibration",
-                    preprocess=self.preprocess,
-                    max_samples=self.max_samples,
-                    progress=self.progress,
-                )
-            except (InputError, StageError) as exc:  # the data's fault: reading again would not fix it
-                self._shared.read_error = exc
-                raise
-        return self._shared.items
+        return self._shared.items(
+            self._calibration, preprocess=self.preprocess, max_samples=self.max_samples, progress=self.progress
+        )
 
     def calibration_feeds(self, model: Any) -> list[dict[str, np.ndarray]]:
         """The calibration samples as feed dicts for ``model``'s inputs, checked (the one place every path reads).
@@ -288,15 +246,7 @@ class Int8Quantizer(QuantizerBase):
             ...
             amdinfer.errors.InputError: calibration sample 1, input 'input': 1 non-finite value (inf) of 3072, ...
         """
-        proto = ModelSource.from_any(model, check=False).proto
-        key = repr(sorted((name, str(dtype), rank) for name, dtype, rank in input_specs(proto)))
-        if key not in self._shared.feeds:
-            items = self.calibration_items()
-            check_rows(items, input_dims(proto), "calibration")
-            self._shared.feeds[key] = to_feeds(
-                items, proto, what="calibration", input_name=self.input_name, finite=True
-            )
-        return self._shared.feeds[key]
+        return self._shared.feeds(model, items=self.calibration_items, input_name=self.input_name)
 
     # ------------------------------------------------------------------ protocol
     def settings(self) -> dict[str, Any]:
@@ -447,54 +397,23 @@ class Int8Quantizer(QuantizerBase):
     def _run_quantize_static(
         self, src: ModelSource, feeds: list[dict[str, np.ndarray]], feeds_hash: str, excluded: list[str]
     ) -> onnx.ModelProto:
-        quantization = _import_quantization()
+        _import_quantization()  # ONNX Runtime's tools load before anything is checked
         op_types = self._op_types(src.proto)
         nodes = quantized_nodes(src.proto, op_types=op_types, excluded=excluded, only=self._only)
         check_weights(src, nodes)
         ranges = self._calibration_cache_path(src.sha256, feeds_hash, op_types)
-        extra: dict[str, Any] = {"ActivationSymmetric": self.symmetric_activations}
-        if self._transformer_on(src.proto):  # outliers of 200 beside values of 1 after BERT's feed-forward layers
-            extra["OpTypesToExcludeOutputQuantization"] = list(TRANSFORMER_OP_TYPES)
-        if self.method == "percentile":
-            extra["CalibPercentile"] = self.percentile
-        # ONNX Runtime >= 1.32 can keep the calibrated ranges (mixed precision reuses them); older ones
-        # calibrate on every call.
-        reuse = "calibration_cache_path" in inspect.signature(quantization.quantize_static).parameters
-        cache_kw = {"calibration_cache_path": str(ranges)} if reuse else {}
-        reader = None
-        if not (reuse and ranges.is_file()):
-            reader = grouped_reader(quantization.CalibrationDataReader, feeds, progress=show_progress(self.progress))
-            # one calibrator pass per shape group (ONNX Runtime's "stride": the reader's range is a group);
-            # min/max ranges and histograms merge across passes
-            extra["CalibStridedMinMax"] = 1
-        with tempfile.TemporaryDirectory(prefix="amdinfer-int8-") as tmp:
-            inp, out = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
-            save_for_quantizer(src, inp)
-            try:
-                with _ort_prints_to_log():
-                    quantization.quantize_static(
-                        str(inp),
-                        str(out),
-                        reader,
-                        quant_format=getattr(quantization.QuantFormat, QUANT_FORMATS[self.format]),
-                        op_types_to_quantize=op_types,
-                        per_channel=self.per_channel,
-                        reduce_range=self.reduce_range,
-                        activation_type=getattr(quantization.QuantType, QUANT_TYPES[self.activation_type]),
-                        weight_type=getattr(quantization.QuantType, QUANT_TYPES[self.weight_type]),
-                        nodes_to_quantize=self._only,
-                        nodes_to_exclude=excluded,
-                        calibrate_method=getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
-                        extra_options=extra,
-                        **cache_kw,
-                    )
-                quantized = onnx.load_model(str(out))
-            except AmdinferError:
-                raise
-            except Exception as exc:  # ONNX Runtime's pybind errors, its asserts, NumPy's ValueErrors
-                raise quantize_static_error(exc, src, reader, ranges if reuse else None, feeds) from exc
-        check_scales(quantized, src.proto)
-        if self._transformer_on(src.proto):  # the residual stream stays float (format="qdq"; a no-op otherwise)
+        transformer = self._transformer_on(src.proto)
+        quantized = run_quantize_static(
+            self,
+            src,
+            feeds,
+            op_types=op_types,
+            excluded=excluded,
+            only=self._only,
+            transformer=transformer,
+            ranges=ranges,
+        )
+        if transformer:  # the residual stream stays float (format="qdq"; a no-op otherwise)
             float_readers_read_float(quantized, {n.name for n in nodes})
         return quantized
 
