@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "data"), str(ROOT / "tests" / "ocr"), str(ROOT)]
+sys.path[:0] = [
+    str(ROOT / "tests"),
+    str(ROOT / "tests" / "data"),
+    str(ROOT / "tests" / "ocr"),
+    str(ROOT),
+    str(ROOT / "benchmarks"),
+]
 
 TARGET_F1, TARGET_SPEEDUP = 0.95, 1.5
 
