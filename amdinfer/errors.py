@@ -22,6 +22,7 @@ __all__ = [
     "AmdinferError",
     "BackendUnavailableError",
     "CacheError",
+    "CertificateError",
     "EngineClosedError",
     "InputError",
     "ModelError",
@@ -86,6 +87,16 @@ class AgreementError(ModelError):
     def __init__(self, message: str, *, check: Any = None):
         super().__init__(message)
         self.check = check
+
+
+class CertificateError(ModelError):
+    """A precision certificate that cannot be trusted: damaged JSON, a foreign format, a missing or mistyped
+    field, or one whose model hash is not the model's it travels with (``amdinfer.quantize.PrecisionCertificate``).
+
+    Example:
+        >>> issubclass(CertificateError, ModelError)
+        True
+    """
 
 
 class UnsupportedOperatorError(ModelError):

@@ -98,5 +98,34 @@ def run(args: argparse.Namespace) -> int:
             lines.append(f"ort        {prov}: {what}")
         if ort.get("note"):
             lines.append(f"ort        {ort['note']}")
+    stats["precision_certificate"], shown = certificate_section(source.proto)
+    lines += shown
     emit(args, stats, "\n".join(lines))
     return 0
+
+
+def certificate_section(proto: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """The model's precision certificate for ``--json`` (``None`` without one; ``{"trusted": false, "problem"}``
+    for one that cannot be trusted) and the text section's lines."""
+    from .._certificate_io import inspect_certificate
+
+    cert, problem = inspect_certificate(proto)
+    if problem is not None:
+        return {"trusted": False, "problem": problem}, [f"precision certificate: NOT TRUSTED, {problem}"]
+    if cert is None:
+        return None, ["precision certificate: none"]
+    speed = "not measured" if cert.speed is None else f"{cert.speed.speedup:.2f}x fp32 on {cert.speed.provider}"
+    counts = ", ".join(f"{p} {n}" for p, n in sorted(cert.layer_counts().items())) or "not recorded"
+    lines = [
+        f"precision certificate: {cert.precision} {cert.task} {cert.verdict} ({cert.judged_by}, {cert.created or '?'})",
+        "  thresholds  " + (", ".join(f"{t} {'met' if t.holds else 'MISSED'}" for t in cert.thresholds) or "none"),
+        f"  answers     {cert.answers[1]} {cert.unit} against the float model's {cert.answers[0]}",
+        f"  data        {cert.data.items} items in {cert.data.samples} samples ({cert.data.source}), "
+        f"sha256 {cert.data.sha256[:16]}",
+        f"  layers      {counts}",
+        f"  speed       {speed}",
+        f"  models      float sha256 {cert.float_sha256[:16]}, quantized {cert.quantized_sha256[:16]} (this model)",
+        "  versions    " + ", ".join(f"{k} {v}" for k, v in cert.versions.items()),
+    ]
+    lines += [f"  ! {r}" for r in cert.reasons]
+    return {"trusted": True, **cert.to_dict()}, lines

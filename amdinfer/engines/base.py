@@ -24,6 +24,7 @@ from typing import Any, final
 
 import numpy as np
 
+from .._certificate_io import show_certificate
 from .._quant_protocol import Quantizer
 from .._validate import check_int
 from ..errors import EngineClosedError, InputError, ModelError, OptionError
@@ -126,6 +127,7 @@ class Engine(FeedChecks, abc.ABC):
         self._n_runs = 0
         self._source = self._prepare(self._source)
         inputs, outputs, info = self._load(self._source)
+        show_certificate(info, self._source.proto)  # a model that carries one (verified against its own hash)
         self._finish_init(inputs, outputs, info)
 
     @staticmethod

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._certificate import DataRecord, LayerPrecision, PrecisionCertificate, SpeedRecord, Threshold
+from .._certificate_io import CERTIFICATE_KEY, attach_certificate, model_sha256, read_certificate
 from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._agreement import AgreementCheck, AgreementError, OutputAgreement
 from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import QuantizationSpec, Quantizer, QuantizerBase
+from ._certify import certify, layer_precisions
 from ._dynamic import DynamicInt8Quantizer
 from ._evaluate import evaluate
 from ._fp16 import NUMERICALLY_SENSITIVE_OPS, Fp16Quantizer, default_fp16_op_block_list, precision_quantizer
@@ -65,6 +68,7 @@ from ._transformer import is_transformer, mask_path_nodes
 
 __all__ = [
     "CALIBRATION_METHODS",
+    "CERTIFICATE_KEY",
     "DEFAULT_FP16_OP_BLOCK_LIST",
     "FAIL",
     "METRICS",
@@ -81,6 +85,7 @@ __all__ = [
     "AutoMixedPrecision",
     "Bound",
     "ClassifyTask",
+    "DataRecord",
     "DetectTask",
     "DynamicInt8Quantizer",
     "EmbedTask",
@@ -88,29 +93,38 @@ __all__ = [
     "GenericTask",
     "Int8Quantizer",
     "LayerError",
+    "LayerPrecision",
     "LayerSensitivity",
     "MigraphxQuantPlan",
     "MixedPrecisionResult",
     "OcrTask",
     "OutputAgreement",
     "OutputError",
+    "PrecisionCertificate",
     "QuantizationReport",
     "QuantizationSpec",
     "Quantizer",
     "QuantizerBase",
+    "SpeedRecord",
     "TaskMetric",
     "TaskVerdict",
+    "Threshold",
+    "attach_certificate",
     "average_precision50",
     "box_agreement",
+    "certify",
     "character_error_rate",
     "default_fp16_op_block_list",
     "evaluate",
     "is_transformer",
     "layer_groups",
+    "layer_precisions",
     "make_task",
     "mask_path_nodes",
+    "model_sha256",
     "precision_quantizer",
     "prepare_model",
+    "read_certificate",
     "scale_groups",
     "tail_nodes",
     "task_from_model",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..._certificate_io import certificate_meta
 from ...errors import ModelError
 from ...model import ModelSource
 
@@ -29,6 +30,10 @@ def cached_rewrite(
     cache: Any, parts: dict[str, Any], source: ModelSource, make: Callable[[], ModelSource], what: str
 ) -> tuple[ModelSource, str, bool]:
     """``make()``'s rewrite of ``source``, read from ``cache`` under the key of ``parts`` or built and stored.
+
+    A rewrite that carries a precision certificate (ONNX ``metadata_props``, see
+    :class:`~amdinfer.quantize.PrecisionCertificate`) also puts it in the entry's manifest (``meta``), where
+    ``amdinfer cache list`` reads its verdict.
 
     Returns:
         ``(model, key, hit)``.
@@ -50,7 +55,14 @@ def cached_rewrite(
             raise ModelError(f"stored {what} has inputs {[s.name for s in stored.inputs]}")
         return stored
 
-    model, hit = cache.get_or_build(
-        key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
-    )
+    built: list[ModelSource] = []
+
+    def meta() -> dict[str, Any]:  # after build: a rewrite that carries a precision certificate puts it in the manifest
+        return {"model": source.name, **(certificate_meta(built[0].proto) if built else {})}
+
+    def build_kept(tmp: Path) -> ModelSource:
+        built.append(build(tmp))
+        return built[-1]
+
+    model, hit = cache.get_or_build(key, parts=parts, build=build_kept, load=load, suffix=".onnx", meta=meta)
     return model, key, hit

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from ..._certificate_io import show_certificate
 from ..._quant_protocol import PrecisionQuantizer
 from ...errors import BackendUnavailableError, InputError, OptionError
 from ...model import ModelLike, ModelSource
@@ -312,6 +313,7 @@ class OrtEngine(Engine):
         key = (source.sha256, q.settings_hash() if hasattr(q, "settings_hash") else repr(q.settings()))
         if key not in self._variants:
             self._variants[key] = self._builder.rewrite(q, source, info)
+            show_certificate(info, self._variants[key].proto)  # the quantizer's (or the cache entry's) certificate
             # what quantizing found (e.g. the int8 accuracy check's figures): known only after it ran
             info.notes.extend(n for n in q.describe().notes if n not in info.notes)
         return self._variants[key], {}
