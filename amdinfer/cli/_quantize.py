@@ -71,6 +71,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ocr (CER of a recogniser), embed (cosine, retrieval), generic (each output on its scale); auto: from "
         "the model's task metadata or output layout",
     )
+    p.add_argument(
+        "--budget",
+        metavar="METRIC>=VALUE[,...]",
+        help="with --precision int8: search per-layer precisions (int8 / fp16 / fp32), fastest first, until the task "
+        "metric meets this budget on the held-out data, e.g. 'map50>=0.98', 'f1>=0.95', 'top1>=0.99', "
+        "'cer<=0.02', 'cosine>=0.99' (several joined by commas)",
+    )
+    p.add_argument(
+        "--providers",
+        help="with --budget: the ONNX Runtime providers the model will run on, e.g. migraphx,cpu; a GPU provider "
+        "moves layers to fp16 first, the CPU (default) to fp32 (fp16 brings no speed on a CPU)",
+    )
     p.add_argument("--per-layer", action="store_true", help="per-layer errors in the report (implied by --plot)")
     p.add_argument("--plot", metavar="OUT.png", help="per-layer error along the graph (matplotlib)")
     add_certificate_args(p)
@@ -187,10 +199,38 @@ def _sample_warnings(rows: int, data_note: str) -> list[str]:
     ]
 
 
+def _check_budget(args: argparse.Namespace) -> tuple[Any, ...]:
+    """``--budget``'s bounds (empty without it), checked before any data is read."""
+    from ..quantize._budget import parse_budget
+
+    if args.budget is None:
+        if args.providers is not None:
+            raise OptionError("--providers: picks the precisions --budget moves layers to; give --budget")
+        return ()
+    if args.precision != "int8" or args.dynamic:
+        got = "--dynamic" if args.dynamic else f"--precision {args.precision}"
+        raise OptionError(
+            f"--budget: searches calibrated int8 / fp16 / fp32 plans, used with --precision int8; got {got}"
+        )
+    return parse_budget(args.budget, "--budget")
+
+
+def _budget_search(args: argparse.Namespace, quantizer: Any, source: Any, held_out: list[Any]) -> Any:
+    """The budget search's result (its model is the quantized model)."""
+    from ..quantize import AutoMixedPrecision
+
+    providers = [p.strip() for p in args.providers.split(",")] if args.providers else None
+    amp = AutoMixedPrecision(
+        quantizer, held_out, budget=args.budget, task=args.task, providers=providers, progress=progress_enabled(args)
+    )
+    return amp.search(source.proto)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..quantize import evaluate
+    from ..quantize import AccuracyTolerance, evaluate
 
     out = check_writable(args.out, "--out", args)
+    bounds = _check_budget(args)
     plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
     cert_paths = check_certificate_paths(args)
     if args.keep_last < 0:
@@ -206,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
         f"quantizing {source.name} to {args.precision}" + (f" with {len(calib)} calibration samples" if calib else ""),
     )
     t0 = time.perf_counter()
-    qmodel = quantizer.quantize(source.proto)
+    searched = _budget_search(args, quantizer, source, held_out) if bounds else None
+    qmodel = searched.model if searched is not None else quantizer.quantize(source.proto)
     seconds = time.perf_counter() - t0
     import onnx
 
@@ -214,11 +255,17 @@ def run(args: argparse.Namespace) -> int:
 
     note(args, f"evaluating on {len(held_out)} samples")
     report = evaluate(
-        qmodel, source.proto, held_out, task=args.task, per_layer=bool(args.per_layer or plot), precision=args.precision
+        qmodel,
+        source.proto,
+        held_out,
+        task=searched.verdict.task if searched is not None else args.task,
+        tolerance=AccuracyTolerance(**{b.metric: b.value for b in bounds}) if bounds else None,
+        per_layer=bool(args.per_layer or plot),
+        precision=args.precision,
     )
     cert, cert_lines = write_certificate(
         args, report, source=source, qmodel=qmodel, held_out=held_out, data_note=data_note, quantizer=quantizer,
-        paths=cert_paths,
+        search=searched, paths=cert_paths,
     )  # fmt: skip
     write_atomic(out, lambda f: onnx.save_model(qmodel, f), argument="--out")  # the certificate in its metadata
     if plot is not None:
@@ -231,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
         f"data      calibration: {f'{len(calib)} samples' if calib else 'none'}; report on {data_note}",
         repr(report),
     ]
+    if searched is not None:
+        lines.insert(3, "budget    " + repr(searched).replace("\n", "\n          "))
     if plot is not None:
         lines.append(f"plot      {plot}")
     lines += cert_lines
@@ -249,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
         "passed": report.passed,
         "verdict": report.verdict,
         "report": report.to_dict(),
+        "budget": searched.to_dict() if searched is not None else None,
         "plot": str(plot) if plot else None,
         "certificate": cert.to_dict(),
         "certificate_path": str(cert_paths[0]) if cert_paths else None,

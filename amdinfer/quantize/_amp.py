@@ -1,6 +1,7 @@
-"""``AutoMixedPrecision``: find the fewest layers to keep in float so the model meets a tolerance.
+"""``AutoMixedPrecision``: find the fewest layers to keep in float so the model meets a tolerance, or (with
+``budget=``) the fastest per-layer precision plan that meets a task-metric budget (``amdinfer.quantize._budget``).
 
-Algorithm (documented in ``docs/quantization.md``):
+Algorithm of the tolerance search (documented in ``docs/quantization.md``):
 
 1. Reference outputs: the float model (or the engine you give, e.g. the float64 reference engine) on the
    evaluation data. ``error(S)`` is the metric of the model quantized with the layers in ``S`` kept in float.
@@ -26,7 +27,6 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,15 @@ import onnx
 from .._progress import check_progress
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
+from ._amp_result import BudgetStep, LayerSensitivity, MixedPrecisionResult
 from ._base import QuantizationSpec, QuantizerBase
+from ._budget import BudgetOptions, budget_task, float_ladder, parse_budget, run_budget_search
 from ._data import Progress, materialize, to_feeds
 from ._evaluate import _is_engine, _load_cpu, _run_all
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
-from ._tasks import METRIC_TASKS, METRICS, TaskMetric, make_task, metric_error, task_from_model
+from ._tasks import METRIC_TASKS, METRICS, NOT_JUDGED, Bound, TaskMetric, make_task, metric_error, task_from_model
 
-__all__ = ["AutoMixedPrecision", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
+__all__ = ["AutoMixedPrecision", "BudgetStep", "LayerSensitivity", "MixedPrecisionResult", "layer_groups"]
 
 log = logging.getLogger("amdinfer.quantize")
 
@@ -49,95 +51,6 @@ Outputs = Sequence[Mapping[str, np.ndarray]]
 Metric = str | TaskMetric | Callable[[Outputs, Outputs], float]
 
 MODES = ("only", "keep")
-
-
-@dataclass(frozen=True)
-class LayerSensitivity:
-    """How much one layer's quantization costs.
-
-    Attributes:
-        node: the node name.
-        op_type: its op type.
-        sensitivity: ``mode="only"``: the error with only this layer quantized; ``mode="keep"``: how much
-            the error drops when only this layer is kept in float.
-
-    Example:
-        >>> LayerSensitivity("conv1", "Conv", 0.02).node
-        'conv1'
-    """
-
-    node: str
-    op_type: str
-    sensitivity: float
-
-
-@dataclass
-class MixedPrecisionResult:
-    """What :meth:`AutoMixedPrecision.search` found.
-
-    Attributes:
-        model: the mixed-precision model.
-        kept: layers kept in float, most sensitive first, with their sensitivity.
-        error: the end-to-end error of ``model`` (the metric).
-        tolerance: the bound it had to meet.
-        passed: ``error <= tolerance``.
-        full_error: the error with every layer quantized.
-        float_error: the error with every candidate layer kept in float (the best reachable).
-        sensitivities: every candidate layer, most sensitive first.
-        metric: the metric's name.
-        mode: ``"only"`` or ``"keep"``.
-        evaluations: quantize-and-run evaluations made.
-
-    Example:
-        >>> r = MixedPrecisionResult(onnx.ModelProto(), [], 0.01, 0.02, True, 0.01, 0.0, [], "rms", "only", 1)
-        >>> r.kept_nodes
-        []
-    """
-
-    model: onnx.ModelProto
-    kept: list[LayerSensitivity]
-    error: float
-    tolerance: float
-    passed: bool
-    full_error: float
-    float_error: float
-    sensitivities: list[LayerSensitivity] = field(default_factory=list)
-    metric: str = "rms"
-    mode: str = "only"
-    evaluations: int = 0
-
-    @property
-    def kept_nodes(self) -> list[str]:
-        """Names of the layers kept in float."""
-        return [k.node for k in self.kept]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict (without the model)."""
-        return {
-            "kept": [{"node": k.node, "op_type": k.op_type, "sensitivity": k.sensitivity} for k in self.kept],
-            "error": self.error,
-            "tolerance": self.tolerance,
-            "passed": self.passed,
-            "full_error": self.full_error,
-            "float_error": self.float_error,
-            "sensitivities": [
-                {"node": k.node, "op_type": k.op_type, "sensitivity": k.sensitivity} for k in self.sensitivities
-            ],
-            "metric": self.metric,
-            "mode": self.mode,
-            "evaluations": self.evaluations,
-        }
-
-    def __repr__(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
-        lines = [
-            f"MixedPrecisionResult({self.metric} {self.error:.4g} <= {self.tolerance:.4g}: {verdict}; "
-            f"all quantized {self.full_error:.4g}, all candidates in float {self.float_error:.4g}; "
-            f"{len(self.kept)} of {len(self.sensitivities)} layers kept, {self.evaluations} evaluations)"
-        ]
-        for k in self.kept:
-            lines.append(f"  keep {k.node} ({k.op_type}) sensitivity {k.sensitivity:.4g}")
-        return "\n".join(lines)
 
 
 def _metric_fn(
@@ -186,7 +99,8 @@ def layer_groups(proto: onnx.ModelProto) -> dict[str, list[str]]:
 
 
 class AutoMixedPrecision(QuantizerBase):
-    """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``.
+    """Quantize with ``quantizer`` but keep the fewest layers in float that meet ``tolerance``, or move the
+    fewest layers, most sensitive first, out of int8 until the task metric meets ``budget``.
 
     Works for :class:`~amdinfer.quantize.Fp16Quantizer` and :class:`~amdinfer.quantize.Int8Quantizer`.
     It is itself a quantizer: ``amdinfer.load(model, quantizer=AutoMixedPrecision(...))`` runs the search
@@ -195,14 +109,24 @@ class AutoMixedPrecision(QuantizerBase):
     Args:
         quantizer: the quantizer to apply (its own block lists and exclusions stay in force).
         data: evaluation samples (feed dicts or arrays), distinct from int8 calibration data.
+        budget: the task-metric bounds the plan must meet on ``data``, e.g. ``"map50>=0.98"``, ``"f1>=0.95"``,
+            ``"top1>=0.99"``, ``"cer<=0.02"``, ``"cosine>=0.99"`` (several joined by commas, all of one task;
+            a :class:`~amdinfer.quantize.Bound` or a list of them). The search starts from every layer in int8,
+            moves the most sensitive layer to the next precision of the ladder (``providers``) at each step,
+            and stops as soon as the budget holds; :attr:`MixedPrecisionResult.verdict` is ``PASS`` only when
+            it holds on enough held-out data, ``NOT JUDGED`` on too little, else ``FAIL``. Give either
+            ``budget`` or ``tolerance``.
+        providers: with ``budget``: the ONNX Runtime providers the quantized model will run on. The first one
+            picks the ladder: a GPU provider (``migraphx``, ``rocm``, ``cuda``...) moves layers to fp16, then
+            fp32; the CPU (default) straight to fp32, since fp16 brings no speed there.
         tolerance: the bound on the metric's error (``error <= tolerance``); the error of a metric where higher
             is better is ``1 - value`` (``metric="map50", tolerance=0.02`` means ``map50 >= 0.98``), of ``cer``
             and ``rms`` the value.
-        metric: a task metric's name (:data:`~amdinfer.quantize.METRICS`): ``"rms"`` (largest RMS error over
-            the outputs and their channel groups, each on its own scale), ``"cosine"`` (lowest mean cosine of
-            one), ``"top1"``/``"top5"`` (classify), ``"map50"``/``"f1"`` (detect: YOLO outputs are decoded, or
-            give ``boxes``), ``"cer"`` (ocr), ``"retrieval_top1"`` (embed); a
-            :class:`~amdinfer.quantize.TaskMetric` (its first metric); or ``callable(quantized_outs,
+        metric: with ``tolerance`` (default ``"rms"``): a task metric's name (:data:`~amdinfer.quantize.METRICS`):
+            ``"rms"`` (largest RMS error over the outputs and their channel groups, each on its own scale),
+            ``"cosine"`` (lowest mean cosine of one), ``"top1"``/``"top5"`` (classify), ``"map50"``/``"f1"``
+            (detect: YOLO outputs are decoded, or give ``boxes``), ``"cer"`` (ocr), ``"retrieval_top1"``
+            (embed); a :class:`~amdinfer.quantize.TaskMetric` (its first metric); or ``callable(quantized_outs,
             reference_outs)`` over lists of output dicts, lower is better.
         task: the task whose metric ``metric`` names (``"auto"``: the metric's own task, ``cosine`` and ``rms``
             over every output); e.g. ``task="embed", metric="cosine"`` for the embedding's cosine.
@@ -231,6 +155,9 @@ class AutoMixedPrecision(QuantizerBase):
         >>> result = amp.search(model)
         >>> result.passed, len(result.kept_nodes) > 0, result.error <= full / 2 < result.full_error
         (True, True, True)
+        >>> by_budget = AutoMixedPrecision(int8, data, budget="top1>=0.9", progress=False).search(model)
+        >>> by_budget.verdict.verdict, by_budget.steps[0].moved, sorted(set(by_budget.plan.values()))
+        ('PASS', (), ['int8'])
     """
 
     def __init__(
@@ -238,8 +165,10 @@ class AutoMixedPrecision(QuantizerBase):
         quantizer: QuantizerBase,
         data: Iterable[Any],
         *,
-        tolerance: float,
-        metric: Metric = "rms",
+        budget: str | Bound | Sequence[str | Bound] | None = None,
+        providers: Sequence[str] | None = None,
+        tolerance: float | None = None,
+        metric: Metric | None = None,
         task: str | TaskMetric = "auto",
         boxes: Callable[[dict[str, np.ndarray]], Any] | None = None,
         reference: Any = None,
@@ -254,6 +183,9 @@ class AutoMixedPrecision(QuantizerBase):
             raise OptionError(
                 f"quantizer: got {quantizer!r}, expected an Fp16Quantizer, Int8Quantizer or DynamicInt8Quantizer"
             )
+        self.budget = self._check_budget(budget, tolerance, metric, providers, quantizer)
+        if budget is not None:
+            tolerance = self.budget[0].error_tolerance
         if (
             not isinstance(tolerance, (int, float))
             or isinstance(tolerance, bool)
@@ -272,8 +204,14 @@ class AutoMixedPrecision(QuantizerBase):
             raise OptionError(f"prune: got {prune!r}, expected True or False")
         self.quantizer = quantizer
         self.tolerance = float(tolerance)
+        self._budget_task = budget_task(self.budget, task, boxes, iou) if self.budget else None
+        metric = metric if metric is not None else (self.budget[0].metric if self.budget else "rms")
         self.metric_name, self._metric = _metric_fn(metric, task, boxes, iou)
         self._metric_spec = (metric, iou)
+        self._ladder, ladder_note = float_ladder(providers) if self.budget else (("fp32",), "")
+        self._budget_notes: list[str] = [ladder_note] if self.budget else []
+        if self.budget:
+            self.metric_name = ",".join(str(b) for b in self.budget)
         self.mode = mode
         self.candidates = candidates if candidates in (None, "all") else list(candidates)  # type: ignore[arg-type]
         self.prune = prune
@@ -283,6 +221,27 @@ class AutoMixedPrecision(QuantizerBase):
         self._data = data
         self._items: list[Any] | None = None
         self.result: MixedPrecisionResult | None = None
+
+    @staticmethod
+    def _check_budget(
+        budget: Any, tolerance: Any, metric: Any, providers: Any, quantizer: QuantizerBase
+    ) -> tuple[Bound, ...]:
+        """The budget's bounds (empty without one); a budget excludes ``tolerance`` and ``metric``."""
+        if budget is None:
+            if tolerance is None:
+                raise OptionError("tolerance: got None, expected a finite float >= 0 (or give budget='top1>=0.99')")
+            if providers is not None:
+                raise OptionError("providers: picks the precisions a budget search moves layers to; give budget=")
+            return ()
+        for name, value in (("tolerance", tolerance), ("metric", metric)):
+            if value is not None:
+                raise OptionError(f"{name}: got {value!r} together with budget={budget!r}; the budget names both")
+        if quantizer.precision != "int8":
+            raise OptionError(
+                f"budget: searches int8 / fp16 / fp32 plans; got a {quantizer.precision} quantizer "
+                f"({type(quantizer).__name__}), expected an Int8Quantizer"
+            )
+        return parse_budget(budget)
 
     @property
     def precision(self) -> str:  # type: ignore[override]
@@ -294,6 +253,7 @@ class AutoMixedPrecision(QuantizerBase):
         return {
             **self.quantizer.settings(),
             "mixed_precision": {
+                **({"budget": [str(b) for b in self.budget], "ladder": list(self._ladder)} if self.budget else {}),
                 "tolerance": self.tolerance,
                 "metric": self.metric_name,
                 "mode": self.mode,
@@ -335,6 +295,15 @@ class AutoMixedPrecision(QuantizerBase):
             self._items = materialize(self._data, what="data", progress=False)
         feeds = to_feeds(self._items, prepared, what="data", input_name=self.input_name, finite=True)
         ref = self._reference_outputs(src, feeds)
+        op_of = {n.name: n.op_type for n in prepared.graph.node}
+        if self.budget:
+            groups = self._candidate_groups(prepared, base, op_of)
+            notes = (*self._budget_notes, *self._fixed_float_note(base, prepared))
+            options = BudgetOptions(
+                self.budget, self._budget_task, self.mode, self.progress, self._ladder, notes, self._metric_spec[1]
+            )
+            self.result = run_budget_search(options, base, groups, prepared, feeds, ref, op_of)
+            return self.result
         if self._metric is None:  # a detect metric without boxes=: the model's outputs must be a YOLO head
             name, reason = task_from_model(src.proto, ref, feeds)
             if name != "detect":
@@ -343,7 +312,6 @@ class AutoMixedPrecision(QuantizerBase):
                     f"({reason}); give boxes=, a callable turning one batch's outputs into box sets"
                 )
             self._metric = metric_error(make_task("detect", iou=self._metric_spec[1]), str(self._metric_spec[0]))
-        op_of = {n.name: n.op_type for n in prepared.graph.node}
         trials = _Trials(self, base, self._candidate_groups(prepared, base, op_of), prepared, feeds, ref)
         cands = [k for k, v in trials.groups.items() if v]
 
@@ -364,6 +332,16 @@ class AutoMixedPrecision(QuantizerBase):
         by_name = {x.node: x for x in order}
         kept_layers = [by_name[k] for k in names if k in kept]
         return self._finish(trials, best_model, kept_layers, best_err, True, float_error, order)
+
+    @staticmethod
+    def _fixed_float_note(base: Any, prepared: onnx.ModelProto) -> list[str]:
+        """What the quantizer keeps in float whatever the plan (a YOLO decode head), for the result's notes."""
+        excluded = base._excluded(prepared) if hasattr(base, "_excluded") else []
+        head = getattr(base, "head", None)
+        if not excluded:
+            return []
+        what = f" ({head.summary()})" if head is not None else ""
+        return [f"{len(excluded)} nodes stay in float in every plan, as the quantizer keeps them{what}"]
 
     def _reference_outputs(self, src: ModelSource, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """The float outputs every trial is compared with: ``reference=``'s, else ONNX Runtime CPU's."""
@@ -464,6 +442,17 @@ class AutoMixedPrecision(QuantizerBase):
             ModelError: no choice of candidate layers meets the tolerance (the message gives the best error).
         """
         result = self.search(model)
+        if self.budget and not result.passed:
+            verdict = result.verdict
+            if verdict is not None and verdict.verdict == NOT_JUDGED:
+                log.warning("mixed precision: budget %s not judged: %s", self.metric_name, "; ".join(verdict.reasons))
+                return result.model
+            raise ModelError(
+                f"mixed precision: budget {self.metric_name} not met even with the "
+                f"{len(result.kept)} most sensitive of {len(result.sensitivities)} layers out of int8 (best: "
+                f"{verdict.summary() if verdict is not None else result.error}); relax the budget, add candidates "
+                "(candidates='all') or use a higher precision"
+            )
         if not result.passed:
             raise ModelError(
                 f"mixed precision: {self.metric_name} {result.float_error:.4g} even with all "
@@ -479,6 +468,11 @@ class AutoMixedPrecision(QuantizerBase):
         raise OptionError("AutoMixedPrecision cannot be nested")
 
     def _note(self) -> str:
+        if self.budget and self.result is not None:
+            moved = {p: [c for c, q in self.result.plan.items() if q == p] for p in ("fp16", "fp32")}
+            shown = ", ".join(f"{p} {v}" for p, v in moved.items() if v) or "every layer int8"
+            verdict = self.result.verdict.verdict if self.result.verdict is not None else "not judged"
+            return f"precision by budget {self.metric_name} ({verdict}): {shown}"
         kept = self.result.kept_nodes if self.result is not None else "(search not run)"
         return f"mixed precision keeps {kept} in float; the native path quantizes every layer of the chosen kinds"
 
