@@ -147,7 +147,8 @@ def measure(
     import amdinfer
     from amdinfer.quantize import Int8Quantizer, box_agreement
 
-    load = {"providers": args.providers, "threads": args.threads, **kw}
+    # stage by stage on every provider (fuse=False): the same preprocessing feeds the engine-only timing
+    load = {"providers": args.providers, "threads": args.threads, "fuse": False, **kw}
     fp32 = amdinfer.yolo(model, **load)
     feed = fp32._input.name
     variants: dict[str, Any] = {"int8": None}
