@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..quantize._tasks import TASKS
+from ._certificate_out import add_certificate_args, check_certificate_paths, write_certificate
 from ._common import (
     add_cache_args,
     add_normalization_args,
@@ -84,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--per-layer", action="store_true", help="per-layer errors in the report (implied by --plot)")
     p.add_argument("--plot", metavar="OUT.png", help="per-layer error along the graph (matplotlib)")
+    add_certificate_args(p)
     p.add_argument(
         "--input-shapes",
         type=parse_input_shapes,
@@ -230,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(args.out, "--out", args)
     bounds = _check_budget(args)
     plot = check_plot_path(args.plot, "--plot", args) if args.plot else None
+    cert_paths = check_certificate_paths(args)
     if args.keep_last < 0:
         raise OptionError(f"--keep-last: got {args.keep_last}, expected an int >= 0")
     source = model_specs(args.model)
@@ -250,7 +253,6 @@ def run(args: argparse.Namespace) -> int:
 
     from .._files import write_atomic
 
-    write_atomic(out, lambda f: onnx.save_model(qmodel, f), argument="--out")
     note(args, f"evaluating on {len(held_out)} samples")
     report = evaluate(
         qmodel,
@@ -261,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
         per_layer=bool(args.per_layer or plot),
         precision=args.precision,
     )
+    cert, cert_lines = write_certificate(
+        args, report, source=source, qmodel=qmodel, held_out=held_out, data_note=data_note, quantizer=quantizer,
+        search=searched, paths=cert_paths,
+    )  # fmt: skip
+    write_atomic(out, lambda f: onnx.save_model(qmodel, f), argument="--out")  # the certificate in its metadata
     if plot is not None:
         save_figure(report.plot(), plot, "--plot")
     size_in = source.path.stat().st_size if source.path else len(source.to_bytes())
@@ -275,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         lines.insert(3, "budget    " + repr(searched).replace("\n", "\n          "))
     if plot is not None:
         lines.append(f"plot      {plot}")
+    lines += cert_lines
     lines.append("result    " + _result_line(report))
     payload = {
         "model": source.name,
@@ -292,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         "report": report.to_dict(),
         "budget": searched.to_dict() if searched is not None else None,
         "plot": str(plot) if plot else None,
+        "certificate": cert.to_dict(),
+        "certificate_path": str(cert_paths[0]) if cert_paths else None,
     }
     emit(args, payload, "\n".join(lines))
     if report.passed:
