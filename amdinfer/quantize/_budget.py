@@ -127,13 +127,13 @@ def float_ladder(providers: Sequence[str] | None) -> tuple[tuple[str, ...], str]
         raise OptionError(
             f"providers: got {providers!r}, expected a list of provider names such as ['migraphx', 'cpu']"
         )
-    from ..engines.ort import resolve_provider_name
+    from ..engines.ort import PROVIDERS, resolve_provider_name
 
     first = resolve_provider_name(providers[0])
     if not first.endswith("ExecutionProvider"):
         raise OptionError(
-            f"providers: got {providers[0]!r}, expected an ONNX Runtime provider (cpu, cuda, rocm, migraphx, "
-            "tensorrt... or a full name such as 'CUDAExecutionProvider')"
+            f"providers: got {providers[0]!r}, expected an ONNX Runtime provider: one of "
+            f"{sorted(r.short for r in PROVIDERS.values())} or a full name such as 'TensorrtExecutionProvider'"
         )
     if _device_type(first) == "cpu":
         return ("fp32",), (
