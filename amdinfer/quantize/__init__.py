@@ -34,7 +34,7 @@ from .._certificate import DataRecord, LayerPrecision, PrecisionCertificate, Spe
 from .._certificate_io import CERTIFICATE_KEY, attach_certificate, model_sha256, read_certificate
 from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._agreement import AgreementCheck, AgreementError, OutputAgreement
-from ._amp import AutoMixedPrecision, LayerSensitivity, MixedPrecisionResult, layer_groups
+from ._amp import AutoMixedPrecision, BudgetStep, LayerSensitivity, MixedPrecisionResult, layer_groups
 from ._base import QuantizationSpec, Quantizer, QuantizerBase
 from ._certify import certify, layer_precisions
 from ._dynamic import DynamicInt8Quantizer
@@ -84,6 +84,7 @@ __all__ = [
     "AgreementError",
     "AutoMixedPrecision",
     "Bound",
+    "BudgetStep",
     "ClassifyTask",
     "DataRecord",
     "DetectTask",
