@@ -127,8 +127,7 @@ def yolo(
     ScaleBoxes``, with Ultralytics' class-offset NMS (``Nms(class_offset=7680)``). The letterbox follows
     Ultralytics' rectangular inference: a model with a fixed input size gets exactly that size; a dynamic
     model gets ``Letterbox(imgsz, auto=True)`` (the smallest stride multiple around the image, stride from
-    the ``stride`` metadata, else 32). Class names come from the
-    model's ``names`` metadata.
+    the ``stride`` metadata, else 32). Class names come from the model's ``names`` metadata.
 
     Args:
         model: the ONNX model (path, bytes, ``onnx.ModelProto``).
@@ -150,13 +149,12 @@ def yolo(
         keep_image: results keep the picture they answer (``result.image``: the decoded image, or your array,
             not a copy), for ``plot()``/``save()``; ``False`` for bulk runs that hold many results (Ray).
         calibration: with ``precision="int8"``: images (``(H, W, 3)`` uint8 arrays in ``channels`` order, paths,
-            anything ``LoadImage`` reads) that this recipe's own preprocessing (the letterbox, ``/ 255``, CHW)
-            turns into calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults
-            (on a YOLO, the decode head kept in float: ``docs/quantization.md#int8-on-detectors``). For other
-            int8 settings pass ``quantizer=`` instead (not both).
+            anything ``LoadImage`` reads) that this recipe's own preprocessing (the letterbox, ``/ 255``, CHW) turns
+            into calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults (on a
+            YOLO, the decode head kept in float: ``docs/quantization.md#int8-on-detectors``). For other int8
+            settings pass ``quantizer=`` instead (not both).
         backend: :func:`amdinfer.load`'s backend.
-        **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...); the
-            fused engine is loaded with them too.
+        **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...), fused too.
 
     Returns:
         A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.fuse.FusedPipeline` when fused, whose results
@@ -176,16 +174,14 @@ def yolo(
         >>> det.close()
         >>> import numpy as np
         >>> pages = [np.full((48, 80, 3), v, np.uint8) for v in (0, 128, 255)]
-        >>> det = yolo(yolov8(image_size=64, num_classes=2), precision="int8", calibration=pages,
-        ...            providers=["CPUExecutionProvider"])
+        >>> det = yolo(yolov8(image_size=64, num_classes=2), precision="int8", calibration=pages, providers=["cpu"])
         >>> det.engine.info.precision, any("YOLO v8 head" in n for n in det.engine.info.notes)
         ('int8', True)
         >>> det.close()
     """
     from .preprocess import _hw
 
-    size = _hw("imgsz", imgsz)
-    backend_of_decoder = _decoder(decoder)
+    size, backend_of_decoder = _hw("imgsz", imgsz), _decoder(decoder)
 
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
@@ -288,18 +284,15 @@ def classify(
         size: the shorter side to resize to (int), or an exact ``(height, width)``.
         crop: the centre crop ``(height, width)`` (an int for a square).
         mean, std: per-channel normalisation in fractions of 255 (one number or three).
-        topk: how many classes each result keeps (a model with fewer classes gives them all, as Ultralytics'
-            ``top5`` does).
+        topk: how many classes each result keeps (all of them when the model has fewer, as Ultralytics' ``top5``).
         labels: class names.
-        channels: the channel order of the arrays you pass, ``"RGB"`` or ``"BGR"`` (``cv2.imread``); the model
-            gets RGB.
+        channels: the channel order of the arrays you pass, ``"RGB"`` or ``"BGR"`` (``cv2.imread``); the model gets RGB.
         softmax: see above.
-        fuse: ``"auto"`` (fused on an accelerator, stage by stage on the CPU), ``True`` or ``False``; the same
-            top-k either way (see :func:`yolo`).
+        fuse: ``"auto"``, ``True`` or ``False`` as for :func:`yolo` (fused on an accelerator); the same top-k.
         decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
         keep_image: results keep the picture they answer (see :func:`yolo`).
-        calibration: with ``precision="int8"``: images that this recipe's preprocessing (resize, crop,
-            normalisation) turns into int8 calibration samples (see :func:`yolo`).
+        calibration: with ``precision="int8"``: images that this recipe's preprocessing turns into int8
+            calibration samples (resized, cropped, normalised; see :func:`yolo`).
         backend: :func:`amdinfer.load`'s backend.
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
 
@@ -326,11 +319,15 @@ def classify(
         (2, True)
         >>> clf.close()
     """
-    if softmax is not None and not isinstance(softmax, bool):
-        raise OptionError(f"softmax: got {softmax!r}, expected None (decide from the model), True or False")
+    _check_softmax(softmax)
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
     args["decoder"], args["keep_image"], args["calibration"] = _decoder(decoder), keep_image, calibration
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
+
+
+def _check_softmax(softmax: Any) -> None:
+    if softmax is not None and not isinstance(softmax, bool):
+        raise OptionError(f"softmax: got {softmax!r}, expected None (decide from the model), True or False")
 
 
 def _recipe(
