@@ -21,7 +21,7 @@ from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
 from ..types import TensorSpec
 from ._embed_results import Embeddings
-from ._embed_stages import DEFAULT_BUCKETS, POOLINGS, Pool, Tokenize, _text_problem, load_tokenizer
+from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, _text_problem, load_tokenizer
 
 __all__ = ["EmbedPipeline", "TextEmbedder", "embed"]
 
@@ -401,8 +401,7 @@ def embed(
             turn into int8 calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its
             defaults (a Transformer: only ``MatMul``/``Gemm`` quantized); pass ``quantizer=`` for other
             settings (not both). Only with a model.
-        backend, precision, **load_options: :func:`amdinfer.load`'s (``providers=``, ``threads=`` ...); only
-            with a model.
+        backend, precision, **load_options: :func:`amdinfer.load`'s, with a model only (``providers=``, ``threads=``).
 
     Returns:
         A :class:`TextEmbedder`: ``embedder(["a", "b"])`` -> :class:`~amdinfer.text.Embeddings` ``(2, d)``.
@@ -425,21 +424,13 @@ def embed(
         ...
         amdinfer.errors.OptionError: pooling: got 'max', expected one of mean, cls
     """
-    if pooling not in POOLINGS:
-        raise OptionError(f"pooling: got {pooling!r}, expected one of {', '.join(POOLINGS)}")
+    pool = Pool(pooling, normalize=normalize)  # cheap checks (pooling, normalize, ...) before the model loads
     batch_size = _positive_int("batch_size", batch_size)
-    if max_length is not None:
-        max_length = _positive_int("max_length", max_length)
-    tokenizer = load_tokenizer(tokenizer)  # cheap checks before the model loads
-    pool = Pool(pooling, normalize=normalize)
+    max_length = None if max_length is None else _positive_int("max_length", max_length)
+    tokenizer = load_tokenizer(tokenizer)
     if calibration is not None:
-        from ..quantize._data import check_calibration
-
-        check_calibration(calibration, {**load_options, "precision": precision}, items="texts")
-        model, quantizer = _calibrated(
-            model, tokenizer, calibration, (buckets, max_length, truncate), backend, load_options
-        )
-        load_options = {**load_options, "quantizer": quantizer}
+        sizes = (buckets, max_length, truncate)
+        model, load_options = _calibrated(model, tokenizer, calibration, sizes, backend, precision, load_options)
     engine, owns = _engine(model, backend, precision, load_options)
     try:
         tokenize = _tokenize(engine, tokenizer, buckets, max_length, truncate)
@@ -453,12 +444,21 @@ def embed(
 
 
 def _calibrated(
-    model: Any, tokenizer: Any, texts: Iterable[str], sizes: tuple[Any, ...], backend: str, options: dict[str, Any]
-) -> tuple[Any, Any]:
-    """``(model source, Int8Quantizer)``: ``texts`` tokenized and bucketed as the float embedder feeds them."""
+    model: Any,
+    tokenizer: Any,
+    texts: Iterable[str],
+    sizes: tuple[Any, ...],
+    backend: str,
+    precision: str,
+    options: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """``(model source, options + an Int8Quantizer)``: ``texts`` (checked: :func:`check_calibration`) tokenized
+    and bucketed as the float embedder feeds them."""
     from ..model import ModelSource
     from ..quantize import Int8Quantizer
+    from ..quantize._data import check_calibration
 
+    check_calibration(texts, {**options, "precision": precision}, items="texts")
     if isinstance(model, Engine):
         raise OptionError("calibration: an Engine instance was given; pass the model to calibrate its int8 form")
     source = ModelSource.from_any(model)
@@ -471,7 +471,7 @@ def _calibrated(
         samples = [pipe.feeds(pipe._preprocess_one(i, t).data[None]) for i, t in enumerate(text_list)]
     finally:
         engine.close()
-    return source, Int8Quantizer(calibration=samples, progress=False)
+    return source, {**options, "quantizer": Int8Quantizer(calibration=samples, progress=False)}
 
 
 def _engine(model: Any, backend: str, precision: str, load_options: dict[str, Any]) -> tuple[Engine, bool]:
