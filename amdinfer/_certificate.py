@@ -98,7 +98,7 @@ class PrecisionCertificate:
         int8 detect PASS (evaluate): map50 0.9800 (>= 0.95), f1 0.9700 (>= 0.95)
         97 boxes against the float model's 100
         12 items (data 6d3f8e1a9c2b)
-        2 int8 / 1 float layers
+        2 int8, 1 fp32 layers
         speed not measured
     """
 
@@ -147,9 +147,9 @@ class PrecisionCertificate:
         """One line: precision, task, verdict, the thresholds, answers, data, layers, speed."""
         shown = ", ".join(str(t) for t in self.thresholds) or "no bound"
         f, q = self.answers
-        counts = self.layer_counts()
-        floats = sum(n for p, n in counts.items() if p != "int8")
-        layers = f"{counts.get('int8', 0)} int8 / {floats} float layers" if self.layers else "layers not recorded"
+        order = {"int8": 0, "fp16": 1, "fp32": 2}
+        counts = sorted(self.layer_counts().items(), key=lambda kv: (order.get(kv[0], 3), kv[0]))
+        layers = (", ".join(f"{n} {p}" for p, n in counts) + " layers") if self.layers else "layers not recorded"
         speed = (
             "speed not measured" if self.speed is None else f"{self.speed.speedup:.2f}x fp32 on {self.speed.provider}"
         )

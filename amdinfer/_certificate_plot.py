@@ -66,7 +66,11 @@ def _layers(ax: Any, cert: Any) -> None:
         (layer.sensitivity if layer.sensitivity is not None else 0.0) if measured else 1.0 for layer in cert.layers
     ]
     colours = [PRECISION_COLOURS.get(layer.precision, "#9467bd") for layer in cert.layers]
-    ax.bar(range(len(cert.layers)), heights, color=colours, width=1.0)
+    ax.bar(range(len(cert.layers)), heights, color=colours, width=0.8)
+    if len(cert.layers) <= 40:  # few enough to name the layers kept out of int8
+        for i, layer in enumerate(cert.layers):
+            if layer.precision != "int8":
+                ax.annotate(f"{layer.node} ({layer.reason})", (i, heights[i]), fontsize=6, rotation=60)
     for precision, colour in PRECISION_COLOURS.items():
         n = sum(1 for layer in cert.layers if layer.precision == precision)
         if n:

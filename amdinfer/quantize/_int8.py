@@ -11,14 +11,17 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._certificate import PrecisionCertificate
+from .._certificate_io import META_KEY
 from .._progress import check_progress
 from ..errors import CacheError, ModelError, OptionError
 from ..model import ModelSource
-from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce, measure
+from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce
 from ._base import QuantizationSpec, QuantizerBase
 from ._data import data_hash
 from ._detector_head import DetectorHead, detector_head
 from ._fp16 import _check_nodes, _str_list
+from ._int8_certificate import check_once
 from ._int8_checks import check_weights, quantized_nodes
 from ._int8_data import CalibrationData
 from ._int8_reader import _import_quantization, _ort_version
@@ -208,6 +211,10 @@ class Int8Quantizer(QuantizerBase):
         self.low_accuracy = check_low_accuracy(low_accuracy)
         #: What the accuracy check measured on the last :meth:`quantize` (``None`` before it, or without a check).
         self.agreement: AgreementCheck | None = None
+        #: The last :meth:`quantize`'s precision certificate (the check's verdict, attached to the model it returned).
+        self.certificate: PrecisionCertificate | None = None
+        self._reused = False  # the last check's figures were the cached model's certificate's
+        self._fresh: tuple[PrecisionCertificate, AgreementCheck] | None = None
         self._cache = resolve_cache(cache)
         self._only: list[str] | None = None
         self._shared = CalibrationData()
@@ -303,9 +310,10 @@ class Int8Quantizer(QuantizerBase):
             [1]
         """
         prepared = prepare_model(model, optimize=self.prepare)
-        quantized = self._quantize_prepared(prepared)
+        float_sha = ModelSource.from_any(model, check=False).sha256
+        quantized = self._quantize_prepared(prepared, check=(prepared, float_sha))
         if self.min_cosine is not None:
-            self.agreement = measure(quantized, prepared, self.calibration_feeds(prepared), self.min_cosine)
+            self.agreement = self._check(quantized, prepared, float_sha)
             hints = (
                 "DynamicInt8Quantizer() (activations quantized at run time), op_types=['MatMul', 'Gemm'] "
                 "(and transformer=True for a Transformer), exclude_nodes= for the layers that lose most "
@@ -315,6 +323,23 @@ class Int8Quantizer(QuantizerBase):
             name = prepared.graph.name or "<ModelProto>"
             enforce(self.agreement, what="int8 (static)", model=name, low_accuracy=self.low_accuracy, hints=hints)
         return quantized
+
+    def _check(self, quantized: onnx.ModelProto, prepared: onnx.ModelProto, float_sha: str) -> AgreementCheck:
+        """The accuracy check of ``quantized``, run once: a cached model's certificate gives its stored figures
+        (:func:`~amdinfer.quantize._int8_certificate.check_once`); the certificate is attached to ``quantized``."""
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None and fresh[0].matches(quantized):  # measured while the cache entry was built
+            self.certificate, self._reused = fresh[0], False
+            return fresh[1]
+        feeds = self.calibration_feeds(prepared)
+        assert self.min_cosine is not None
+        self.certificate, check, self._reused = check_once(
+            quantized, prepared, feeds, self.min_cosine, float_sha256=float_sha, quantizer=self
+        )
+        if self._reused:
+            log.info("int8 accuracy check of %s: the cached model's stored verdict (%s) is reused, not run again",
+                     prepared.graph.name or "<ModelProto>", self.certificate.verdict)  # fmt: skip
+        return check
 
     def _transformer_on(self, prepared: onnx.ModelProto) -> bool:
         return is_transformer(prepared) if self.transformer is None else self.transformer
@@ -356,7 +381,9 @@ class Int8Quantizer(QuantizerBase):
         )
         return self._shared.scratch() / f"ranges-{key}.json"
 
-    def _quantize_prepared(self, prepared: onnx.ModelProto) -> onnx.ModelProto:
+    def _quantize_prepared(
+        self, prepared: onnx.ModelProto, check: tuple[onnx.ModelProto, str] | None = None
+    ) -> onnx.ModelProto:
         feeds = self.calibration_feeds(prepared)
         excluded = self._excluded(prepared)
         if self._only is not None:
@@ -378,13 +405,21 @@ class Int8Quantizer(QuantizerBase):
 
         def build(tmp: Path) -> onnx.ModelProto:
             proto = self._run_quantize_static(src, feeds, feeds_hash, excluded)
-            onnx.save_model(proto, str(tmp))
+            onnx.save_model(proto, str(tmp))  # first: a check that raises must not look like a vanished file
+            if check is not None and self.min_cosine is not None:  # the entry stores the model with its verdict
+                self._fresh = None
+                agreement = self._check(proto, *check)
+                self._fresh = (self.certificate, agreement) if self.certificate is not None else None
+                onnx.save_model(proto, str(tmp))
             return proto
 
         def load(path: Path) -> onnx.ModelProto:
             return onnx.load_model(str(path))
 
-        meta = {"model": src.proto.graph.name or "<ModelProto>"}
+        def meta() -> dict[str, Any]:
+            fresh = {META_KEY: self._fresh[0].to_dict()} if self._fresh is not None else {}
+            return {"model": src.proto.graph.name or "<ModelProto>", **fresh}
+
         try:
             proto, hit = self._cache.get_or_build(key, parts=parts, build=build, load=load, suffix=".onnx", meta=meta)
         except CacheError as exc:
@@ -449,7 +484,8 @@ class Int8Quantizer(QuantizerBase):
         if self.head is not None:
             notes.append(f"int8: {self.head.summary()} (its one Concat mixes box coordinates and class scores)")
         if self.agreement is not None:
-            notes.append(f"int8 accuracy check: {self.agreement.summary()}")
+            reused = " (the cached model's stored verdict, not run again)" if self._reused else ""
+            notes.append(f"int8 accuracy check: {self.agreement.summary()}{reused}")
         return tuple(notes)
 
     def _with_float_nodes(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> Int8Quantizer:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -54,10 +53,11 @@ def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 # ---------------------------------------------------------------------------------------------- the record
-def test_json_round_trip_keeps_every_field(certified) -> None:
-    model, qmodel, cert, held_out = certified
+def test_json_round_trip_keeps_every_field(certified, tmp_path) -> None:
+    model, _qmodel, cert, _held_out = certified
     back = PrecisionCertificate.from_json(cert.to_json(indent=2))
     assert back == cert
+    assert PrecisionCertificate.from_json(cert.save(tmp_path / "c.json").read_text()) == cert
     doc = json.loads(cert.to_json())
     assert doc["format"] == "amdinfer.precision_certificate" and doc["version"] == 1
     assert doc["speed"] == "not measured"  # nothing was timed: nothing invented
@@ -158,7 +158,7 @@ def test_attach_binds_the_certificate_to_its_model(certified) -> None:
 
 
 def test_a_tampered_model_is_not_trusted(certified, caplog) -> None:
-    _, qmodel, cert, _ = certified
+    _, qmodel, _cert, _ = certified
     tampered = _copy(qmodel)
     weight = next(t for t in tampered.graph.initializer if t.data_type == onnx.TensorProto.FLOAT)
     arr = onnx.numpy_helper.to_array(weight).copy()
@@ -188,7 +188,7 @@ def test_engine_info_shows_a_loaded_models_certificate(certified, tmp_path) -> N
 
 
 def test_engine_info_says_a_tampered_certificate_is_not_trusted(certified, tmp_path, caplog) -> None:
-    _, qmodel, cert, _ = certified
+    _, qmodel, _cert, _ = certified
     tampered = _copy(qmodel)
     tampered.graph.name = "renamed after certification"
     with caplog.at_level(logging.WARNING, logger="amdinfer.quantize"):
@@ -278,3 +278,87 @@ def test_cache_list_shows_the_verdict(certified, tmp_path, capsys) -> None:
     entries = {e["key"]: e["certificate"] for e in json.loads(capsys.readouterr().out)["entries"]}
     assert entries[cache.key(x=1)]["verdict"] == cert.verdict and entries[cache.key(x=1)]["trusted"] is True
     assert entries[cache.key(x=2)]["trusted"] is False and entries[cache.key(x=3)] is None
+
+
+# ---------------------------------------------------------------------------------------------- not recomputed
+@pytest.fixture
+def measured(monkeypatch) -> list[int]:
+    """Counts the int8 accuracy check's runs (each one runs both models on the check's samples)."""
+    from amdinfer.quantize import _int8_certificate
+
+    runs: list[int] = []
+    real = _int8_certificate.measure
+
+    def spy(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_int8_certificate, "measure", spy)
+    return runs
+
+
+def _int8_engine(model, cache):
+    calib = [random_inputs(model, batch=2, seed=s) for s in range(4)]
+    q = Int8Quantizer(calibration=calib, progress=False, cache=cache)
+    return q, amdinfer.load(model, providers=["cpu"], quantizer=q, use_cache=False)
+
+
+def test_a_cache_hit_reuses_the_stored_verdict(tmp_path, measured, capsys) -> None:
+    model, cache = tiny_cnn(seed=0), tmp_path / "int8-cache"
+    q1, first = _int8_engine(model, cache)
+    with first:
+        assert len(measured) == 1  # quantized anew: the check ran
+        shown = first.info.settings["precision_certificate"]
+        assert shown["trusted"] is True and shown["judged_by"] == "int8 accuracy check"
+        first_notes = list(first.info.notes)
+    q2, second = _int8_engine(model, cache)  # a new quantizer, the same model and data: a cache hit
+    with second:
+        assert len(measured) == 1  # the stored verdict was reused, the check did not run again
+        assert second.info.settings["precision_certificate"] == first.info.settings["precision_certificate"]
+        assert q2.agreement is not None and q2.agreement.to_dict() == q1.agreement.to_dict()
+        assert q2.certificate == q1.certificate
+        assert any("stored verdict, not run again" in n for n in second.info.notes)
+        assert not any("not run again" in n for n in first_notes)
+    # the entry's manifest holds the certificate: cache list shows its verdict
+    assert main(["cache", "list", "--cache-dir", str(cache), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["entries"]
+    assert entry["kind"] == "int8 quantized model" and entry["certificate"]["verdict"] == q1.certificate.verdict
+    assert PrecisionCertificate.from_dict(entry["meta"]["precision_certificate"]) == q1.certificate
+
+
+def test_without_the_cache_the_check_runs_at_each_quantization(measured) -> None:
+    model = tiny_cnn(seed=0)
+    for n in (1, 2):
+        q, engine = _int8_engine(model, False)
+        engine.close()
+        assert len(measured) == n and q.certificate is not None and not q._reused
+
+
+def test_a_cached_model_with_a_tampered_certificate_is_checked_again(tmp_path, measured, caplog) -> None:
+    from amdinfer.cache import CompiledModelCache
+
+    model, cache = tiny_cnn(seed=0), tmp_path / "int8-cache"
+    q1, first = _int8_engine(model, cache)
+    first.close()
+    (entry,) = CompiledModelCache(cache).entries()
+    stored = onnx.load(entry.path)
+    prop = next(p for p in stored.metadata_props if p.key == CERTIFICATE_KEY)
+    doc = json.loads(prop.value)
+    doc["quantized_sha256"] = "0" * 64  # names another model: never trusted
+    prop.value = json.dumps(doc)
+    onnx.save(stored, entry.path)
+    # a consistent entry (manifest hash and size updated) around the forged certificate: only the certificate's
+    # own binding can tell
+    manifest_path = entry.path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    digest = hashlib.sha256(entry.path.read_bytes()).hexdigest()
+    renamed = entry.path.rename(entry.path.parent / f"{digest[:16]}.onnx")
+    manifest.update(size=renamed.stat().st_size, sha256=digest, artefact=renamed.name)
+    manifest_path.write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="amdinfer.quantize"):
+        q2, second = _int8_engine(model, cache)
+    with second:
+        assert len(measured) == 2  # the forged certificate was not reused: the check ran again
+        assert second.info.settings["precision_certificate"]["trusted"] is True  # the new one, bound to the model
+        assert q2.certificate is not None and q2.certificate.quantized_sha256 == q1.certificate.quantized_sha256
+    assert "it is for model 000000000000" in caplog.text and "the int8 accuracy check runs again" in caplog.text
