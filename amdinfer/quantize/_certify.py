@@ -111,6 +111,7 @@ def certify(
     more_reasons, more_sensitivity = _search_notes(search)
     reasons.update(more_reasons)
     sensitivity.update(more_sensitivity)
+    plan = dict(getattr(search, "plan", None) or getattr(getattr(quantizer, "result", None), "plan", None) or {})
     return PrecisionCertificate(
         precision=report.precision,
         task=report.task,
@@ -122,7 +123,7 @@ def certify(
         unit=j.unit,
         reasons=tuple(report.failures),
         data=DataRecord(int(j.items), len(feeds), data_hash(feeds), data_source),
-        layers=layer_precisions(proto, reasons=reasons, sensitivity=sensitivity),
+        layers=layer_precisions(proto, reasons=reasons, sensitivity=sensitivity, plan=plan),
         float_sha256=_float_sha(float_model),
         quantized_sha256=model_sha256(proto),
         versions=versions(),
@@ -264,11 +265,14 @@ def layer_precisions(
     *,
     reasons: Mapping[str, str] | None = None,
     sensitivity: Mapping[str, float] | None = None,
+    plan: Mapping[str, str] | None = None,
 ) -> tuple[LayerPrecision, ...]:
     """The precision of each weighted layer (``Conv``, ``Gemm``, ``MatMul``...) of a quantized model, and of
     each node ``reasons`` names (e.g. a detector head's decode), in graph order, read from the graph itself:
     ``int8`` for the integer ops and for a layer whose weight (or, for a ``MatMul`` of two activations, both
-    inputs) comes out of a ``DequantizeLinear``; ``fp16`` for a layer with fp16 weights; else ``fp32``.
+    inputs) comes out of a ``DequantizeLinear`` (through any ``Cast``); ``fp16`` for a layer with fp16
+    weights; else ``fp32``. A budget search's ``plan`` (layer -> ``"fp16"``/``"fp32"``) names the float
+    precision of the layers it moved out of int8 (an fp16 layer between casts reads as float from its weights).
 
     Example:
         >>> from amdinfer.testing.models import tiny_cnn
@@ -277,14 +281,23 @@ def layer_precisions(
     """
     reasons = dict(reasons or {})
     sensitivity = dict(sensitivity or {})
-    made_by = {out: n.op_type for n in model.graph.node for out in n.output}
+    made_by = {out: n for n in model.graph.node for out in n.output}
+
+    def dequantized(name: str) -> bool:  # through Casts (a mixed fp16/int8 graph casts around the DQ)
+        for _ in range(8):
+            node = made_by.get(name)
+            if node is None or node.op_type != "Cast" or not node.input:
+                return node is not None and node.op_type == "DequantizeLinear"
+            name = node.input[0]
+        return False
+
     fp16_inits = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
     out: list[LayerPrecision] = []
     for node in model.graph.node:
         weighted = node.op_type in WEIGHTED_OPS or node.op_type in _INT8_OPS
         if not weighted and node.name not in reasons:
             continue
-        dq = [made_by.get(i) == "DequantizeLinear" for i in node.input[:2]]
+        dq = [dequantized(i) for i in node.input[:2]]
         if node.op_type in _INT8_OPS or (
             weighted and len(dq) == 2 and (dq[1] if node.op_type != "MatMul" else all(dq))
         ):
@@ -293,6 +306,8 @@ def layer_precisions(
             precision = "fp16"
         else:
             precision = "fp32"
+        if precision != "int8" and (plan or {}).get(node.name) in ("fp16", "fp32"):
+            precision = str((plan or {})[node.name])
         why = reasons.get(node.name) or ("quantized" if precision == "int8" else "kept in float")
         out.append(LayerPrecision(node.name, node.op_type, precision, why, sensitivity.get(node.name)))
         if len(out) >= MAX_LAYERS:

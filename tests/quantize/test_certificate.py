@@ -362,3 +362,31 @@ def test_a_cached_model_with_a_tampered_certificate_is_checked_again(tmp_path, m
         assert second.info.settings["precision_certificate"]["trusted"] is True  # the new one, bound to the model
         assert q2.certificate is not None and q2.certificate.quantized_sha256 == q1.certificate.quantized_sha256
     assert "it is for model 000000000000" in caplog.text and "the int8 accuracy check runs again" in caplog.text
+
+
+def test_a_budget_search_records_the_moved_layer_and_every_sensitivity() -> None:
+    from amdinfer.quantize import AutoMixedPrecision
+    from amdinfer.testing.models import tiny_cnn as cnn
+
+    planted = cnn()  # conv2's int8 weight scale is ruined by a channel of weights 1000 that a bias keeps at 0
+    init = {t.name: t for t in planted.graph.initializer}
+    b1 = onnx.numpy_helper.to_array(init["conv1.bias"]).copy()
+    b1[0] = -1000.0
+    init["conv1.bias"].CopyFrom(onnx.numpy_helper.from_array(b1, "conv1.bias"))
+    w2 = onnx.numpy_helper.to_array(init["conv2.weight"]).copy()
+    w2[:, 0] = 1000.0
+    init["conv2.weight"].CopyFrom(onnx.numpy_helper.from_array(w2, "conv2.weight"))
+    calib = [random_inputs(planted, batch=4, seed=s) for s in range(4)]
+    held_out = [random_inputs(planted, batch=8, seed=s) for s in range(10, 14)]
+    q = Int8Quantizer(calibration=calib, progress=False, cache=False)
+    amp = AutoMixedPrecision(q, held_out, budget="top1>=0.99", providers=["migraphx", "cpu"], progress=False)
+    result = amp.search(planted)
+    report = evaluate(result.model, planted, held_out, task="classify")
+    cert = certify(report, float_model=planted, quantized_model=result.model, data=held_out, quantizer=q, search=result)
+    layers = {layer.node: layer for layer in cert.layers}
+    assert result.plan["conv2"] == "fp16"  # the GPU ladder: fp16 first
+    assert layers["conv2"].precision == "fp16" and layers["conv2"].reason == "kept by the mixed-precision search"
+    assert layers["conv1"].precision == "int8" and layers["fc"].precision == "int8"
+    assert {n: layers[n].sensitivity for n in ("conv1", "conv2", "fc")} == {
+        k.node: k.sensitivity for k in result.sensitivities
+    }
