@@ -88,6 +88,12 @@ def _write_files(d: Path) -> None:
     rng = np.random.default_rng(0)
     np.savez(d / "calib.npz", input=rng.random((16, 3, 32, 32), dtype=np.float32))
     np.savez(d / "inputs.npz", input=rng.random((2, 3, 32, 32), dtype=np.float32))
+    # verify --bisect: one planted fault, conv2.weight scaled by 1.02 (docs/cli.md, docs/verify.md)
+    onnx.save(models.tiny_cnn(), d / "good.onnx")
+    bad = models.tiny_cnn()
+    w = next(t for t in bad.graph.initializer if t.name == "conv2.weight")
+    w.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(w) * 1.02, w.name))
+    onnx.save(bad, d / "bad.onnx")
 
 
 EXAMPLES = examples()
