@@ -390,3 +390,43 @@ def test_a_budget_search_records_the_moved_layer_and_every_sensitivity() -> None
     assert {n: layers[n].sensitivity for n in ("conv1", "conv2", "fc")} == {
         k.node: k.sensitivity for k in result.sensitivities
     }
+
+
+def test_the_rewrite_cache_manifest_carries_a_rewrites_certificate(certified, tmp_path) -> None:
+    from amdinfer.cache import CompiledModelCache
+    from amdinfer.engines.ort._rewrite_cache import cached_rewrite
+    from amdinfer.model import ModelSource
+
+    model, qmodel, cert, _ = certified
+    source = ModelSource(model, name="cnn.onnx")
+    cache = CompiledModelCache(tmp_path / "rewrites")
+    parts = {"kind": "int8 model", "model": source.sha256}
+    _, key, hit = cached_rewrite(cache, parts, source, lambda: source.derived(_copy(qmodel), check=False), "m")
+    assert not hit and cache.manifest(key)["meta"]["precision_certificate"] == cert.to_dict()
+    again, _, hit = cached_rewrite(cache, parts, source, lambda: pytest.fail("rebuilt"), "m")
+    assert hit and read_certificate(again.proto) == cert  # the stored model carries it too
+    plain = CompiledModelCache(tmp_path / "plain")
+    _, key, _ = cached_rewrite(plain, parts, source, lambda: source, "m")
+    assert "precision_certificate" not in plain.manifest(key)["meta"]
+
+
+def test_a_refused_model_stays_refused_on_a_cache_hit(tmp_path, measured) -> None:
+    from amdinfer.errors import AgreementError
+
+    planted = tiny_cnn()  # conv2's int8 weight scale ruined (see test_budget.py): int8 loses the float answers
+    init = {t.name: t for t in planted.graph.initializer}
+    b1 = onnx.numpy_helper.to_array(init["conv1.bias"]).copy()
+    b1[0] = -1000.0
+    init["conv1.bias"].CopyFrom(onnx.numpy_helper.from_array(b1, "conv1.bias"))
+    w2 = onnx.numpy_helper.to_array(init["conv2.weight"]).copy()
+    w2[:, 0] = 1000.0
+    init["conv2.weight"].CopyFrom(onnx.numpy_helper.from_array(w2, "conv2.weight"))
+    calib = [random_inputs(planted, batch=4, seed=s) for s in range(4)]
+    messages = []
+    for _ in range(2):
+        q = Int8Quantizer(calibration=calib, progress=False, cache=tmp_path / "c")
+        with pytest.raises(AgreementError, match="mean cosine") as err:
+            q.quantize(planted)
+        messages.append(str(err.value))
+        assert q.certificate is not None and q.certificate.verdict == "FAIL"
+    assert len(measured) == 1 and messages[0] == messages[1]  # the stored FAIL refuses it again, unmeasured
