@@ -9,8 +9,9 @@ The convention (docs/cli.md):
 * ``--json`` prints one JSON object on stdout: ``{"command": ..., "amdinfer": version, ...}`` with snake_case
   keys and the unit in the key (``_ms``, ``_s``, ``_bytes``, ``_per_s``);
 * notes (what is loading, the backends passed over) go to stderr; ``--quiet`` drops them and progress bars;
-* errors are one line on stderr, ``amdinfer <command>: <ErrorClass>: <message>``; exit 0 ok, 1 failure, 2 usage;
-  a reader that closes stdout early (``| head -1``) ends the command quietly with exit 0.
+* errors are one line on stderr, ``amdinfer <command>: <ErrorClass>: <message>``; exit 0 ok, 1 failure, 2 usage,
+  3 not judged (``quantize`` with too little held-out data), 130 interrupted; a reader that closes stdout early
+  (``| head -1``) ends the command quietly with exit 0.
 
 Shapes and feeds live in :mod:`._feeds`, calibration samples in :mod:`._samples`; both are re-exported here.
 """

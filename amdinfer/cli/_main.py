@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="amdinfer",
         description="Run ONNX models on AMD GPUs and prove the answers.",
-        epilog="Exit codes: 0 success, 1 failure (a check failed, or an error), 2 usage. See docs/cli.md.",
+        epilog=(
+            "Exit codes: 0 success, 1 failure (a check failed, or an error), 2 usage, 3 not judged (quantize with "
+            "too little held-out data for a verdict), 130 interrupted. See docs/cli.md."
+        ),
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -71,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``amdinfer`` console script; returns the exit code (0 ok, 1 failure, 2 usage).
+    """Entry point of the ``amdinfer`` console script; returns the exit code.
+
+    Exit codes (docs/cli.md): 0 ok, 1 failure (an error, or a check that failed), 2 usage, 3 not judged
+    (``amdinfer quantize`` with too little held-out data for a verdict; the model is written), 130 interrupted.
 
     A reader that closes stdout early (``amdinfer cache list --json | head -1``) ends the command with 0: the
     stream is pointed at the null device, as Python's documentation advises for ``SIGPIPE``.
