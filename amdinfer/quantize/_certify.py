@@ -97,6 +97,15 @@ def certify(
 
     Raises:
         OptionError: ``report`` is not a :class:`~amdinfer.quantize.QuantizationReport`.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn, random_inputs
+        >>> from amdinfer.quantize import Fp16Quantizer, evaluate
+        >>> model, held_out = tiny_cnn(), [random_inputs(tiny_cnn(), batch=4, seed=s) for s in range(2)]
+        >>> qmodel = Fp16Quantizer().quantize(model)
+        >>> cert = certify(evaluate(qmodel, model, held_out), float_model=model, quantized_model=qmodel, data=held_out)
+        >>> cert.precision, cert.verdict, cert.speed is None, cert.layer_counts()
+        ('fp16', 'PASS', True, {'fp16': 3})
     """
     if not isinstance(report, QuantizationReport):
         raise OptionError(f"report: got {type(report).__name__}, expected a QuantizationReport")
