@@ -400,6 +400,29 @@ def test_mean_std_normalize_calibration_images_like_torchvision(model_path, tmp_
     np.testing.assert_allclose(plain[0]["input"][0], (pixels[0] / 255.0).transpose(2, 0, 1), atol=1e-7)
 
 
+def test_npz_samples_follow_the_one_calibration_layout(model_path, tmp_path) -> None:
+    """axis 0 = samples: rows of the model's rank keep their batch axis, rows of one less get one (as in
+    Int8Quantizer); any other rank is refused naming the input."""
+    from amdinfer.cli._common import load_samples, model_specs
+    from amdinfer.errors import InputError
+
+    specs = model_specs(str(model_path)).inputs
+    x = np.random.default_rng(0).random((4, 3, 32, 32), dtype=np.float32)
+    shapes = {"input": (1, 3, 32, 32)}
+    np.savez(tmp_path / "plain.npz", input=x)
+    np.savez(tmp_path / "batched.npz", input=x[:, None])
+    plain = load_samples(str(tmp_path / "plain.npz"), specs, shapes, "--calibration")
+    batched = load_samples(str(tmp_path / "batched.npz"), specs, shapes, "--calibration")
+    assert len(plain) == len(batched) == 4
+    for i in range(4):
+        assert plain[i]["input"].shape == batched[i]["input"].shape == (1, 3, 32, 32)
+        np.testing.assert_array_equal(plain[i]["input"][0], x[i])
+        np.testing.assert_array_equal(batched[i]["input"], plain[i]["input"])
+    np.savez(tmp_path / "flat.npz", input=x[:, 0])
+    with pytest.raises(InputError, match=r"--calibration: got an array of shape \(4, 32, 32\) for input 'input'"):
+        load_samples(str(tmp_path / "flat.npz"), specs, shapes, "--calibration")
+
+
 def test_mean_std_reach_the_int8_quantizer_of_every_command(model_path, tmp_path) -> None:
     from amdinfer.cli._common import model_specs, quantizer_for
 

@@ -92,7 +92,11 @@ def load_samples(
 ) -> list[Any]:
     """Samples from a folder of images (resized to the input's H x W, ``(x / 255 - mean) / std``, NCHW) or an ``.npz``.
 
-    An ``.npz`` holds one array per input name; axis 0 indexes samples (each becomes a batch of one).
+    An ``.npz`` holds one array per input name in the one tensor calibration layout of
+    :func:`amdinfer.quantize._data_rows.tensor_rows` (``Int8Quantizer`` takes the same): axis 0 indexes samples; a
+    row of the model's rank keeps its batch axis (``(samples, 1, 3, H, W)``), a row of one less gets one
+    (``(samples, 3, H, W)``, each sample a batch of one). Any other rank is refused naming the input and the shapes
+    expected.
 
     Raises:
         InputError: an empty folder, a model that images cannot feed, arrays that do not match the inputs.
@@ -142,5 +146,12 @@ def load_samples(
     n = {k: v.shape[0] if v.ndim else 0 for k, v in arrays.items()}
     if len(set(n.values())) != 1 or 0 in n.values():
         raise InputError(f"{what}: arrays of {path!r} disagree on the sample count (axis 0): {n}")
+    from ..quantize._data_rows import check_rows, tensor_rows
+
+    ranks = {s.name: len(s.shape) for s in specs}
+    check_rows(tensor_rows(arrays, what), {s.name: tuple(s.shape) for s in specs}, what)
     count = next(iter(n.values()))
-    return [{k: np.ascontiguousarray(v[i : i + 1]) for k, v in arrays.items()} for i in range(count)]
+    return [
+        {k: np.ascontiguousarray(v[i] if v.ndim == ranks[k] + 1 else v[i : i + 1]) for k, v in arrays.items()}
+        for i in range(count)
+    ]
