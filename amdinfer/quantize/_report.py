@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
-from ._tasks import METRICS, NOT_JUDGED, PASS, Bound, TaskVerdict
+from ._task_base import HasVerdict
+from ._tasks import METRICS, NOT_JUDGED, Bound, TaskVerdict
 
 __all__ = ["AccuracyTolerance", "LayerError", "OutputError", "QuantizationReport"]
 
@@ -133,7 +134,7 @@ class LayerError:
 
 
 @dataclass
-class QuantizationReport:
+class QuantizationReport(HasVerdict):
     """The accuracy cost of a quantized model against its float reference, judged in the task's metric.
 
     Attributes:
@@ -170,16 +171,6 @@ class QuantizationReport:
     failures: list[str] = field(default_factory=list)
     task_reason: str = ""
     layers: list[LayerError] | None = None
-
-    @property
-    def passed(self) -> bool:
-        """``verdict == "PASS"``: the task metric met its bounds on enough held-out data."""
-        return self.verdict == PASS
-
-    @property
-    def judged(self) -> bool:
-        """``verdict != "NOT JUDGED"``."""
-        return self.verdict != NOT_JUDGED
 
     @property
     def metrics(self) -> dict[str, float | None]:

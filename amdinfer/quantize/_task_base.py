@@ -17,7 +17,18 @@ import numpy as np
 
 from ..errors import InputError, OptionError
 
-__all__ = ["COLLAPSE_MIN", "FAIL", "METRICS", "NOT_JUDGED", "PASS", "TASKS", "Bound", "TaskMetric", "TaskVerdict"]
+__all__ = [
+    "COLLAPSE_MIN",
+    "FAIL",
+    "METRICS",
+    "NOT_JUDGED",
+    "PASS",
+    "TASKS",
+    "Bound",
+    "HasVerdict",
+    "TaskMetric",
+    "TaskVerdict",
+]
 
 PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
 #: The task names (``evaluate(task=...)``, ``amdinfer quantize --task``; plus ``"auto"``).
@@ -109,8 +120,31 @@ class Bound:
         return f"Bound({str(self)!r})"
 
 
+class HasVerdict:
+    """``passed``/``judged`` read from a ``verdict`` attribute (``TaskVerdict``, ``QuantizationReport``).
+
+    Example:
+        >>> class V(HasVerdict):
+        ...     verdict = NOT_JUDGED
+        >>> V().passed, V().judged
+        (False, False)
+    """
+
+    verdict: str
+
+    @property
+    def passed(self) -> bool:
+        """``verdict == "PASS"``: the task metric met its bounds (on enough held-out data)."""
+        return self.verdict == PASS
+
+    @property
+    def judged(self) -> bool:
+        """``verdict != "NOT JUDGED"``."""
+        return self.verdict != NOT_JUDGED
+
+
 @dataclass(frozen=True)
-class TaskVerdict:
+class TaskVerdict(HasVerdict):
     """A task metric's judgement of the quantized answers against the float model's.
 
     Attributes:
@@ -137,16 +171,6 @@ class TaskVerdict:
     reasons: tuple[str, ...] = ()
     unit: str = "items"
     collapsed: bool = False
-
-    @property
-    def passed(self) -> bool:
-        """``verdict == "PASS"``."""
-        return self.verdict == PASS
-
-    @property
-    def judged(self) -> bool:
-        """``verdict != "NOT JUDGED"``."""
-        return self.verdict != NOT_JUDGED
 
     def summary(self) -> str:
         """One line: the metrics with their bounds."""

@@ -95,7 +95,18 @@ def _ranked(row: np.ndarray) -> np.ndarray:
     return np.argsort(-x, kind="stable")  # ties go to the lower index, NaN ranks lowest
 
 
-class ClassifyTask(TaskMetric):
+class _RowsTask(TaskMetric):
+    """A task whose answers are the rows of one 2-D output (``output=``, else the only float one)."""
+
+    def __init__(self, *, output: str | None = None) -> None:
+        self.output = output
+
+    def answers(self, outputs: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
+        name = _pick_output(outputs, self.output, self.name, 2)
+        return [row for o in outputs for row in _rows(o[name])]
+
+
+class ClassifyTask(_RowsTask):
     """Class scores, the float model's top class the truth: ``top1`` (the quantized top class is the same)
     and ``top5`` (the float top class is among the quantized five best; ``None`` below 5 classes).
 
@@ -112,13 +123,6 @@ class ClassifyTask(TaskMetric):
     name = "classify"
     metrics = ("top1", "top5")
 
-    def __init__(self, *, output: str | None = None) -> None:
-        self.output = output
-
-    def answers(self, outputs: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
-        name = _pick_output(outputs, self.output, self.name, 2)
-        return [row for o in outputs for row in _rows(o[name])]
-
     def compute(self, quantized: Sequence[Any], reference: Sequence[Any]) -> dict[str, float | None]:
         if not reference:
             return {"top1": 1.0, "top5": None}
@@ -134,7 +138,7 @@ class ClassifyTask(TaskMetric):
 
 
 # ---------------------------------------------------------------------------------------------- embed
-class EmbedTask(TaskMetric):
+class EmbedTask(_RowsTask):
     """Embeddings: ``cosine`` (mean row cosine with the float embedding) and ``retrieval_top1`` (each item's
     nearest other item, by cosine among the quantized embeddings, is the one the float embeddings give).
 
@@ -151,13 +155,6 @@ class EmbedTask(TaskMetric):
 
     name = "embed"
     metrics = ("cosine", "retrieval_top1")
-
-    def __init__(self, *, output: str | None = None) -> None:
-        self.output = output
-
-    def answers(self, outputs: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
-        name = _pick_output(outputs, self.output, self.name, 2)
-        return [row for o in outputs for row in _rows(o[name])]
 
     def compute(self, quantized: Sequence[Any], reference: Sequence[Any]) -> dict[str, float | None]:
         if not reference:
