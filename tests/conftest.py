@@ -55,7 +55,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for name in conformance.selected_kinds():
         why = conformance.availability(name)
-        lines.append(f"amdinfer engine {name}: " + ("available" if why is None else f"skipped ({why[:160]})"))
+        lines.append(f"amdinfer engine {name}: " + ("available" if why is None else f"skipped ({why[:400]})"))
     return lines
 
 
