@@ -46,7 +46,8 @@ def main() -> None:
     check_installed(checkout)
     Path("cnn.onnx").write_bytes(tiny_cnn().SerializeToString())  # input (N, 3, 32, 32) -> logits (N, 10)
     rng = np.random.default_rng(0)
-    np.savez("calib.npz", input=rng.random((16, 3, 32, 32), dtype=np.float32))
+    # 40 samples: quantize holds the last 10 out, enough for a verdict (fewer than 8 is NOT JUDGED, exit 3)
+    np.savez("calib.npz", input=rng.random((40, 3, 32, 32), dtype=np.float32))
     covered = set(CHECKS)
     listed = {importlib.import_module(path).NAME for path in SUBCOMMANDS}
     assert listed <= covered, f"subcommands without a smoke check: {sorted(listed - covered)}"
@@ -185,7 +186,10 @@ def check_cache() -> None:
 
 
 def check_quantize() -> None:
-    cli("quantize", "cnn.onnx", "--precision", "int8", "--calibration", "calib.npz", "--out", "int8.onnx", "-q")
+    out = cli_json(
+        "quantize", "cnn.onnx", "--precision", "int8", "--calibration", "calib.npz", "--out", "int8.onnx", "-q"
+    )
+    assert out["passed"] and out["verdict"] == "PASS", out
     ops = {n.op_type for n in onnx.load("int8.onnx").graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops, ops
     out = cli_json("quantize", "cnn.onnx", "--precision", "fp16", "--out", "fp16.onnx", "-q")
