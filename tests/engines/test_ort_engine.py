@@ -408,3 +408,15 @@ class TestSequenceInputs:
     def test_shape_sessions_are_refused_naming_the_input(self) -> None:
         with pytest.raises(OptionError, match=r"shape_sessions: input 's' is a sequence\(tensor\(float32\)\)"):
             amdinfer.load(_sequence_model(), backend="ort", providers=["cpu"], shape_sessions=4)
+
+
+def test_tensorrt_without_its_libraries_says_what_it_needs() -> None:
+    """An EP amdinfer keeps no record of, but ONNX Runtime builds carry: the fix names TensorRT's libraries (measured on
+    an H200 whose onnxruntime-gpu lists the EP without libnvinfer), never "check the name"."""
+    from amdinfer.testing.models import tiny_cnn
+
+    with pytest.raises(amdinfer.BackendUnavailableError) as caught:
+        amdinfer.load(tiny_cnn(), providers=["TensorrtExecutionProvider"])
+    said = str(caught.value)
+    assert said.startswith("provider 'TensorrtExecutionProvider' ") and "TensorRT libraries (libnvinfer)" in said, said
+    assert "check the name" not in said

@@ -206,15 +206,29 @@ def provider_record(provider: str) -> ExecutionProvider | None:
     return _DERIVED.get(provider) or PROVIDERS.get(provider) or PLUGIN_PROVIDERS.get(provider)
 
 
+#: Fix hints for EPs that ONNX Runtime builds carry but amdinfer keeps no record of (it maps none of their options
+#: and never tries them under ``backend="auto"``): a user who names one gets what it needs, not "check the name".
+_OTHER_FIXES = {
+    "TensorrtExecutionProvider": "onnxruntime-gpu lists it, but it needs NVIDIA's TensorRT libraries (libnvinfer) of "
+    "the version that onnxruntime-gpu was built for on the loader path (e.g. `pip install tensorrt` and its lib folder "
+    "on LD_LIBRARY_PATH); check with `amdinfer doctor`",
+    "AzureExecutionProvider": "it runs models hosted on Azure endpoints, not local ONNX models: pick another provider",
+}
+
+
 def fix_for(provider: str) -> str:
-    """The fix hint for a provider (``"check the name"`` for unknown ones).
+    """The fix hint for a provider (``"check the name"`` for names amdinfer knows nothing of).
 
     Example:
         >>> fix_for("CPUExecutionProvider")
         'reinstall onnxruntime'
+        >>> "libnvinfer" in fix_for("TensorrtExecutionProvider"), fix_for("NoSuchExecutionProvider")
+        (True, 'check the name')
     """
     record = provider_record(provider)
-    return record.fix if record is not None else "check the name"
+    if record is not None:
+        return record.fix
+    return _OTHER_FIXES.get(provider, "check the name")
 
 
 def ort_device_type(provider: str) -> str:
