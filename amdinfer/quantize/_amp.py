@@ -37,9 +37,9 @@ from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ._amp_result import BudgetStep, LayerSensitivity, MixedPrecisionResult
 from ._base import QuantizationSpec, QuantizerBase
-from ._budget import BudgetOptions, budget_task, float_ladder, parse_budget, run_budget_search
+from ._budget import BudgetOptions, budget_task, float_ladder, parse_budget, run_budget_search, trial_quantizer
 from ._data import Progress, materialize, to_feeds
-from ._evaluate import _is_engine, _load_cpu, _run_all
+from ._evaluate import _is_engine, _run_all, _run_on_cpu
 from ._prepare import WEIGHTED_OPS, prepare_model, weighted_layers
 from ._tasks import METRIC_TASKS, METRICS, NOT_JUDGED, Bound, TaskMetric, make_task, metric_error, task_from_model
 
@@ -267,11 +267,7 @@ class AutoMixedPrecision(QuantizerBase):
         self, q: QuantizerBase, prepared: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], ref: Outputs
     ) -> tuple[float, onnx.ModelProto]:
         proto = q._quantize_prepared(prepared)
-        engine = _load_cpu(proto)
-        try:
-            outs = _run_all(engine, feeds)
-        finally:
-            engine.close()
+        outs = _run_on_cpu(proto, feeds)
         if self._metric is None:
             raise OptionError("AutoMixedPrecision: the metric is chosen by search(); call search(model) first")
         err = float(self._metric(outs, ref))
@@ -347,11 +343,7 @@ class AutoMixedPrecision(QuantizerBase):
         """The float outputs every trial is compared with: ``reference=``'s, else ONNX Runtime CPU's."""
         if self.reference is not None:
             return _run_all(self.reference, feeds)
-        engine = _load_cpu(src)
-        try:
-            return _run_all(engine, feeds)
-        finally:
-            engine.close()
+        return _run_on_cpu(src, feeds)
 
     def _candidate_groups(self, prepared: onnx.ModelProto, base: Any, op_of: Mapping[str, str]) -> dict[str, list[str]]:
         """Candidate name -> the nodes kept in float with it, minus those the quantizer already excludes."""
@@ -504,7 +496,6 @@ class _Trials:
     def error(self, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> tuple[float, onnx.ModelProto]:
         """(error, model) with the nodes of ``keep`` in float, or only those of ``only`` quantized."""
         self.evaluations += 1
-        keep_nodes = [n for c in keep for n in self.groups[c]]
-        only_nodes = None if only is None else [n for c in only for n in self.groups[c]]
-        quantizer = self.base._with_float_nodes(keep=keep_nodes, only=only_nodes)
-        return self.amp._evaluate(quantizer, self.prepared, self.feeds, self.ref)
+        return self.amp._evaluate(
+            trial_quantizer(self.base, self.groups, keep, only), self.prepared, self.feeds, self.ref
+        )

@@ -34,11 +34,11 @@ import onnx
 from ..errors import OptionError
 from ._amp_result import BudgetStep, LayerSensitivity, MixedPrecisionResult
 from ._data import Progress
-from ._evaluate import _load_cpu, _run_all
+from ._evaluate import _run_on_cpu
 from ._task_base import FAIL, Bound, TaskMetric, TaskVerdict
 from ._tasks import METRIC_TASKS, make_task, task_from_model
 
-__all__ = ["BudgetOptions", "budget_task", "float_ladder", "parse_budget", "run_budget_search"]
+__all__ = ["BudgetOptions", "budget_task", "float_ladder", "parse_budget", "run_budget_search", "trial_quantizer"]
 
 Outputs = Sequence[Mapping[str, np.ndarray]]
 #: How fast each precision is, fastest first: a step only ever moves a layer up this list.
@@ -197,6 +197,16 @@ class BudgetOptions:
     iou: float = 0.5
 
 
+def trial_quantizer(
+    base: Any, groups: Mapping[str, Sequence[str]], keep: Sequence[str], only: Sequence[str] | None
+) -> Any:
+    """``base`` with the nodes of candidate groups ``keep`` in float, or with only those of ``only`` quantized (the
+    trial quantizer of the mixed-precision and the budget searches)."""
+    keep_nodes = [n for c in keep for n in groups[c]]
+    only_nodes = None if only is None else [n for c in only for n in groups[c]]
+    return base._with_float_nodes(keep=keep_nodes, only=only_nodes)
+
+
 class _Measured:
     """One plan's model, verdict and budget check."""
 
@@ -231,9 +241,8 @@ class _BudgetSearch:
         """The model of a plan (candidate -> precision), or with only the candidates ``only`` in int8."""
         from ._fp16 import Fp16Quantizer
 
-        keep = [n for c, p in plan.items() if p != "int8" for n in self.groups[c]]
-        only_nodes = None if only is None else [n for c in only for n in self.groups[c]]
-        proto = self.base._with_float_nodes(keep=keep, only=only_nodes)._quantize_prepared(self.prepared)
+        keep = [c for c, p in plan.items() if p != "int8"]
+        proto = trial_quantizer(self.base, self.groups, keep, only)._quantize_prepared(self.prepared)
         half = [n for c, p in plan.items() if p == "fp16" for n in self.groups[c]]
         if half:  # the int8 model keeps these layers in fp32; convert just them
             proto = Fp16Quantizer(prepare=False)._with_float_nodes(only=half)._quantize_prepared(proto)
@@ -242,11 +251,7 @@ class _BudgetSearch:
     def measure(self, plan: Mapping[str, str], only: Sequence[str] | None = None) -> _Measured:
         self.evaluations += 1
         proto = self.model(plan, only)
-        engine = _load_cpu(proto)
-        try:
-            outs = _run_all(engine, self.feeds)
-        finally:
-            engine.close()
+        outs = _run_on_cpu(proto, self.feeds)
         verdict = self.task.judge(self.task.answers(outs), self.ref_answers, self.bounds, precision="int8")
         bad = _nonfinite(outs, self.ref)
         if bad:

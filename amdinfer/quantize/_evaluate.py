@@ -59,6 +59,15 @@ def _run_all(engine: Any, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dic
     return [engine.run(dict(f)) for f in feeds]
 
 
+def _run_on_cpu(model: Any, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """``model``'s outputs on each feed, on an ONNX Runtime CPU engine opened for this and closed after."""
+    engine = _load_cpu(model)
+    try:
+        return _run_all(engine, feeds)
+    finally:
+        engine.close()
+
+
 def evaluate(
     quantized: Any,
     reference: Any,
