@@ -154,6 +154,12 @@ class TopK(Postprocessor):
 
 
 # ---------------------------------------------------------------------------------------------- detection
+def _anchor_count(input_shape: tuple[int, int]) -> int:
+    """YOLO's anchor count for an ``(height, width)`` input: one per cell of the stride-8, 16 and 32 grids."""
+    h, w = input_shape
+    return sum(-(-h // s) * -(-w // s) for s in (8, 16, 32))
+
+
 def detect_layout(shape: tuple[int, ...], input_shape: tuple[int, int] | None = None) -> str:
     """Tell a YOLO output layout from one item's output shape.
 
@@ -185,8 +191,7 @@ def detect_layout(shape: tuple[int, ...], input_shape: tuple[int, int] | None = 
         raise InputError(f"YoloDecode: got an output of shape {tuple(shape)}, expected 2-D per item")
     rows, cols = shape
     if input_shape is not None:
-        h, w = input_shape
-        anchors = sum(-(-h // s) * -(-w // s) for s in (8, 16, 32))
+        anchors = _anchor_count(input_shape)
         if cols == anchors and rows > 4:
             return "v8"
         if rows == 3 * anchors and cols > 5:

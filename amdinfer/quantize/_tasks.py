@@ -166,10 +166,10 @@ def task_from_model(
         a = np.asarray(first[name])
         hw = _input_hw(feeds)
         if a.ndim == 3 and hw is not None:
-            from ..postprocess import detect_layout
+            from ..postprocess import _anchor_count, detect_layout
 
             layout = detect_layout(a.shape[1:], hw)
-            anchors = sum(-(-hw[0] // s) * -(-hw[1] // s) for s in (8, 16, 32))
+            anchors = _anchor_count(hw)
             if (layout == "v8" and a.shape[2] == anchors) or (layout == "v5" and a.shape[1] == 3 * anchors):
                 return "detect", f"{name} is a YOLO {layout} head {a.shape}"
     if len(first) == 1 and floats:
