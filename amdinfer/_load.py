@@ -138,7 +138,7 @@ def _outside_auto() -> str:
     Backends registered without an ``auto_priority`` (the NumPy reference: a slow checker) are never a silent
     fallback; the error names those that are ready here, so the user can pass one explicitly.
     """
-    from ._install import pip_extra
+    from ._support._install import pip_extra
 
     ready = [e for e in backend_entries() if e.auto_priority is None and e.run_diagnose().state == "ready"]
     lines = [""]

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ._memory import host_memory
-from ._progress import progress_bar
+from ._support._memory import host_memory
+from ._support._progress import progress_bar
 from .errors import OptionError
 
 __all__ = ["SPREAD_WARNING_CV", "BenchResult", "benchmark", "plot_sweep", "sweep", "time_calls"]
@@ -51,7 +51,7 @@ class BenchResult:
         first_run_ms: the first call, timed on its own (not in ``latencies_ms``).
         load_seconds, compile_seconds: from the engine's info.
         host_rss_bytes: the process's resident memory right after the timed phase (``None``: not measured, or
-            the platform does not say); see :mod:`amdinfer._memory` for the source.
+            the platform does not say); see :mod:`amdinfer._support._memory` for the source.
         host_rss_peak_bytes: the process's peak resident memory so far (Linux ``VmHWM``: since the process
             started, so it includes imports and the load, not only this batch).
         extra: anything the caller wants in :meth:`to_dict`.
@@ -371,7 +371,7 @@ def plot_sweep(results: Sequence[BenchResult], path: str | Path, *, title: str =
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - matplotlib is in the test extras
-        from ._install import pip_extra
+        from ._support._install import pip_extra
 
         raise ImportError(f"--plot needs matplotlib: {pip_extra('quant')} (or pip install matplotlib)") from exc
     rs = sorted(results, key=lambda r: r.batch)
@@ -395,7 +395,7 @@ def plot_sweep(results: Sequence[BenchResult], path: str | Path, *, title: str =
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    from ._files import write_atomic
+    from ._support._files import write_atomic
 
     out = Path(path)
     # through a temporary file beside it: a symbolic link planted at ``path`` is replaced, never written through

@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ._external_data import external_location, external_tensors, load_external
-from ._files import check_path, read_regular
+from ._support._external_data import external_location, external_tensors, load_external
+from ._support._files import check_path, read_regular
 from .errors import ModelError, OptionError
 from .types import CONTAINERS, Dim, TensorSpec
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._concurrency import ordered_results
+from ._support._concurrency import ordered_results
 from .engines.base import Engine, EngineInfo, Feeds, OutputSelection
 from .errors import EngineClosedError, OptionError
 

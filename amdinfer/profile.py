@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._files import write_atomic
-from ._progress import progress_bar
+from ._support._files import write_atomic
+from ._support._progress import progress_bar
 from .engines.base import Engine
 from .errors import OptionError
 

@@ -157,7 +157,7 @@ def yolo(
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...), fused too.
 
     Returns:
-        A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.fuse.FusedPipeline` when fused, whose results
+        A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.pipeline.fuse.FusedPipeline` when fused, whose results
         are :class:`~amdinfer.results.Detections` in original-image pixels. Calling it with one image (array,
         Pillow image, path, bytes) gives one result; with a list, a glob (``"pages/*.png"``) or a folder (its
         files with an image suffix, sorted; not its subfolders) a list of results in order.
@@ -297,7 +297,7 @@ def classify(
         **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
 
     Returns:
-        A :class:`~amdinfer.Pipeline` (or its :class:`~amdinfer.fuse.FusedPipeline`) whose results are
+        A :class:`~amdinfer.Pipeline` (or its :class:`~amdinfer.pipeline.fuse.FusedPipeline`) whose results are
         :class:`~amdinfer.results.Classification` (indices, scores, labels; best first); it takes one image or
         a list, glob or folder of them as :func:`yolo`'s does.
 
@@ -335,8 +335,8 @@ def _recipe(
 ) -> Any:
     """Load ``model``, build the pipeline of ``stages(engine, args, channels)``, fuse it when asked."""
     from ._load import load as load_model
-    from ._source_images import check_keep
     from .pipeline import Pipeline
+    from .pipeline._source_images import check_keep
 
     if channels not in _CHANNELS:
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")

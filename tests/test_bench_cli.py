@@ -107,7 +107,7 @@ def test_memory_figures_are_the_process_rss(cnn, capsys) -> None:
 
 
 def test_proc_status_parsing_by_hand() -> None:
-    from amdinfer._memory import _from_proc
+    from amdinfer._support._memory import _from_proc
 
     text = "Name:\tpython\nVmPeak:\t  900 kB\nVmHWM:\t    300 kB\nVmRSS:\t    200 kB\nThreads:\t4\n"
     assert _from_proc(text) == (200 * 1024, 300 * 1024)
@@ -115,7 +115,7 @@ def test_proc_status_parsing_by_hand() -> None:
 
 
 def test_device_peak_names_the_backend_on_a_gpu() -> None:
-    from amdinfer._memory import device_peak
+    from amdinfer._support._memory import device_peak
 
     info = amdinfer.EngineInfo(backend="migraphx", device="rocm:0")
     assert device_peak(info) == (

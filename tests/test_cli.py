@@ -761,7 +761,7 @@ def test_failed_write_leaves_no_temporary_file(model_path, tmp_path, capsys, mon
 
 
 def test_write_atomic_cleans_up_and_keeps_the_old_file(tmp_path) -> None:
-    from amdinfer._files import write_atomic
+    from amdinfer._support._files import write_atomic
     from amdinfer.errors import OptionError
 
     out = tmp_path / "model.onnx"

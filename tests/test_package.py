@@ -21,7 +21,7 @@ PUBLIC_MODULES = [
     "amdinfer.model",
     "amdinfer.engines",
     "amdinfer.engines.base",
-    "amdinfer.fuse",
+    "amdinfer.pipeline.fuse",
     "amdinfer.engines.ort",
     "amdinfer.engines.registry",
     "amdinfer.bench",
@@ -286,7 +286,7 @@ def test_onnxruntime_telemetry_stays_out_of_home(tmp_path: Path) -> None:
 
 
 def test_install_hints_name_a_command_that_works() -> None:
-    """Messages say how to install through amdinfer._install.pip_extra (the index name and the clone form), never the
+    """Messages say how to install through ``_install.pip_extra`` (the index name and the clone form), never the
     bare index name alone, which is not published yet (docstrings' ``...`` literals may name the extra)."""
     import re
 

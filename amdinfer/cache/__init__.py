@@ -26,8 +26,8 @@ Example:
 
 from __future__ import annotations
 
-# The machine fingerprint lives in amdinfer._hardware (doctor needs it too); kept importable from here.
-from .._hardware import _gfx_from_target_version, amd_gpu_archs, cpu_signature, visible_gpu_arch  # noqa: F401
+# The machine fingerprint lives in amdinfer._support._hardware (doctor needs it too); kept importable from here.
+from .._support._hardware import _gfx_from_target_version, amd_gpu_archs, cpu_signature, visible_gpu_arch  # noqa: F401
 from ._api import clear, list_entries
 from ._entries import RUNTIME_DIRS, CacheEntry
 from ._paths import CACHE_ENV, default_cache_dir, resolve_cache_dir

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._files import file_kind, read_regular
+from .._support._files import file_kind, read_regular
 from ..errors import CacheError
 
 FORMAT = 1

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Union
 
-from .._files import check_path
+from .._support._files import check_path
 
 __all__ = ["CACHE_ENV", "PathLike", "default_cache_dir", "resolve_cache_dir"]
 

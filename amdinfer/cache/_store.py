@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._files import file_kind
+from .._support._files import file_kind
 from ..errors import CacheError
 from ._entries import RUNTIME_DIRS, CacheEntry, clear_folder, scan_entries
 from ._lock import file_lock

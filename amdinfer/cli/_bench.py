@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._memory import HostMemory, device_peak, host_memory, mib
+from .._support._memory import HostMemory, device_peak, host_memory, mib
 from ..errors import OptionError
 from ._common import (
     add_model_args,
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     if plot is not None:
-        from .._files import write_atomic
+        from .._support._files import write_atomic
 
         title = f"{args.model.rsplit('/', 1)[-1]}: {info.backend} {','.join(info.providers)} {info.precision}"
         # plot_sweep takes a path: the temporary file's name ends with the plot's suffix (the format).

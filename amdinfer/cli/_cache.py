@@ -40,7 +40,7 @@ def _iso(created: float) -> str | None:
 
 def _certificate(meta: dict[str, Any]) -> dict[str, Any] | None:
     """An entry's precision certificate for ``--json``: verdict, task, metrics, summary (``None`` without one)."""
-    from .._certificate_io import meta_certificate
+    from .._certificate._io import meta_certificate
 
     cert, problem = meta_certificate(meta)
     if problem is not None:

@@ -62,7 +62,7 @@ def write_certificate(
     cert.attach(qmodel)
     lines = [f"certified {cert.summary()} (in --out's metadata)"]
     if paths is not None:
-        from .._files import write_atomic
+        from .._support._files import write_atomic
 
         write_atomic(paths[0], (cert.to_json(indent=1) + "\n").encode(), argument="--certificate")
         try:

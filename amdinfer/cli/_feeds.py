@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import check_allocation
+from .._support._files import check_allocation
 from ..engines._checks import tensors_only
 from ..errors import InputError, OptionError
 
@@ -20,7 +20,7 @@ __all__ = ["feed_shapes", "feeds_for", "load_npz", "make_feeds", "model_specs", 
 
 def load_npz(path: str, what: str = "--inputs") -> dict[str, np.ndarray]:
     """Arrays of an ``.npz`` file: a regular file, headers checked before allocating, no pickled objects."""
-    from .._files import read_npz
+    from .._support._files import read_npz
 
     return read_npz(path, what)
 

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 def certificate_section(proto: Any) -> tuple[dict[str, Any] | None, list[str]]:
     """The model's precision certificate for ``--json`` (``None`` without one; ``{"trusted": false, "problem"}``
     for one that cannot be trusted) and the text section's lines."""
-    from .._certificate_io import inspect_certificate
+    from .._certificate._io import inspect_certificate
 
     cert, problem = inspect_certificate(proto)
     if problem is not None:

@@ -3,7 +3,7 @@
 Every file a subcommand writes (``run --save``, ``verify --save-golden``, ``compile --out``, ``quantize --out``
 and ``--plot``, ``bench --plot``, ``profile --trace``) goes through :func:`check_writable` before the model
 runs (an existing folder, not a folder itself, not one of the command's inputs or another output) and is
-written to a temporary file beside it and renamed over it (:func:`amdinfer._files.write_atomic`): a symbolic
+written to a temporary file beside it and renamed over it (:func:`amdinfer._support._files.write_atomic`): a symbolic
 link at the path is replaced, never followed. See ``docs/cli.md``.
 """
 
@@ -31,12 +31,12 @@ def check_writable(path: str, what: str, args: argparse.Namespace | None = None)
 
     With ``args``, the path may not be the same file as one the command reads (the model, ``--inputs``,
     ``--calibration``, ``--eval``, ``--golden``) or as another output checked before it: the output is written
-    by :func:`~amdinfer._files.write_atomic`, which would replace that input.
+    by :func:`~amdinfer._support._files.write_atomic`, which would replace that input.
 
     Raises:
         OptionError: a folder, a missing folder, or the same file as an input or another output.
     """
-    from .._files import check_path, same_file
+    from .._support._files import check_path, same_file
 
     p = check_path(path, what).expanduser()
     if p.is_dir() and not p.is_symlink():
@@ -65,25 +65,25 @@ def check_plot_path(path: str, what: str, args: argparse.Namespace) -> Path:
 
 
 def save_figure(fig: Any, path: Path, what: str) -> None:
-    """Write a matplotlib figure to ``path`` (format from its suffix) through :func:`~amdinfer._files.write_atomic`."""
-    from .._files import write_atomic
+    """Write a matplotlib figure to ``path`` (format from its suffix) through ``_files.write_atomic``."""
+    from .._support._files import write_atomic
 
     write_atomic(path, lambda f: fig.savefig(f, format=path.suffix[1:].lower()), argument=what)
 
 
 def save_npz(path: Path, arrays: Mapping[str, Any], what: str) -> None:
     """Write ``arrays`` as an ``.npz`` at exactly ``path`` (no ``.npz`` appended), through ``write_atomic``."""
-    from .._files import write_atomic
+    from .._support._files import write_atomic
 
     named = {k: np.asarray(v) for k, v in arrays.items()}
     write_atomic(path, lambda f: np.savez(f, **named), argument=what)  # type: ignore[arg-type]
 
 
 def copy_file(src: Path, path: Path, what: str) -> None:
-    """Copy ``src`` to ``path`` through :func:`~amdinfer._files.write_atomic` (never through a link at ``path``)."""
+    """Copy ``src`` to ``path`` through ``_files.write_atomic``, never through a link at ``path``."""
     import shutil
 
-    from .._files import write_atomic
+    from .._support._files import write_atomic
 
     def copy(f: Any) -> None:
         with open(src, "rb") as g:

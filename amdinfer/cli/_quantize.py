@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     import onnx
 
-    from .._files import write_atomic
+    from .._support._files import write_atomic
 
     note(args, f"evaluating on {len(held_out)} samples")
     report = evaluate(

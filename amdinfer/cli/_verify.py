@@ -137,7 +137,7 @@ def _layer_table(report: Any, top: int) -> list[str]:
 
 def _check_out_dir(path: str, args: argparse.Namespace) -> Path:
     """``--out DIR``: a folder (created if missing) in an existing folder, not one of the files the command reads."""
-    from .._files import check_path, same_file
+    from .._support._files import check_path, same_file
 
     p = check_path(path, "--out").expanduser()
     if p.exists() and not p.is_dir():

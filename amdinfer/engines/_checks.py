@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import check_allocation
+from .._support._files import check_allocation
 from ..errors import InputError, ModelError, OptionError
 from ..types import ShapeBounds, TensorSpec
 

@@ -24,9 +24,9 @@ from typing import Any, final
 
 import numpy as np
 
-from .._certificate_io import show_certificate
-from .._quant_protocol import Quantizer
-from .._validate import check_int
+from .._certificate._io import show_certificate
+from .._support._quant_protocol import Quantizer
+from .._support._validate import check_int
 from ..errors import EngineClosedError, InputError, ModelError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .._hardware import cpu_signature, visible_gpu_arch
-from .._validate import check_bool, check_int
+from .._support._hardware import cpu_signature, visible_gpu_arch
+from .._support._validate import check_bool, check_int
 from ..cache import CompiledModelCache
 from ..errors import AmdinferError, BackendUnavailableError, OptionError
 from ..model import ModelLike, ModelSource

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import read_regular
+from .._support._files import read_regular
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Preprocessor
 from ._common import _have, _import, check_image

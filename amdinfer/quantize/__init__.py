@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._certificate import DataRecord, LayerPrecision, PrecisionCertificate, SpeedRecord, Threshold
-from .._certificate_io import CERTIFICATE_KEY, attach_certificate, model_sha256, read_certificate
+from .._certificate._core import DataRecord, LayerPrecision, PrecisionCertificate, SpeedRecord, Threshold
+from .._certificate._io import CERTIFICATE_KEY, attach_certificate, model_sha256, read_certificate
 from ..engines._migraphx_quant import MigraphxQuantPlan
 from ._agreement import AgreementCheck, AgreementError, OutputAgreement
 from ._amp import AutoMixedPrecision, BudgetStep, LayerSensitivity, MixedPrecisionResult, layer_groups

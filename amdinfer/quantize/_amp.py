@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._progress import check_progress
+from .._support._progress import check_progress
 from ..errors import ModelError, OptionError
 from ..model import ModelSource
 from ._amp_result import BudgetStep, LayerSensitivity, MixedPrecisionResult

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._quant_protocol import QuantizationSpec, Quantizer
+from .._support._quant_protocol import QuantizationSpec, Quantizer
 
 __all__ = ["QuantizationSpec", "Quantizer", "QuantizerBase"]
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._certificate import DataRecord, LayerPrecision, PrecisionCertificate, SpeedRecord, Threshold
-from .._certificate_io import model_sha256, versions
+from .._certificate._core import DataRecord, LayerPrecision, PrecisionCertificate, SpeedRecord, Threshold
+from .._certificate._io import model_sha256, versions
 from ..errors import CertificateError, OptionError
 from ..model import ModelSource
 from ._agreement import AgreementCheck, OutputAgreement

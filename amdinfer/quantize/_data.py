@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._calib_groups import shape_groups  # re-exported: it moved below the engines
-from .._progress import _Bar
+from .._support._calib_groups import shape_groups  # re-exported: it moved below the engines
+from .._support._progress import _Bar
 from ..engines._checks import dtype_expr
 from ..errors import InputError, OptionError, StageError
 from ._data_rows import TensorRows, _first, _fmt_dims, check_rows, tensor_rows  # re-exported
@@ -46,7 +46,7 @@ _NP_TYPES = {
 
 
 class Progress(_Bar):
-    """A progress bar over samples (or ``unit``): :func:`amdinfer._progress.progress_bar` with the
+    """A progress bar over samples (or ``unit``): :func:`amdinfer._support._progress.progress_bar` with the
     ``amdinfer.quantize`` logger for when tqdm is not installed.
 
     Args:

@@ -43,7 +43,7 @@ def _as_tensors(data: Any, what: str) -> dict[str | None, np.ndarray] | None:
     import os
 
     if isinstance(data, (str, os.PathLike)) and str(data).lower().endswith(".npz"):
-        from .._files import read_npz
+        from .._support._files import read_npz
 
         arrays = read_npz(str(data), what)
         if len(arrays) == 1:

@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx
 
-from .._install import pip_extra
+from .._support._install import pip_extra
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ._base import QuantizationSpec, QuantizerBase
 from ._prepare import prepare_model, tail_nodes
@@ -317,7 +317,7 @@ def precision_quantizer(precision: str, *, keep_io_types: bool = True) -> Fp16Qu
     ``precision="fp16"`` is ``Fp16Quantizer(keep_io_types=...)`` (the default block list keeps numerically
     sensitive ops in float32), so ``precision="fp16"`` and ``quantizer=Fp16Quantizer()`` give the same graph;
     float32 and float64 need no rewrite. :func:`amdinfer.load` hands this function to the backends
-    (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`), and :meth:`amdinfer.Pipeline.fuse` asks it too.
+    (:class:`~amdinfer._support._quant_protocol.PrecisionQuantizer`), and :meth:`amdinfer.Pipeline.fuse` asks it too.
 
     Example:
         >>> precision_quantizer("fp16").settings()["keep_io_types"], precision_quantizer("fp32")

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._certificate import PrecisionCertificate
-from .._certificate_io import META_KEY
-from .._progress import check_progress
+from .._certificate._core import PrecisionCertificate
+from .._certificate._io import META_KEY
+from .._support._progress import check_progress
 from ..errors import CacheError, ModelError, OptionError
 from ..model import ModelSource
 from ._agreement import AgreementCheck, check_low_accuracy, check_min_cosine, enforce

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .._certificate import PrecisionCertificate
-from .._certificate_io import inspect_certificate
+from .._certificate._core import PrecisionCertificate
+from .._certificate._io import inspect_certificate
 from ..errors import CertificateError
 from ._agreement import AgreementCheck, measure, spread
 from ._certify import CHECK, agreement_from_certificate, certify_check

@@ -1,6 +1,6 @@
 """ONNX Runtime's side of ``Int8Quantizer``'s calibration: its quantization tools, a shape-grouped reader.
 
-:func:`grouped_reader` (:mod:`amdinfer._calib_groups`'s, shared with the MIGraphX EP's calibration table)
+:func:`grouped_reader` (:mod:`amdinfer._support._calib_groups`'s, shared with the MIGraphX EP's calibration table)
 hands ``quantize_static`` the calibration samples one shape group per calibrator pass (so samples of several
 shapes calibrate in one run) and counts what it handed over, so a failure names its
 sample; :func:`_ort_prints_to_log` sends the calibrators' progress prints to the debug log.
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._calib_groups import grouped_reader as _grouped_reader
-from .._install import pip_extra
+from .._support._calib_groups import grouped_reader as _grouped_reader
+from .._support._install import pip_extra
 from ..errors import BackendUnavailableError
 
 __all__ = ["grouped_reader"]
@@ -50,7 +50,7 @@ def _import_quantization() -> Any:
 
 
 def grouped_reader(base: type, feeds: list[dict[str, np.ndarray]], *, progress: bool | None) -> Any:
-    """:func:`amdinfer._calib_groups.grouped_reader` with progress logged to the ``amdinfer.quantize`` logger.
+    """:func:`amdinfer._support._calib_groups.grouped_reader` with progress logged to the ``amdinfer.quantize`` logger.
 
     Example:
         >>> a, b = {"x": np.zeros((1, 2), np.float32)}, {"x": np.zeros((1, 5), np.float32)}

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-from .._progress import show_progress
+from .._support._progress import show_progress
 from ..errors import AmdinferError
 from ..model import ModelSource
 from ._int8_checks import check_scales, quantize_static_error, save_for_quantizer

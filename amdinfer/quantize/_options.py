@@ -43,7 +43,7 @@ def resolve_cache(cache: Any) -> Any:
     if isinstance(cache, CompiledModelCache):
         return cache
     if isinstance(cache, (str, Path)):
-        from .._files import check_path
+        from .._support._files import check_path
 
         return CompiledModelCache(check_path(cache, "cache"))
     raise OptionError(f"cache: got {cache!r}, expected None, True, False, a folder path or a CompiledModelCache")

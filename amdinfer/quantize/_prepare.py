@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 
-from .._install import pip_extra
+from .._support._install import pip_extra
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ..model import ModelSource, ai_onnx_opset
 

@@ -254,7 +254,7 @@ class QuantizationReport(HasVerdict):
         ax.set_ylabel("RMS error vs float (MIGraphX metric)")
         ax.set_title(f"{self.precision}: per-layer error ({self.verdict})")
         if path is not None:  # a temporary file beside it, renamed over: a planted symbolic link is not followed
-            from .._files import write_atomic
+            from .._support._files import write_atomic
 
             fmt = Path(path).suffix.lstrip(".").lower() or "png"
             write_atomic(path, lambda f: fig.savefig(f, format=fmt), argument="path")

@@ -76,7 +76,7 @@ _KSERVE = {
 
 def _kserve_module(name: str) -> Any:
     """Import ``amdinfer.serve.<name>``; KServe parses ``sys.argv`` when imported, so it sees none of ours."""
-    from .._install import pip_extra
+    from .._support._install import pip_extra
     from ..errors import BackendUnavailableError
 
     argv, sys.argv = sys.argv, sys.argv[:1]

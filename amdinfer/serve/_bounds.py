@@ -85,14 +85,14 @@ def max_workers_per_device(cores: int | None = None) -> int:
         >>> max_workers_per_device(2), max_workers_per_device(128)
         (8, 64)
     """
-    from .._executor import default_threads
+    from ..pipeline._executor import default_threads
 
     cores = default_threads() if cores is None else cores
     return max(1, min(_MAX_PROCESSES_PER_DEVICE, _PER_CORE * cores))
 
 
 def _workers_note() -> str:
-    from .._executor import default_threads
+    from ..pipeline._executor import default_threads
 
     return (
         f"{_PER_CORE} per usable core, {default_threads()} here, and {_MAX_PROCESSES_PER_DEVICE} at most: each "

@@ -59,7 +59,7 @@ def pipeline_threads_per_process(processes: int, cores: int | None = None) -> in
         >>> pipeline_threads_per_process(4, cores=16), pipeline_threads_per_process(8, cores=8)
         (4, 2)
     """
-    from .._executor import default_threads
+    from ..pipeline._executor import default_threads
 
     cores = default_threads() if cores is None else cores
     return max(2, cores // max(1, processes))
@@ -116,7 +116,7 @@ def default_workers_per_device(devices: int, cores: int | None = None) -> int:
         >>> default_workers_per_device(2, cores=12), default_workers_per_device(8, cores=8)
         (3, 1)
     """
-    from .._executor import default_threads
+    from ..pipeline._executor import default_threads
 
     cores = default_threads() if cores is None else cores
     return max(1, min(MAX_DEFAULT_WORKERS_PER_DEVICE, cores // (2 * max(1, devices))))
@@ -143,7 +143,7 @@ def _processes_per_device(args: argparse.Namespace) -> tuple[int, str]:
     devices = len(args.devices)
     why = "--workers-per-device"
     if n is None:
-        from .._executor import default_threads
+        from ..pipeline._executor import default_threads
 
         cores = default_threads()
         n = default_workers_per_device(devices, cores)

@@ -178,7 +178,7 @@ def build_model(
     Args:
         name: the model's name in the URL.
         target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline` or
-            :class:`~amdinfer.fuse.FusedPipeline`, a list of them (one per device), or workers
+            :class:`~amdinfer.pipeline.fuse.FusedPipeline`, a list of them (one per device), or workers
             (:class:`EngineWorker`, :class:`PipelineWorker`).
         max_batch_size: rows per engine call at most (1: no batching).
         max_delay_ms: how long a request may wait for others.
@@ -195,8 +195,8 @@ def build_model(
         >>> [t["shape"] for t in m.get_input_types()]
         [[-1, 3, 32, 32]]
     """
-    from ..fuse import FusedPipeline
     from ..pipeline import Pipeline
+    from ..pipeline.fuse import FusedPipeline
 
     items = list(target) if isinstance(target, (list, tuple)) else [target]
     workers: list[Any] = []

@@ -96,8 +96,8 @@ def _target(
     model: Any, recipe: str | None, recipe_options: dict[str, Any] | None, rate: float, reference: Any, **load: Any
 ) -> tuple[Any, Any]:
     """What ``serve`` batches over (workers, or the ready engine/pipeline given) and the canary's reference."""
-    from ..fuse import FusedPipeline
     from ..pipeline import Pipeline
+    from ..pipeline.fuse import FusedPipeline
 
     if isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple)):
         if recipe is not None or recipe_options:

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from .._source_images import takes_images
 from ..engines._checks import check_symbol, tensors_only
 from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import BackendUnavailableError, InputError, OptionError, StageError
+from ..pipeline._source_images import takes_images
 from ..types import TensorSpec
 from ._answers import assemble, is_ragged, result_tensors
 from ._images import image_items
@@ -314,7 +314,7 @@ class EngineWorker:
 
 class PipelineWorker:
     """Runs the items of several requests through ``run_batch`` of a :class:`~amdinfer.Pipeline` or a
-    :class:`~amdinfer.fuse.FusedPipeline` (one engine call per batch; a fused pipeline places the items with
+    :class:`~amdinfer.pipeline.fuse.FusedPipeline` (one engine call per batch; a fused pipeline places the items with
     its executor's thread pool straight into the batch buffer).
 
     Every request carries one input tensor with its items on axis 0 (e.g. ``uint8 (n, H, W, 3)`` images).
@@ -332,7 +332,7 @@ class PipelineWorker:
     the item.
 
     Args:
-        pipeline: the :class:`~amdinfer.Pipeline` or :class:`~amdinfer.fuse.FusedPipeline`.
+        pipeline: the :class:`~amdinfer.Pipeline` or :class:`~amdinfer.pipeline.fuse.FusedPipeline`.
         input_name: the request tensor's name (default: the pipeline's engine input).
         name: a label for metrics and thread names.
 
@@ -351,8 +351,8 @@ class PipelineWorker:
     batchable = True
 
     def __init__(self, pipeline: Any, input_name: str | None = None, name: str | None = None) -> None:
-        from ..fuse import FusedPipeline
         from ..pipeline import Pipeline
+        from ..pipeline.fuse import FusedPipeline
 
         if not isinstance(pipeline, (Pipeline, FusedPipeline)):
             raise OptionError(

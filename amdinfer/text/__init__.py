@@ -37,9 +37,9 @@ Example:
 
 from __future__ import annotations
 
+from ..results._embed import Embedding, Embeddings, Match, Matches
 from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder, db_boxes, reading_order
 from ._embed import EmbedPipeline, TextEmbedder, embed
-from ._embed_results import Embedding, Embeddings, Match, Matches
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, bucket_sizes, load_tokenizer, pool_tokens
 from ._recipe import OcrCalibration, OcrPipeline, ocr, ocr_calibration
 from ._text import (

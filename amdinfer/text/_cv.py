@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._install import pip_extra
+from .._support._install import pip_extra
 from ..errors import BackendUnavailableError
 
 __all__ = ["cv2"]

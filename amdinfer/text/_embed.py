@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from .._pipeline_map import MapSteps
-from .._pipeline_steps import _positive_int
 from ..engines.base import Engine
 from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
+from ..pipeline._map import MapSteps
+from ..pipeline._steps import _positive_int
+from ..results._embed import Embeddings
 from ..types import TensorSpec
-from ._embed_results import Embeddings
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, _text_problem, load_tokenizer
 
 __all__ = ["EmbedPipeline", "TextEmbedder", "embed"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._install import pip_extra
+from .._support._install import pip_extra
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Postprocessor, Preprocessor
 

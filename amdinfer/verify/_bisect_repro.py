@@ -32,7 +32,7 @@ __all__: list[str] = []
 
 
 def _check_out_dir(out_dir: str | Path) -> Path:
-    from .._files import check_path
+    from .._support._files import check_path
 
     p = check_path(out_dir, "out_dir").expanduser()
     if p.exists() and not p.is_dir():
@@ -287,7 +287,7 @@ def _search_local(report: BisectReport, walk: _Walk, a: Any, b: Any, limit: int)
 def _write_reproducer(
     out: Path, report: BisectReport, walk: _Walk, a: Any, b: Any, *, check: bool, region: _Region | None = None
 ) -> Reproducer:
-    from .._files import write_atomic
+    from .._support._files import write_atomic
     from ._golden import save_golden
 
     culprit = report.culprit

@@ -68,7 +68,7 @@ def save_golden(
         >>> g.inputs["x"].tolist(), g.outputs["y"].tolist(), g.meta
         ([1.0, 1.0], [0.0, 0.0], {'engine': 'numpy'})
     """
-    from .._files import write_atomic
+    from .._support._files import write_atomic
 
     arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(dict(meta or {}), default=str))}
     arrays.update({f"input/{k}": np.asarray(v) for k, v in inputs.items()})
@@ -91,7 +91,7 @@ def load_golden(path: str | Path, what: str = "golden file") -> Golden:
         ...
         amdinfer.errors.InputError: golden file: '...bare.npz' has arrays ['logits'], expected input/<name> and ...
     """
-    from .._files import read_npz
+    from .._support._files import read_npz
 
     data = read_npz(path, what)
     inputs = {k[6:]: v for k, v in data.items() if k.startswith("input/")}

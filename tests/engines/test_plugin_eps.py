@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer
 from amdinfer import verify
-from amdinfer._hardware import cpu_description, cpu_info
+from amdinfer._support._hardware import cpu_description, cpu_info
 from amdinfer.errors import BackendUnavailableError, OptionError
 
 ROOT = Path(__file__).resolve().parent

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper
 from test_fuse import CPU, _images, _same_detections, _yolo_head
 
 import amdinfer
-from amdinfer.fuse._dense_nms import dense_nms
-from amdinfer.fuse._graph import _Graph
-from amdinfer.pipeline import _auto_nms_mode
+from amdinfer.pipeline.fuse._dense_nms import dense_nms
+from amdinfer.pipeline.fuse._graph import _Graph
+from amdinfer.pipeline.fuse._options import _auto_nms_mode
 from amdinfer.postprocess import Nms, ScaleBoxes, YoloDecode
 from amdinfer.preprocess import BgrToRgb, HwcToChw, Letterbox, Normalize
 from amdinfer.reference import batched_nms, nms

@@ -1,4 +1,4 @@
-"""The executor behind FusedPipeline.run_batch / map (amdinfer._executor) and the geometry kernels that write
+"""The executor behind FusedPipeline.run_batch / map (amdinfer.pipeline._executor) and the geometry kernels that write
 into a slot of its batch buffer (``letterbox_into``, ``write_into``).
 
 Truths: the stage objects themselves (their ``process`` is the naive form: a resized copy, then a padded copy,
@@ -19,9 +19,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import amdinfer
-from amdinfer._executor import Executor
 from amdinfer.errors import InputError, StageInputError
-from amdinfer.fuse import FusedPipeline, fuse_model
+from amdinfer.pipeline._executor import Executor
+from amdinfer.pipeline.fuse import FusedPipeline, fuse_model
 from amdinfer.preprocess import CenterCrop, Letterbox, LoadImage, Resize, letterbox_geometry, letterbox_into
 from amdinfer.stages import Preprocessor, Sample
 from amdinfer.testing.models import batch_dynamic

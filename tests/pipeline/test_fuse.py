@@ -1,4 +1,4 @@
-"""Fused pipelines (amdinfer.fuse) against the stage-by-stage pipeline, the NumPy kernels and ONNX Runtime."""
+"""Fused pipelines (amdinfer.pipeline.fuse) against the stage-by-stage pipeline, the NumPy kernels and ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amdinfer
 from amdinfer.errors import InputError, OptionError, StageError
-from amdinfer.fuse import fuse_model
+from amdinfer.pipeline.fuse import fuse_model
 from amdinfer.postprocess import Nms, ScaleBoxes, Softmax, TopK, YoloDecode
 from amdinfer.preprocess import BgrToRgb, CenterCrop, HwcToChw, Letterbox, Normalize, Resize, check_image
 from amdinfer.reference import letterbox, resize_bilinear

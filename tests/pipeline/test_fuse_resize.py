@@ -10,8 +10,8 @@ from test_fuse import CPU, _identity_uint8, _images
 
 import amdinfer
 from amdinfer.errors import OptionError
-from amdinfer.fuse import fuse_model
-from amdinfer.pipeline import _auto_resize
+from amdinfer.pipeline.fuse import fuse_model
+from amdinfer.pipeline.fuse._options import _auto_resize
 from amdinfer.preprocess import BgrToRgb, CenterCrop, HwcToChw, Letterbox, Normalize, Resize
 
 ENGINES = [CPU, {"backend": "reference"}]

@@ -12,7 +12,7 @@ from onnx import helper
 import amdinfer
 from amdinfer import recipes
 from amdinfer.errors import ModelError, OptionError
-from amdinfer.fuse import FusedPipeline
+from amdinfer.pipeline.fuse import FusedPipeline
 from amdinfer.postprocess import Softmax, TopK
 from amdinfer.preprocess import BgrToRgb, CenterCrop, HwcToChw, LoadImage, Normalize, Resize
 from amdinfer.reference import resize_bilinear
@@ -97,7 +97,7 @@ class TestFuseAuto:
         cpu.close()
 
     def test_fused_load_options_carry_the_pipelines_own(self) -> None:
-        from amdinfer._fuse_options import fused_load_options
+        from amdinfer.pipeline.fuse._options import fused_load_options
 
         engine = amdinfer.load(tiny_cnn(), threads=1, **CPU)
         try:

@@ -17,9 +17,8 @@ import pytest
 from _trained import DATA, PAGES, model_path, needs_model, page
 
 import amdinfer
-from amdinfer import _draw
 from amdinfer.errors import BackendUnavailableError, InputError, OptionError, StageInputError
-from amdinfer.results import PALETTE, Classification, Detection, Detections
+from amdinfer.results import PALETTE, Classification, Detection, Detections, _draw
 from amdinfer.testing.models import tiny_cnn, yolov8
 
 Image = pytest.importorskip("PIL.Image")

@@ -117,7 +117,7 @@ def _elongated(hw: tuple[int, int], fused_size: tuple[int, int] | None) -> str:
     if fused_size is not None:
         from onnx import TensorProto, helper
 
-        from amdinfer.fuse import fuse_model
+        from amdinfer.pipeline.fuse import fuse_model
 
         x = helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", 64, 64, 3])
         y = helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 64, 64, 3])

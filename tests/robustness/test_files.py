@@ -1,4 +1,4 @@
-"""``amdinfer._files``: the checked readers give exactly what NumPy and the file system give for good files."""
+"""``amdinfer._support._files``: the checked readers give exactly what NumPy and the file system give for good files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amdinfer._files import check_allocation, read_npz, read_regular
+from amdinfer._support._files import check_allocation, read_npz, read_regular
 from amdinfer.errors import InputError, ModelError
 
 

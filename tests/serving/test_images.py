@@ -681,8 +681,8 @@ class TestCommandLine:
         assert lines[4] == ("opencv threads 1" if has_cv2 else "opencv threads (no OpenCV)")
 
     def test_per_gpu_processes_get_the_recipe_and_its_options(self):
-        from amdinfer._executor import default_threads
         from amdinfer.cli import build_parser
+        from amdinfer.pipeline._executor import default_threads
         from amdinfer.serve._cli import _child_argv, _recipe_options
 
         parser = build_parser()

@@ -18,7 +18,7 @@ import pytest
 from _minilm import needs_tokenizers
 
 import amdinfer
-from amdinfer._install import pip_extra
+from amdinfer._support._install import pip_extra
 from amdinfer.text import Embeddings, Matches, Pool, Tokenize, bucket_sizes, embed, pool_tokens
 from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._install import pip_extra
+from ..._support._install import pip_extra
 from ...errors import BackendUnavailableError
 from ..registry import Diagnosis
 from ._plugins import LIBRARIES_ENV, PLUGIN_PREFIX, register_plugins

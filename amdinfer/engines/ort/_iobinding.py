@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._concurrency import ordered_results
-from ..._validate import check_int
+from ..._support._concurrency import ordered_results
+from ..._support._validate import check_int
 from ...errors import InputError
 from .._dlpack import DeviceArray, DeviceFeed
 from ._capture import CAPTURE_GATE, CAPTURE_RUNS, CaptureGate

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..._validate import check_bool, check_int, check_optional_bool
+from ..._support._validate import check_bool, check_int, check_optional_bool
 from ...errors import OptionError
 from ._providers import resolve_provider_name
 from ._shape_sessions import check_shape_sessions
@@ -181,7 +181,7 @@ class OrtOptions:
 
 def _check_optimized_model_path(value: Any) -> Path:
     """``optimized_model_path`` checked before ONNX Runtime writes to it (its own errors are bare errnos)."""
-    from ..._files import check_path, file_kind
+    from ..._support._files import check_path, file_kind
 
     path = check_path(value, "optimized_model_path").expanduser()
     try:

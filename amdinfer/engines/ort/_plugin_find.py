@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..._hardware import cpu_description
+from ..._support._hardware import cpu_description
 
 __all__ = [
     "AMD_MARKERS",

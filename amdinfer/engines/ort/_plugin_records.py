@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ..._install import pip_extra
+from ..._support._install import pip_extra
 from ._record import MIGRAPHX_TUNED, ExecutionProvider, Option, _as_int, _batches
 
 __all__ = ["MIGRAPHX_EP", "MIGRAPHX_SERVES", "PLUGIN_DISTRIBUTIONS", "PLUGIN_PROVIDERS"]

@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..._hardware import cpu_description
+from ..._support._hardware import cpu_description
 from ...errors import BackendUnavailableError, OptionError
 from ..registry import ConformanceKind
 from ._plugin_find import (

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..._install import pip_extra
+from ..._support._install import pip_extra
 from ...errors import BackendUnavailableError, OptionError
 from ._plugin_records import MIGRAPHX_EP, MIGRAPHX_SERVES, PLUGIN_DISTRIBUTIONS, PLUGIN_PROVIDERS
 from ._record import _NOT_OFFERED, MIGRAPHX_TUNED, ExecutionProvider, Option, TunedDefault, _as_int, _exhaustive_cudnn

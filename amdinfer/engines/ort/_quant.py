@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..._calib_groups import grouped_reader
+from ..._support._calib_groups import grouped_reader
 from ...model import ModelSource, min_ir_version
 from .._migraphx_quant import migraphx_unhonoured
 from ._providers import MIGRAPHX_EP, PROVIDERS
@@ -60,7 +60,7 @@ def calibration_table(model: Any, feeds: list[dict[str, np.ndarray]], spec: Any,
     The EP reads it with ``migraphx_int8_use_native_calibration_table=0``.
 
     Samples of several shapes (text-line crops of several widths, for a model with dynamic axes) calibrate
-    one shape group per ``collect_data`` pass (:func:`amdinfer._calib_groups.grouped_reader`): ONNX
+    one shape group per ``collect_data`` pass (:func:`amdinfer._support._calib_groups.grouped_reader`): ONNX
     Runtime's histogram calibrators (entropy, percentile, distribution) stack what one pass collects, and
     merge ranges and histograms across passes.
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._validate import flag
+from ..._support._validate import flag
 
 __all__ = ["MIGRAPHX_TUNED", "ExecutionProvider", "Option", "TunedDefault"]
 

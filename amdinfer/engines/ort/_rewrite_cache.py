@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..._certificate_io import certificate_meta
+from ..._certificate._io import certificate_meta
 from ...errors import ModelError
 from ...model import ModelSource
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 
-from ..._validate import flag
+from ..._support._validate import flag
 from ...errors import BackendUnavailableError, CacheError, ModelError, OptionError, UnsupportedOperatorError
 from ...model import ModelSource, graphs_of
 from ...types import ShapeBounds, TensorSpec
@@ -305,7 +305,7 @@ class SessionBuilder:
         return session
 
     def _key_parts(self, source: ModelSource, names: list[str], opts: list[dict[str, str]]) -> dict[str, Any]:
-        from ..._hardware import cpu_signature, visible_gpu_arch
+        from ..._support._hardware import cpu_signature, visible_gpu_arch
 
         return {
             "recipe": 1,

@@ -41,7 +41,7 @@ from typing import Any
 
 import onnx
 
-from ..._validate import check_bool, check_optional_bool
+from ..._support._validate import check_bool, check_optional_bool
 from ...errors import OptionError
 from ._providers import GPU_PROVIDERS, PROVIDERS
 

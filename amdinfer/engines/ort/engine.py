@@ -24,8 +24,8 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from ..._certificate_io import show_certificate
-from ..._quant_protocol import PrecisionQuantizer
+from ..._certificate._io import show_certificate
+from ..._support._quant_protocol import PrecisionQuantizer
 from ...errors import BackendUnavailableError, InputError, OptionError
 from ...model import ModelLike, ModelSource
 from ...types import TensorSpec
@@ -118,7 +118,7 @@ class OrtEngine(Engine):
             shapes served are in ``info.settings["shape_sessions"]`` (see :mod:`._shape_sessions`).
         shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
         precision_quantizer: what a bare ``precision="fp16"`` means on providers without a native fp16 knob
-            (:class:`~amdinfer._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
+            (:class:`~amdinfer._support._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
             :func:`amdinfer.quantize.precision_quantizer`. Without it (an ``OrtEngine`` built directly),
             ``precision="fp16"`` there needs ``quantizer=``.
 

@@ -1,0 +1,1 @@
+"""The precision certificate: what was judged, how, on which data, stored with the model (private)."""

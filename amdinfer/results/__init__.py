@@ -1,0 +1,38 @@
+"""Every result type amdinfer returns: :class:`Detections` (indexing gives :class:`Detection` records),
+:class:`Classification`, :class:`TextLines` (OCR), :class:`Embeddings` and :class:`Matches`.
+
+Both are small typed containers with a readable ``repr``, ``to_dict()``/``to_json()``, and, when they keep the
+image they answer (``image``: what :func:`amdinfer.yolo` and :func:`amdinfer.classify` decoded or received),
+``plot()``, ``save(path)`` and a picture in Jupyter; without one, Jupyter shows an HTML table.
+
+Odd values: a row with a NaN or infinite box coordinate or score is left out of ``draw()``/``plot()``/``save()``
+(one ``amdinfer.results`` warning counts the rows left out), and ``to_dict()``/``to_json()`` give ``None``/``null``
+for such a number: the JSON is strict, never ``NaN`` or ``Infinity``.
+
+Example:
+    >>> import numpy as np
+    >>> from amdinfer.results import Detections
+    >>> det = Detections([[10, 20, 50, 80]], [0.9], [0], labels=["cat"], image_shape=(100, 120))
+    >>> det.boxes.dtype, len(det), det.labels
+    (dtype('float32'), 1, ['cat'])
+"""
+
+from __future__ import annotations
+
+from ._draw import PALETTE
+from ._embed import Embedding, Embeddings, Match, Matches
+from ._text import TextLine, TextLines
+from ._vision import Classification, Detection, Detections
+
+__all__ = [
+    "PALETTE",
+    "Classification",
+    "Detection",
+    "Detections",
+    "Embedding",
+    "Embeddings",
+    "Match",
+    "Matches",
+    "TextLine",
+    "TextLines",
+]

@@ -1,0 +1,325 @@
+"""Text-embedding results: :class:`Embeddings` (what :func:`amdinfer.embed`'s embedder returns; rows are
+:class:`Embedding` records) and :class:`Matches` (what :meth:`Embeddings.search` finds; rows of :class:`Match`).
+
+Example:
+    >>> docs = Embeddings([[1.0, 0.0], [0.0, 1.0]], ["cats", "stocks"])
+    >>> docs.search(Embeddings([[0.9, 0.1]], ["kittens"]), k=1)[0][0].text
+    'cats'
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ._base import _MAX_ROWS, _dumps, _json_list
+
+__all__ = ["Embedding", "Embeddings", "Match", "Matches"]
+
+
+def _short(text: str | None, width: int = 48) -> str:
+    if text is None:
+        return ""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _unit_rows(vectors: np.ndarray, what: str) -> np.ndarray:
+    norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise InputError(f"{what}: rows {np.flatnonzero(norms[:, 0] == 0).tolist()} are zero, cosine is undefined")
+    return vectors.astype(np.float64) / norms
+
+
+@dataclass(frozen=True, eq=False)
+class Embedding:
+    """One row of :class:`Embeddings`: its text and vector (``float32 (d,)``).
+
+    Example:
+        >>> Embeddings([[0.6, 0.8]], ["hi"])[0].text
+        'hi'
+    """
+
+    text: str | None
+    vector: np.ndarray
+
+
+class Embeddings:
+    """Sentence embeddings: ``float32 (n, d)`` vectors, one per text, in the order the texts came.
+
+    Attributes:
+        vectors: ``float32 (n, d)``; ``np.asarray(emb)`` gives it too.
+        texts: the texts, one per row, or ``None``.
+        normalized: whether the rows were L2-normalised (``embed(normalize=True)``: cosine is then a dot product).
+
+    ``len(emb)``, ``emb[i]`` (an :class:`Embedding`), ``emb[a:b]``/``emb[mask]`` (an :class:`Embeddings`),
+    iteration, :meth:`similarity`, :meth:`search`, ``to_dict()``/``to_json()``.
+
+    Example:
+        >>> emb = Embeddings([[0.6, 0.8], [1.0, 0.0]], ["a", "b"], normalized=True)
+        >>> len(emb), emb.dim, emb.similarity().astype(float).round(2).tolist()
+        (2, 2, [[1.0, 0.6], [0.6, 1.0]])
+    """
+
+    __slots__ = ("normalized", "texts", "vectors")
+
+    def __init__(self, vectors: Any, texts: Sequence[str] | None = None, *, normalized: bool = False) -> None:
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2:
+            raise InputError(f"Embeddings: vectors: got shape {v.shape}, expected (n, d)")
+        if not np.isfinite(v).all():
+            raise InputError("Embeddings: vectors: got non-finite values, expected finite floats")
+        if texts is not None:
+            if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+                raise InputError("Embeddings: texts: expected a sequence of str (one per row) or None")
+            texts = list(texts)
+            if len(texts) != v.shape[0]:
+                raise InputError(
+                    f"Embeddings: got {v.shape[0]} vectors and {len(texts)} texts, expected the same count"
+                )
+        if not isinstance(normalized, bool):
+            raise InputError(f"Embeddings: normalized: got {normalized!r}, expected True or False")
+        self.vectors = np.ascontiguousarray(v)
+        self.texts = texts
+        self.normalized = normalized
+
+    @property
+    def dim(self) -> int:
+        """The vector size ``d``."""
+        return int(self.vectors.shape[1])
+
+    def __len__(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.vectors if dtype is None else self.vectors.astype(dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            n, i = len(self), int(key)
+            if not -n <= i < n:
+                raise IndexError(f"Embeddings: index {i} is out of range for {n} row{'s' * (n != 1)}")
+            i %= n
+            return Embedding(None if self.texts is None else self.texts[i], self.vectors[i].copy())
+        if isinstance(key, slice):
+            key = np.arange(len(self))[key]
+        index = np.asarray(key)
+        n = len(self)
+        if index.dtype == bool:
+            if index.shape != (n,):
+                raise InputError(f"Embeddings: mask: got shape {index.shape}, expected ({n},)")
+            index = np.flatnonzero(index)
+        if index.size and not np.issubdtype(index.dtype, np.integer):
+            raise InputError(f"Embeddings: index: got {index.dtype}, expected ints, a slice or a bool mask")
+        index = index.astype(np.int64).reshape(-1)
+        if index.size and not (-n <= index.min() and index.max() < n):
+            raise InputError(f"Embeddings: index: got {index.tolist()}, expected values in [{-n}, {n})")
+        texts = None if self.texts is None else [self.texts[int(i)] for i in index]
+        return Embeddings(self.vectors[index], texts, normalized=self.normalized)
+
+    def __iter__(self) -> Iterator[Embedding]:
+        return (self[i] for i in range(len(self)))
+
+    @staticmethod
+    def _matrix(other: Any, dim: int, what: str) -> np.ndarray:
+        v = other.vectors if isinstance(other, Embeddings) else np.asarray(other, dtype=np.float32)
+        if v.ndim == 1:
+            v = v[None]
+        if v.ndim != 2 or v.shape[1] != dim:
+            raise InputError(f"{what}: got shape {v.shape}, expected (m, {dim}) or ({dim},) vectors")
+        return v
+
+    def similarity(self, other: Any = None) -> np.ndarray:
+        """Cosine similarity ``float32 (n, m)`` of these rows against ``other``'s (an :class:`Embeddings`, or
+        vectors ``(m, d)``/``(d,)``); ``None``: against themselves. Computed in float64 from unit rows, so it is
+        the cosine whether or not the rows were normalised.
+
+        Raises:
+            InputError: a vector size that differs, or a zero row.
+
+        Example:
+            >>> Embeddings([[1.0, 0.0]]).similarity([[1.0, 1.0], [0.0, 2.0]]).astype(float).round(3).tolist()
+            [[0.707, 0.0]]
+        """
+        rows = self.vectors if other is None else self._matrix(other, self.dim, "similarity: other")
+        return (_unit_rows(self.vectors, "similarity") @ _unit_rows(rows, "similarity: other").T).astype(np.float32)
+
+    def search(self, queries: Any, k: int = 5) -> Matches:
+        """The ``k`` rows of this corpus most similar (cosine) to each query, best first.
+
+        Args:
+            queries: an :class:`Embeddings` (its texts label the matches) or vectors ``(q, d)``/``(d,)``.
+            k: matches per query; at most ``len(self)`` come back. Ties keep the corpus order.
+
+        Returns:
+            A :class:`Matches` with one row per query.
+
+        Example:
+            >>> docs = Embeddings([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], ["x", "diagonal", "y"])
+            >>> m = docs.search([[0.0, 1.0]], k=2)
+            >>> m.indices.tolist(), m.scores.astype(float).round(2).tolist()
+            ([[2, 1]], [[1.0, 0.8]])
+        """
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise InputError(f"k: got {k!r}, expected an int >= 1")
+        sims = Embeddings(self._matrix(queries, self.dim, "search: queries")).similarity(self.vectors)
+        order = np.argsort(-sims, axis=1, kind="stable")[:, : min(int(k), len(self))]
+        texts = queries.texts if isinstance(queries, Embeddings) else None
+        return Matches(order, np.take_along_axis(sims, order, axis=1), queries=texts, docs=self.texts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, for JSON; ``Embeddings(**emb.to_dict())`` gives it back.
+
+        Example:
+            >>> Embeddings([[0.5, 0.25]], ["hi"]).to_dict()
+            {'vectors': [[0.5, 0.25]], 'texts': ['hi'], 'normalized': False}
+        """
+        return {"vectors": self.vectors.tolist(), "texts": self.texts, "normalized": self.normalized}
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Embeddings(**json.loads(...))`` gives
+        the same float32 vectors back.
+
+        Example:
+            >>> Embeddings([[0.5]], ["hi"], normalized=True).to_json()
+            '{"vectors": [[0.5]], "texts": ["hi"], "normalized": true}'
+        """
+        return _dumps(self.to_dict(), kwargs)  # strict JSON; the vectors are finite (checked when built)
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        rows = []
+        for i in range(min(len(self), _MAX_ROWS)):
+            head = ", ".join(f"{x:+.3f}" for x in self.vectors[i, :3]) + (", ..." if self.dim > 3 else "")
+            rows.append((str(i), f"[{head}]", _short(None if self.texts is None else self.texts[i])))
+        return rows
+
+    def __repr__(self) -> str:
+        head = f"Embeddings({len(self)} x {self.dim}{', normalized' if self.normalized else ''}"
+        if not len(self):
+            return head + ")"
+        rows = self._rows()
+        wi = max(len(r[0]) for r in rows)
+        lines = [f"  {i:>{wi}}  {v}  {t!r}" if t else f"  {i:>{wi}}  {v}" for i, v, t in rows]
+        if len(self) > _MAX_ROWS:
+            lines.append(f"  ... {len(self) - _MAX_ROWS} more")
+        return head + ":\n" + "\n".join(lines) + "\n)"
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            f"<tr><td>{i}</td><td><code>{v}</code></td><td>{html.escape(t)}</td></tr>" for i, v, t in self._rows()
+        )
+        more = f"<tr><td colspan='3'>&hellip; {len(self) - _MAX_ROWS} more</td></tr>" if len(self) > _MAX_ROWS else ""
+        return (
+            f"<p><b>Embeddings</b>: {len(self)} &times; {self.dim}</p>"
+            "<table><thead><tr><th>#</th><th>vector</th><th>text</th></tr></thead>"
+            f"<tbody>{cells}{more}</tbody></table>"
+        )
+
+
+@dataclass(frozen=True)
+class Match:
+    """One match of :meth:`Embeddings.search`: the corpus row, its cosine similarity and its text.
+
+    Example:
+        >>> Embeddings([[1.0, 0.0]], ["x"]).search([[1.0, 0.0]])[0][0]
+        Match(index=0, score=1.0, text='x')
+    """
+
+    index: int
+    score: float
+    text: str | None
+
+
+class Matches:
+    """What :meth:`Embeddings.search` finds: per query, the best corpus rows.
+
+    Attributes:
+        indices: ``int64 (q, k)`` corpus rows, best first.
+        scores: ``float32 (q, k)`` their cosine similarities.
+        queries: the queries' texts, or ``None``.
+        docs: the corpus texts, or ``None``.
+
+    ``len(m)`` (queries), ``m[i]`` (a list of :class:`Match`), :attr:`top1`, ``to_dict()``/``to_json()``.
+
+    Example:
+        >>> m = Matches([[1, 0]], [[0.9, 0.2]], queries=["q"], docs=["a", "b"])
+        >>> m.top1.tolist(), m[0][0].text
+        ([1], 'b')
+    """
+
+    __slots__ = ("docs", "indices", "queries", "scores")
+
+    def __init__(
+        self, indices: Any, scores: Any, *, queries: Sequence[str] | None = None, docs: Sequence[str] | None = None
+    ) -> None:
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.scores = np.asarray(scores, dtype=np.float32)
+        if self.indices.ndim != 2 or self.scores.shape != self.indices.shape:
+            raise InputError(
+                f"Matches: got indices {self.indices.shape} and scores {self.scores.shape}, expected (q, k)"
+            )
+        if queries is not None and len(queries) != self.indices.shape[0]:
+            raise InputError(f"Matches: got {len(queries)} query texts for {self.indices.shape[0]} queries")
+        if (
+            docs is not None
+            and self.indices.size
+            and not 0 <= int(self.indices.min()) <= int(self.indices.max()) < len(docs)
+        ):
+            raise InputError(f"Matches: indices outside the {len(docs)} docs")
+        self.queries = None if queries is None else list(queries)
+        self.docs = None if docs is None else list(docs)
+
+    @property
+    def top1(self) -> np.ndarray:
+        """``int64 (q,)``: each query's best corpus row."""
+        return self.indices[:, 0]
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def __getitem__(self, i: int) -> list[Match]:
+        row = range(len(self))[i]
+        texts = self.docs
+        return [
+            Match(int(j), float(s), None if texts is None else texts[int(j)])
+            for j, s in zip(self.indices[row], self.scores[row])
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, for JSON; a NaN or infinite score is ``None``.
+
+        Example:
+            >>> Matches([[0]], [[1.0]]).to_dict()
+            {'indices': [[0]], 'scores': [[1.0]], 'queries': None, 'docs': None}
+        """
+        return {
+            "indices": self.indices.tolist(),
+            "scores": _json_list(self.scores),
+            "queries": self.queries,
+            "docs": self.docs,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); strict: a non-finite score is ``null``.
+
+        Example:
+            >>> Matches([[0]], [[0.5]]).to_json()
+            '{"indices": [[0]], "scores": [[0.5]], "queries": null, "docs": null}'
+            >>> Matches([[0]], [[float("nan")]]).to_json()[:37]
+            '{"indices": [[0]], "scores": [[null]]'
+        """
+        return _dumps(self.to_dict(), kwargs)
+
+    def __repr__(self) -> str:
+        lines = [f"Matches({len(self)} quer{'ies' if len(self) != 1 else 'y'}, top-{self.indices.shape[1]}"]
+        for q in range(min(len(self), _MAX_ROWS)):
+            name = _short(self.queries[q]) if self.queries is not None else f"query {q}"
+            lines.append(f"  {name!r}:" if self.queries is not None else f"  {name}:")
+            lines += [f"    {m.score:6.3f}  {m.index:>3}  {_short(m.text)!r}" for m in self[q]]
+        if len(self) > _MAX_ROWS:
+            lines.append(f"  ... {len(self) - _MAX_ROWS} more")
+        return "\n".join(lines) + "\n)"

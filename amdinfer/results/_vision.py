@@ -1,0 +1,470 @@
+"""Detections and classifications: the answers of the vision recipes."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from . import _draw
+from ._base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _labels, _shows_picture
+from ._draw import PALETTE
+
+__all__ = ["Classification", "Detection", "Detections"]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detection: what ``det[i]`` and ``for d in det`` give.
+
+    Attributes:
+        box: ``(x1, y1, x2, y2)`` in pixels of the image the :class:`Detections` refer to.
+        score: the confidence.
+        class_index: the class index.
+        label: the class name, or ``None`` without names.
+
+    Example:
+        >>> d = Detections([[1, 2, 3, 4]], [0.5], [7], labels=["cat"])[0]
+        >>> d
+        Detection(box=(1.0, 2.0, 3.0, 4.0), score=0.5, class_index=7, label='cat')
+    """
+
+    box: tuple[float, float, float, float]
+    score: float
+    class_index: int
+    label: str | None
+
+
+class Detections:
+    """Boxes found in one image.
+
+    Attributes:
+        boxes: ``float32 (k, 4)`` boxes ``x1, y1, x2, y2`` in pixels of ``image_shape`` (the original image
+            after ``ScaleBoxes``; the model input before it).
+        scores: ``float32 (k,)`` confidences.
+        classes: ``int64 (k,)`` class indices.
+        labels: class names, one per box, or ``None``.
+        image_shape: ``(height, width)`` of the image the boxes refer to, or ``None`` when unknown.
+        image: the image they were found in (uint8 ``(H, W, 3)`` RGB), or ``None``. :func:`amdinfer.yolo` keeps
+            what it decoded, or the array you passed (not a copy: change it and ``plot()`` changes; a BGR
+            array is kept as its RGB view). Sets ``image_shape`` when that is not given.
+
+    ``len(det)``, ``det[i]`` (a :class:`Detection`; negative ``i`` counts from the end, out of range is an
+    ``IndexError``), ``det[mask]``, ``det[indices]`` and ``det[a:b]`` (a :class:`Detections`, keeping the
+    image), and ``for d in det`` (:class:`Detection` records, best first as the pipeline sorted them).
+
+    Example:
+        >>> det = Detections(np.zeros((0, 4)), [], [])
+        >>> det
+        Detections(0 boxes)
+        >>> det = Detections([[0, 0, 4, 4], [2, 2, 6, 6]], [0.9, 0.4], [0, 1], labels=["cat", "dog"])
+        >>> len(det), det[-1].label, [d.score > 0.5 for d in det], len(det[det.scores > 0.5])
+        (2, 'dog', [True, False], 1)
+    """
+
+    __slots__ = ("boxes", "classes", "image", "image_shape", "labels", "scores")
+
+    def __init__(
+        self,
+        boxes: Any,
+        scores: Any,
+        classes: Any,
+        labels: Sequence[str] | None = None,
+        image_shape: tuple[int, int] | None = None,
+        *,
+        image: Any = None,
+    ) -> None:
+        boxes = np.asarray(boxes, dtype=np.float32)
+        if boxes.size == 0:
+            boxes = boxes.reshape(0, 4)
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise InputError(f"Detections: boxes: got shape {boxes.shape}, expected (k, 4) x1, y1, x2, y2")
+        k = boxes.shape[0]
+        scores = np.asarray(scores, dtype=np.float32).reshape(-1)
+        classes_arr = np.asarray(classes)
+        if classes_arr.size and not np.all(np.isfinite(classes_arr.astype(np.float64))):
+            rows = np.flatnonzero(~np.isfinite(classes_arr.astype(np.float64).reshape(-1))).tolist()[:10]
+            raise InputError(f"Detections: classes: got non-finite values at rows {rows}, expected class indices")
+        classes_arr = classes_arr.astype(np.int64).reshape(-1)
+        if scores.shape != (k,) or classes_arr.shape != (k,):
+            raise InputError(
+                f"Detections: got {k} boxes, {scores.shape[0]} scores and {classes_arr.shape[0]} classes, "
+                "expected the same count"
+            )
+        self.boxes = np.ascontiguousarray(boxes)
+        self.scores = scores
+        self.classes = classes_arr
+        self.labels = _labels(labels, k, "Detections")
+        self.image_shape = None if image_shape is None else (int(image_shape[0]), int(image_shape[1]))
+        self.image = _image(image, self.image_shape, "Detections")
+        if self.image is not None and self.image_shape is None:
+            self.image_shape = (int(self.image.shape[0]), int(self.image.shape[1]))
+
+    def __len__(self) -> int:
+        return int(self.boxes.shape[0])
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            n, i = len(self), int(key)
+            if not -n <= i < n:
+                raise IndexError(f"Detections: index {i} is out of range for {n} detection{'s' * (n != 1)}")
+            i %= n
+            x1, y1, x2, y2 = (float(v) for v in self.boxes[i])
+            label = None if self.labels is None else self.labels[i]
+            return Detection((x1, y1, x2, y2), float(self.scores[i]), int(self.classes[i]), label)
+        if isinstance(key, slice):
+            key = np.arange(len(self))[key]
+        return self.select(key)
+
+    def __iter__(self) -> Iterator[Detection]:
+        return (self[i] for i in range(len(self)))
+
+    def select(self, index: Any) -> Detections:
+        """A new :class:`Detections` with the rows picked by ``index`` (indices or a boolean mask), keeping the image.
+
+        Raises:
+            InputError: a mask of another length, an index out of range, or neither ints nor bools.
+
+        Example:
+            >>> det = Detections([[0, 0, 1, 1], [0, 0, 2, 2]], [0.5, 0.9], [1, 2])
+            >>> det.select([1]).scores.tolist()
+            [0.8999999761581421]
+        """
+        index = np.asarray(index)
+        n = len(self)
+        if index.dtype == bool:
+            if index.shape != (n,):
+                raise InputError(f"Detections: mask: got shape {index.shape}, expected ({n},) (one bool per box)")
+            index = np.flatnonzero(index)
+        elif index.size and index.dtype.kind not in "iu":
+            raise InputError(f"Detections: index: got {index.dtype} values, expected ints, a bool mask or a slice")
+        index = index.astype(np.int64).reshape(-1)
+        if index.size and not (-n <= index.min() and index.max() < n):
+            raise InputError(f"Detections: index: got {index.tolist()}, expected values in [{-n}, {n})")
+        labels = None if self.labels is None else [self.labels[int(i)] for i in index]
+        return Detections(
+            self.boxes[index], self.scores[index], self.classes[index], labels, self.image_shape, image=self.image
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, for JSON; a NaN or infinite box coordinate or score is ``None``.
+
+        Example:
+            >>> Detections([[0, 0, 1, 1]], [0.5], [3]).to_dict()["classes"]
+            [3]
+            >>> Detections([[0, 0, 1, np.inf]], [np.nan], [3]).to_dict()["boxes"]
+            [[0.0, 0.0, 1.0, None]]
+        """
+        return {
+            "boxes": _json_list(self.boxes),
+            "scores": _json_list(self.scores),
+            "classes": self.classes.tolist(),
+            "labels": self.labels,
+            "image_shape": self.image_shape,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`, e.g. ``indent=2``); the image is not in it.
+        ``Detections(**json.loads(det.to_json()))`` gives the boxes back. Strict JSON: a non-finite number is
+        ``null`` (read back as NaN), never ``NaN``/``Infinity``.
+
+        Example:
+            >>> Detections([[0, 0, 1, 1]], [0.5], [3], labels=["cat"]).to_json()
+            '{"boxes": [[0.0, 0.0, 1.0, 1.0]], "scores": [0.5], "classes": [3], "labels": ["cat"], "image_shape": null}'
+            >>> Detections([[0, 0, 1, 1]], [float("nan")], [3]).to_json()[34:]
+            '"scores": [null], "classes": [3], "labels": null, "image_shape": null}'
+        """
+        return _dumps(self.to_dict(), kwargs)
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        rows = []
+        for i in range(min(len(self), _MAX_ROWS)):
+            name = self.labels[i] if self.labels is not None else f"class {self.classes[i]}"
+            box = ", ".join(f"{v:.1f}" for v in self.boxes[i])
+            rows.append((name, f"{self.scores[i]:.3f}", f"[{box}]"))
+        return rows
+
+    def __repr__(self) -> str:
+        where = f" in a {self.image_shape[1]}x{self.image_shape[0]} image" if self.image_shape else ""
+        head = f"Detections({len(self)} box{'es' if len(self) != 1 else ''}{where}"
+        if not len(self):
+            return head + ")"
+        rows = self._rows()
+        width = max(len(r[0]) for r in rows)
+        lines = [f"  {name:<{width}}  {score}  {box}" for name, score, box in rows]
+        if len(self) > _MAX_ROWS:
+            lines.append(f"  ... {len(self) - _MAX_ROWS} more")
+        return head + ":\n" + "\n".join(lines) + "\n)"
+
+    def _repr_html_(self) -> str | None:
+        if _shows_picture(self.image):
+            return None  # Jupyter shows _repr_png_'s picture instead
+        where = f" in a {self.image_shape[1]}&times;{self.image_shape[0]} image" if self.image_shape else ""
+        cells = "".join(
+            f"<tr><td>{html.escape(n)}</td><td>{s}</td><td><code>{b}</code></td></tr>" for n, s, b in self._rows()
+        )
+        more = f"<tr><td colspan='3'>&hellip; {len(self) - _MAX_ROWS} more</td></tr>" if len(self) > _MAX_ROWS else ""
+        return (
+            f"<p><b>Detections</b>: {len(self)} boxes{where}</p>"
+            "<table><thead><tr><th>label</th><th>score</th><th>box x1, y1, x2, y2</th></tr></thead>"
+            f"<tbody>{cells}{more}</tbody></table>"
+        )
+
+    def draw(self, image: np.ndarray, *, thickness: int = 2, text: bool = False) -> np.ndarray:
+        """Return a copy of ``image`` with the boxes drawn (colour by class), the input left unchanged.
+
+        Args:
+            image: ``uint8`` ``(H, W, 3)`` RGB (or ``(H, W)`` grey, drawn in grey levels) in the coordinates of
+                the boxes, normally the original image.
+            thickness: line width in pixels.
+            text: also write ``label score`` above each box; needs Pillow.
+
+        Returns:
+            The annotated copy, same shape and dtype. A box with a NaN or infinite coordinate or score is not
+            drawn (one ``amdinfer.results`` warning counts them).
+
+        Raises:
+            InputError: the image is not 2-D/3-D, or its size differs from ``image_shape``.
+            BackendUnavailableError: ``text=True`` without Pillow installed.
+
+        Example:
+            >>> det = Detections([[1, 1, 6, 6]], [0.9], [0])
+            >>> out = det.draw(np.zeros((8, 8, 3), np.uint8), thickness=1)
+            >>> out[1, 1].tolist(), out[3, 3].tolist()
+            ([255, 56, 56], [0, 0, 0])
+        """
+        return self._render(image, thickness, text, None, "Detections.draw")
+
+    def _render(self, image: Any, thickness: int, text: bool, size: int | None, what: str) -> np.ndarray:
+        """What :meth:`draw` and :meth:`plot` draw: the finite rows' boxes and, with ``text``, their labels."""
+        image = np.asarray(image)
+        if image.ndim not in (2, 3):
+            raise InputError(f"{what}: image: got shape {image.shape}, expected (H, W, 3) or (H, W)")
+        if self.image_shape is not None and tuple(image.shape[:2]) != self.image_shape:
+            raise InputError(
+                f"{what}: image: got size {image.shape[:2]}, expected {self.image_shape} (the size the "
+                "boxes refer to; use ScaleBoxes to map boxes to the original image)"
+            )
+        if not isinstance(thickness, (int, np.integer)) or thickness < 1:
+            raise InputError(f"{what}: thickness: got {thickness!r}, expected an int >= 1")
+        out = image.copy()
+        h, w = out.shape[:2]
+        rows = np.flatnonzero(_drawable(what, "boxes", self.boxes, self.scores))
+        for i in rows:
+            color = np.array(PALETTE[int(self.classes[i]) % len(PALETTE)], dtype=np.float64)
+            if out.ndim == 2:
+                value: Any = color.mean()
+            elif out.shape[2] == 3:
+                value = color
+            else:
+                value = np.concatenate([color, np.full(out.shape[2] - 3, 255.0)])[: out.shape[2]]
+            value = np.asarray(value).astype(out.dtype)
+            x1, y1, x2, y2 = (round(float(v)) for v in self.boxes[i])
+            x1, x2 = max(0, min(x1, w - 1)), max(0, min(x2, w - 1))
+            y1, y2 = max(0, min(y1, h - 1)), max(0, min(y2, h - 1))
+            if x2 < x1 or y2 < y1:
+                continue
+            t = int(thickness)
+            out[y1 : min(y1 + t, y2 + 1), x1 : x2 + 1] = value
+            out[max(y2 - t + 1, y1) : y2 + 1, x1 : x2 + 1] = value
+            out[y1 : y2 + 1, x1 : min(x1 + t, x2 + 1)] = value
+            out[y1 : y2 + 1, max(x2 - t + 1, x1) : x2 + 1] = value
+        if text and len(rows):
+            out = self._draw_text(out, rows, size, what)
+        return out
+
+    def _draw_text(self, image: np.ndarray, rows: np.ndarray, size: int | None, what: str) -> np.ndarray:
+        colors: list[Any] = [PALETTE[int(self.classes[i]) % len(PALETTE)] for i in rows]
+        if image.ndim == 2:
+            colors = [int(np.mean(c)) for c in colors]
+        names = [self.labels[i] if self.labels is not None else str(int(self.classes[i])) for i in rows]
+        texts = [f"{name} {self.scores[i]:.2f}" for name, i in zip(names, rows)]
+        anchors = [(float(self.boxes[i, 0]), float(self.boxes[i, 1])) for i in rows]
+        return _draw.write_labels(image, anchors, texts, colors, size=size, what=what)
+
+    def plot(self, *, thickness: int | None = None, text: bool = True) -> np.ndarray:
+        """The kept image with the boxes drawn (colour by class) and, with ``text``, ``label score`` above each:
+        a new uint8 array, the kept image left unchanged.
+
+        Args:
+            thickness: line width in pixels; ``None``: Ultralytics' ``max(round((H + W) / 2 * 0.003), 2)``.
+            text: write the labels (needs Pillow; letters scale with the image).
+
+        A box with a NaN or infinite coordinate or score is left out, with one ``amdinfer.results`` warning
+        that counts them (as :meth:`draw` and :meth:`save`).
+
+        Raises:
+            InputError: no image is kept (see ``image``).
+            BackendUnavailableError: ``text=True`` without Pillow.
+
+        Example:
+            >>> det = Detections([[1, 1, 6, 6]], [0.9], [0], image=np.zeros((8, 8, 3), np.uint8))
+            >>> out = det.plot(thickness=1, text=False)
+            >>> out[1, 1].tolist(), out[3, 3].tolist(), int(det.image.sum())
+            ([255, 56, 56], [0, 0, 0], 0)
+        """
+        image = _draw.require_image(self.image, "Detections.plot")
+        width = _draw.line_width(image.shape) if thickness is None else thickness
+        return self._render(image, width, text, _draw.font_size(image.shape), "Detections.plot")
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`plot` to ``path`` (PNG, JPEG, BMP, TIFF or WebP by its suffix), atomically.
+
+        Raises:
+            InputError: no image is kept.
+            OptionError: an unknown suffix, a missing folder, a failed write.
+            BackendUnavailableError: Pillow is missing (the labels; formats other than PNG without OpenCV).
+
+        Example:
+            >>> import tempfile, os
+            >>> det = Detections([[1, 1, 6, 6]], [0.9], [0], labels=["cat"], image=np.zeros((8, 8, 3), np.uint8))
+            >>> det.save(os.path.join(tempfile.mkdtemp(), "det.png")).suffix
+            '.png'
+        """
+        return _draw.save(self.plot(), path)
+
+    def _repr_png_(self) -> bytes | None:
+        """:meth:`plot` as PNG, which Jupyter shows; ``None`` (the HTML table) without an image or Pillow."""
+        return _draw.png_bytes(self.plot()) if _shows_picture(self.image) else None
+
+
+class Classification:
+    """The top-k classes of one image.
+
+    Attributes:
+        indices: ``int64 (k,)`` class indices, best first.
+        scores: ``float32 (k,)`` their scores (probabilities after ``Softmax``).
+        labels: their names, or ``None``.
+        image: the image classified (uint8 ``(H, W, 3)`` RGB), or ``None``; :func:`amdinfer.classify` keeps what
+            it decoded or the array you passed (see :class:`Detections`).
+
+    Example:
+        >>> c = Classification([3, 1], [0.7, 0.2], labels=["cat", "dog"])
+        >>> c.index, c.label
+        (3, 'cat')
+    """
+
+    __slots__ = ("image", "indices", "labels", "scores")
+
+    def __init__(self, indices: Any, scores: Any, labels: Sequence[str] | None = None, *, image: Any = None) -> None:
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind in "fc" and not np.isfinite(raw).all():
+            rows = np.flatnonzero(~np.isfinite(raw.reshape(-1))).tolist()[:10]
+            raise InputError(f"Classification: indices: got non-finite values at rows {rows}, expected class indices")
+        self.indices = raw.astype(np.int64).reshape(-1)
+        self.scores = np.asarray(scores, dtype=np.float32).reshape(-1)
+        if self.indices.shape != self.scores.shape:
+            raise InputError(
+                f"Classification: got {self.indices.size} indices and {self.scores.size} scores, "
+                "expected the same count"
+            )
+        self.labels = _labels(labels, self.indices.size, "Classification")
+        self.image = _image(image, None, "Classification")
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    @property
+    def index(self) -> int:
+        """The best class index."""
+        return int(self.indices[0])
+
+    @property
+    def score(self) -> float:
+        """The best class score."""
+        return float(self.scores[0])
+
+    @property
+    def label(self) -> str | None:
+        """The best class name, or ``None`` without labels."""
+        return None if self.labels is None else self.labels[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, for JSON; a NaN or infinite score is ``None``.
+
+        Example:
+            >>> Classification([2], [1.0]).to_dict()
+            {'indices': [2], 'scores': [1.0], 'labels': None}
+        """
+        return {"indices": self.indices.tolist(), "scores": _json_list(self.scores), "labels": self.labels}
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Classification(**json.loads(...))``
+        gives it back. Strict JSON: a non-finite score is ``null``, never ``NaN``/``Infinity``.
+
+        Example:
+            >>> Classification([2], [1.0], labels=["fox"]).to_json()
+            '{"indices": [2], "scores": [1.0], "labels": ["fox"]}'
+            >>> Classification([2, 5], [1.0, float("inf")]).to_json()
+            '{"indices": [2, 5], "scores": [1.0, null], "labels": null}'
+        """
+        return _dumps(self.to_dict(), kwargs)
+
+    def plot(self) -> np.ndarray:
+        """The kept image with the top-k written in its top-left corner (``label score`` per line, best first;
+        the index without labels): a new uint8 array. A class with a NaN or infinite score is left out, with
+        one ``amdinfer.results`` warning that counts them.
+
+        Raises:
+            InputError: no image is kept.
+            BackendUnavailableError: Pillow is missing.
+
+        Example:
+            >>> c = Classification([3, 1], [0.7, 0.2], labels=["cat", "dog"], image=np.zeros((64, 96, 3), np.uint8))
+            >>> out = c.plot()
+            >>> out.shape, bool(out[:40, :60].any()), bool(out[48:].any())
+            ((64, 96, 3), True, False)
+        """
+        image = _draw.require_image(self.image, "Classification.plot")
+        names = self.labels if self.labels is not None else [str(int(i)) for i in self.indices]
+        rows = np.flatnonzero(_drawable("Classification.plot", "classes", self.scores))
+        lines = [f"{names[i]} {self.scores[i]:.2f}" for i in rows]
+        return _draw.write_lines(image, lines, size=_draw.font_size(image.shape), what="Classification.plot")
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`plot` to ``path`` (PNG, JPEG, BMP, TIFF or WebP by its suffix), atomically.
+
+        Raises:
+            InputError: no image is kept.
+            OptionError: an unknown suffix, a missing folder, a failed write.
+            BackendUnavailableError: Pillow is missing.
+
+        Example:
+            >>> import tempfile, os
+            >>> c = Classification([3], [0.7], image=np.zeros((32, 32, 3), np.uint8))
+            >>> c.save(os.path.join(tempfile.mkdtemp(), "top.jpg")).suffix
+            '.jpg'
+        """
+        return _draw.save(self.plot(), path)
+
+    def _repr_png_(self) -> bytes | None:
+        """:meth:`plot` as PNG, which Jupyter shows; ``None`` (the HTML table) without an image or Pillow."""
+        return _draw.png_bytes(self.plot()) if _shows_picture(self.image) else None
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        names = self.labels if self.labels is not None else [""] * len(self)
+        return [(str(int(i)), name, f"{s:.4f}") for i, name, s in zip(self.indices, names, self.scores)]
+
+    def __repr__(self) -> str:
+        if not len(self):
+            return "Classification(top-0)"
+        rows = self._rows()
+        wi = max(len(r[0]) for r in rows)
+        wn = max(len(r[1]) for r in rows)
+        lines = [f"  {i:>{wi}}  {n:<{wn}}  {s}" if wn else f"  {i:>{wi}}  {s}" for i, n, s in rows]
+        return f"Classification(top-{len(self)}:\n" + "\n".join(lines) + "\n)"
+
+    def _repr_html_(self) -> str | None:
+        if _shows_picture(self.image):
+            return None  # Jupyter shows _repr_png_'s picture instead
+        cells = "".join(f"<tr><td>{i}</td><td>{html.escape(n)}</td><td>{s}</td></tr>" for i, n, s in self._rows())
+        return (
+            f"<p><b>Classification</b>: top-{len(self)}</p>"
+            "<table><thead><tr><th>class</th><th>label</th><th>score</th></tr></thead>"
+            f"<tbody>{cells}</tbody></table>"
+        )
