@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._support._recipes import get_recipe
 from ..errors import OptionError
 from ._task_base import (
     COLLAPSE_MIN,
@@ -68,7 +69,6 @@ __all__ = [
     "METRICS",
     "NOT_JUDGED",
     "PASS",
-    "RECIPE_TASKS",
     "TASKS",
     "Bound",
     "ClassifyTask",
@@ -102,8 +102,6 @@ _TASK_CLASSES: dict[str, type[TaskMetric]] = {
 #: Ultralytics' ``task`` metadata -> the task that judges it (segment, pose and obb heads carry more than
 #: boxes in their first output: they are judged as tensors until they have a metric of their own).
 _ULTRALYTICS = {"detect": "detect", "classify": "classify"}
-#: The recipes' tasks (``amdinfer.yolo`` builds a detector...).
-RECIPE_TASKS = {"yolo": "detect", "classify": "classify", "ocr": "ocr", "embed": "embed"}
 
 
 def make_task(task: str | TaskMetric, **options: Any) -> TaskMetric:
@@ -151,9 +149,7 @@ def task_from_model(
         ('detect', 'output0 is a YOLO v8 head (1, 6, 84)')
     """
     if recipe is not None:
-        if recipe not in RECIPE_TASKS:
-            raise OptionError(f"recipe: got {recipe!r}, expected one of {list(RECIPE_TASKS)}")
-        return RECIPE_TASKS[recipe], f"the {recipe} recipe"
+        return get_recipe(recipe).task, f"the {recipe} recipe"
     meta = {p.key: p.value for p in proto.metadata_props} if proto is not None else {}
     if meta.get("task") in _ULTRALYTICS:
         return _ULTRALYTICS[meta["task"]], f"metadata task: {meta['task']}"

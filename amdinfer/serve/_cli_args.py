@@ -2,8 +2,9 @@
 
 :func:`add_arguments` adds them to the ``serve`` parser (``amdinfer.cli`` calls it through :mod:`._cli`, which
 checks the parsed flags and runs the server). Each bounded flag is parsed by :func:`._bounds.check_flag`, the one
-table of bounds that ``models.toml`` and load requests use too; :data:`RECIPE_FLAGS` says which flags belong to
-which ``--recipe``.
+table of bounds that ``models.toml`` and load requests use too. ``--recipe``'s choices and each recipe's own
+flags come from the recipe registry (:data:`amdinfer.recipes.RECIPES`; :data:`RECIPE_FLAGS` says which flags
+belong to which ``--recipe``).
 
 Example:
     >>> import argparse
@@ -14,6 +15,8 @@ Example:
     ((8, 16), None, 8081)
     >>> RECIPE_FLAGS["classify"]
     ('topk', 'decoder', 'pipeline_threads', 'max_image_pixels')
+    >>> parser.parse_args(["m.onnx", "--recipe", "ocr", "--text-score", "0.6"]).text_score
+    0.6
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from .._support._recipes import RECIPES, SERVED_RECIPES, RecipeOption
 from ._bounds import BOUNDS, FLAG, check, check_buckets, check_flag
 
 __all__ = ["RECIPE_FLAGS", "SHARED_MEMORY", "add_arguments"]
@@ -30,12 +34,8 @@ __all__ = ["RECIPE_FLAGS", "SHARED_MEMORY", "add_arguments"]
 _LEVELS = ("debug", "info", "warning", "error")
 #: ``--shared-memory``'s choices -> ``serve(shared_memory=...)``
 SHARED_MEMORY = {"auto": None, "on": True, "off": False}
-#: each recipe's own flags (argparse dests); a flag of another recipe, or of none, is an error
-RECIPE_FLAGS = {
-    "yolo": ("conf", "iou", "imgsz", "max_det", "decoder", "pipeline_threads", "max_image_pixels"),
-    "classify": ("topk", "decoder", "pipeline_threads", "max_image_pixels"),
-    "ocr": ("rec", "cls", "text_score", "pipeline_threads", "max_image_pixels"),
-}
+#: each served recipe's own flags (argparse dests), from its record; a flag of another recipe, or of none, is an error
+RECIPE_FLAGS = {name: RECIPES[name].flags for name in SERVED_RECIPES}
 
 
 def _devices(text: str) -> list[int]:
@@ -255,29 +255,41 @@ def _add_canary_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _recipe_flag_options() -> dict[str, tuple[RecipeOption, list[str]]]:
+    """Every flag option of the served recipes, once, with the recipes that take it (one record per name)."""
+    out: dict[str, tuple[RecipeOption, list[str]]] = {}
+    for name in SERVED_RECIPES:
+        for option in RECIPES[name].options:
+            if option.flag:
+                out.setdefault(option.name, (option, []))[1].append(name)
+    return out
+
+
+def _flag_help(option: RecipeOption, owners: list[str]) -> str:
+    if not option.model:
+        return f"{', '.join(owners)}: {option.help}"
+    return f"{', '.join(owners)}: {option.help} (.onnx{'' if option.required else '; default: none'})"
+
+
 def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
-    """``--recipe`` and each recipe's own flags (see ``RECIPE_FLAGS``)."""
+    """``--recipe`` and each recipe's own flags (see ``RECIPE_FLAGS``), from the recipe registry."""
+    served = "; ".join(f"{n}: {RECIPES[n].summary}" for n in SERVED_RECIPES)
     p.add_argument(
         "--recipe",
-        choices=list(RECIPE_FLAGS),
+        choices=list(SERVED_RECIPES),
         default=None,
-        help="serve amdinfer.yolo / amdinfer.classify / amdinfer.ocr (the model: the text detector) of the model: "
-        "clients send JPEG/PNG files as a BYTES input 'images' (see docs/serving.md); default: the bare model",
+        help=f"serve a recipe of the model ({served}): clients send JPEG/PNG files as a BYTES input 'images' "
+        "(see docs/serving.md); default: the bare model",
     )
-    p.add_argument("--rec", default=None, help="ocr: the text recogniser model (.onnx)")
-    p.add_argument("--cls", default=None, help="ocr: the text direction classifier model (.onnx; default: none)")
-    p.add_argument("--text-score", type=float, default=None, help="ocr: lowest line score kept (default 0.5)")
-    p.add_argument("--conf", type=float, default=None, help="yolo: confidence threshold (default 0.25)")
-    p.add_argument("--iou", type=float, default=None, help="yolo: NMS IoU threshold (default 0.7)")
-    p.add_argument("--imgsz", type=int, default=None, help="yolo: letterbox size (default 640)")
-    p.add_argument("--max-det", type=int, default=None, help="yolo: boxes per image at most (default 300)")
-    p.add_argument("--topk", type=int, default=None, help="classify: classes per image (default 5)")
-    p.add_argument(
-        "--decoder",
-        choices=["auto", "opencv", "pillow", "nvjpeg"],
-        default=None,
-        help="the recipe's image decoder (default auto: OpenCV when installed, else Pillow)",
-    )
+    for option, owners in _recipe_flag_options().values():
+        p.add_argument(
+            option.cli,
+            type=option.kinds[0],
+            choices=list(option.choices) or None,
+            default=None,
+            metavar="PATH" if option.model else None,
+            help=_flag_help(option, owners),
+        )
     p.add_argument(
         "--pipeline-threads",
         type=_auto_or("pipeline_threads"),

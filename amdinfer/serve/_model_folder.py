@@ -9,10 +9,11 @@ import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .._support._recipes import SERVED_RECIPES, get_recipe
 from ..errors import InputError, OptionError
 from ._bounds import BOUNDS, MAX_BUCKETS, check, check_buckets, check_finite
 
@@ -21,6 +22,7 @@ __all__ = [
     "REPOSITORY_STATE_ENV",
     "ModelConfig",
     "check_name",
+    "check_recipe",
     "inside",
     "parse_load_config",
     "read_repository",
@@ -71,7 +73,7 @@ _OPTIONS: dict[str, tuple[tuple[type, ...], str]] = {
     "max_batch_size": ((int,), BOUNDS["max_batch_size"].accepted()),
     "max_delay_ms": ((int, float), BOUNDS["max_delay_ms"].accepted()),
     "batch_buckets": ((list, tuple), f"a list of 1 to {MAX_BUCKETS} ints, each {BOUNDS['batch_bucket'].accepted()}"),
-    "recipe": ((str,), "'yolo' or 'classify'"),
+    "recipe": ((str,), f"one of {list(SERVED_RECIPES)}"),
     "recipe_options": ((dict,), "a table of the recipe's options"),
     "load": ((bool,), "true or false"),
 }
@@ -100,8 +102,8 @@ def _options(where: str, raw: Any, *, allow: Sequence[str] = tuple(_OPTIONS)) ->
             v = tuple(v.split(",") if isinstance(v, str) else v)
             if not all(isinstance(p, str) and p for p in v):
                 raise OptionError(f"{where}: option 'providers' got {raw[key]!r}, expected {expected}")
-        elif key == "recipe" and v not in ("yolo", "classify"):
-            raise OptionError(f"{where}: option 'recipe' got {v!r}, expected {expected}")
+        elif key == "recipe":
+            get_recipe(v, served=True, where=f"{where}: option 'recipe'")
         elif key == "recipe_options":
             check_finite(v, where, "recipe_options")
             if "pipeline_threads" in v:
@@ -240,11 +242,50 @@ def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = Non
         try:
             check_name(name)
             path = inside(root, root / table.pop("path", found.get(name)), f"model {name!r}")
-        except InputError as exc:
+            merged = ModelConfig(name, path, **{**server, **base, **table})
+            models[name] = check_recipe(root, merged, f"{where}: [models.{name}]")
+        except InputError as exc:  # a path out of the folder: this model cannot load, the others can
             models[name] = str(exc)
-            continue
-        models[name] = ModelConfig(name, path, **{**server, **base, **table})
     return models
+
+
+def check_recipe(root: Path, config: ModelConfig, where: str) -> ModelConfig:
+    """``config`` with its ``recipe_options`` checked against its recipe's record (:data:`amdinfer.recipes.RECIPES`)
+    and the further models the recipe loads (``ocr``'s ``rec``, ``cls``) resolved inside ``root``: paths relative
+    to the repository folder, as ``path`` is.
+
+    Raises:
+        OptionError: ``recipe_options`` without a recipe, an option the recipe does not take (or of the wrong
+            type), or a model it needs missing.
+        InputError: a further model that is not a file inside ``root`` (a symlink out of it included).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp()).resolve()
+        >>> for n in ("det.onnx", "rec.onnx"): _ = (root / n).write_bytes(b"")
+        >>> config = ModelConfig("ocr", root / "det.onnx", recipe="ocr", recipe_options={"rec": "rec.onnx"})
+        >>> check_recipe(root, config, "models.toml").recipe_options["rec"] == str(root / "rec.onnx")
+        True
+        >>> check_recipe(root, ModelConfig("ocr", root / "det.onnx", recipe="ocr"), "models.toml")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: models.toml: recipe_options: 'ocr' needs rec (the recogniser model; cls, the \
+classifier, is optional)
+    """
+    if config.recipe is None:
+        if config.recipe_options:
+            raise OptionError(
+                f"{where}: got recipe_options {sorted(config.recipe_options)} without a recipe, expected recipe = "
+                f"one of {list(SERVED_RECIPES)}"
+            )
+        return config
+    entry = get_recipe(config.recipe, served=True, where=f"{where}: option 'recipe'")
+    options = entry.check_options(config.recipe_options, f"{where}: recipe_options")
+    for model in entry.models:
+        value = options.get(model.name)
+        if value is not None:
+            options[model.name] = str(inside(root, root / value, f"model {config.name!r}: recipe_options {model.name}"))
+    return replace(config, recipe_options=options)
 
 
 def parse_load_config(name: str, config: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._support._recipes import get_recipe
 from ..engines.base import Engine
 from ..errors import OptionError
 from ..preprocess import LoadImage
@@ -15,7 +16,7 @@ from ._metrics import ServingMetrics
 from ._oip import AmdinferModel
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["RECIPES", "build_model", "load_recipe_workers", "load_workers"]
+__all__ = ["build_model", "load_recipe_workers", "load_workers"]
 
 
 def load_workers(
@@ -54,10 +55,6 @@ def load_workers(
     return workers
 
 
-#: The recipes ``serve(recipe=...)`` and ``amdinfer serve --recipe`` know.
-RECIPES = ("yolo", "classify", "ocr")
-
-
 def load_recipe_workers(
     model: Any,
     recipe: str,
@@ -76,19 +73,22 @@ def load_recipe_workers(
 
     Args:
         model: the model (path, bytes or ModelProto), built once per device.
-        recipe: ``"yolo"``, ``"classify"`` or ``"ocr"``.
+        recipe: a served recipe of the registry (:data:`amdinfer.recipes.RECIPES`): ``"yolo"``, ``"classify"``
+            or ``"ocr"``.
         devices: GPU indices, one pipeline each.
         backend: ``amdinfer.load``'s backend.
         precision: ``amdinfer.load``'s precision.
-        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
-            ``cls`` (the OCR recogniser and classifier models), ``text_score``; ``decoder`` ...), and
+        recipe_options: the recipe's own options, those its record lists (``conf``, ``iou``, ``imgsz``,
+            ``max_det``; ``topk``; ``rec``, ``cls`` (the OCR recogniser and classifier models), ``text_score``;
+            ``decoder``, ``fuse`` ...), and
             ``pipeline_threads``: the threads that decode and resize (the pipeline's ``threads``; default its own);
             ``max_image_pixels``: the pixel limit of its ``LoadImage`` (default 89,478,485; docs/security.md).
         **load_options: other ``amdinfer.load`` options (``providers=``, ...).
 
     Raises:
-        OptionError: an unknown recipe, devices that are empty or repeated, a ``pipeline_threads`` or
-            ``batch_buckets`` out of bounds (:mod:`amdinfer.serve._bounds`), or ``"ocr"`` without ``rec``.
+        OptionError: an unknown recipe, an option it does not take (or of the wrong type), a model it needs
+            missing (``"ocr"`` without ``rec``), devices that are empty or repeated, a ``pipeline_threads`` or
+            ``batch_buckets`` out of bounds (:mod:`amdinfer.serve._bounds`).
 
     Example:
         >>> from amdinfer.testing.models import yolov8
@@ -98,17 +98,12 @@ def load_recipe_workers(
         [('device0', 'images', True)]
         >>> for w in workers: w.pipeline.close()
     """
-    from .. import recipes, text
-
-    if recipe not in RECIPES:
-        raise OptionError(f"recipe: got {recipe!r}, expected one of {RECIPES}")
-    build = getattr(text if recipe == "ocr" else recipes, recipe)
+    entry = get_recipe(recipe, served=True)
     devices = list(devices)
     if not devices or len(set(devices)) != len(devices):
         raise OptionError(f"devices: got {devices}, expected distinct device indices")
-    options = dict(recipe_options or {})
-    if recipe == "ocr" and options.get("rec") is None:
-        raise OptionError("recipe_options: 'ocr' needs rec (the recogniser model; cls, the classifier, is optional)")
+    options = entry.check_options(recipe_options or {}, "recipe_options")
+    build = entry.builder_function()
     threads = options.pop("pipeline_threads", None)
     if threads is not None:
         threads = check("pipeline_threads", threads, "recipe_options")

@@ -15,9 +15,14 @@ options::
     max_batch_size = 16
     load = false                # listed by the index, loaded by a load request only
 
+    [models.ocr]                # ocr/model.onnx: the text detector
+    recipe = "ocr"              # any recipe that `amdinfer serve --recipe` serves (amdinfer.recipes.RECIPES)
+    recipe_options = { rec = "ocr/rec.onnx", cls = "ocr/cls.onnx" }  # its further models, inside the folder too
+
 A load request may carry Triton's ``config`` parameter: a JSON object with the same options (``name`` too,
 if it is the model's), applied over the file's. Only names in the folder load, never a path outside it (a
-symlink out of the folder is refused).
+symlink out of the folder is refused); so do a recipe's further models (``rec``, ``cls``), from the file or
+from a load request.
 
 Several server processes (one per device, or several per device) share one folder of small state files that
 the supervisor names in ``AMDINFER_REPOSITORY_STATE``: a load or unload is written there by the process that
@@ -40,7 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, OptionError
-from ._model_folder import REPOSITORY_STATE_ENV, ModelConfig, check_name, parse_load_config, read_repository
+from ._model_folder import (
+    REPOSITORY_STATE_ENV,
+    ModelConfig,
+    check_name,
+    check_recipe,
+    parse_load_config,
+    read_repository,
+)
 
 __all__ = ["REPOSITORY_STATE_ENV", "ModelRepository"]
 
@@ -293,7 +305,12 @@ class ModelRepository:
             raise InputError(f"load {name!r}: not a model of the repository {self.root}; it has {self._names()}")
         if isinstance(entry, str):
             raise InputError(f"load {name!r}: {entry}")
-        return replace(entry, **overrides)
+        if not overrides:
+            return entry
+        try:  # a load request's recipe and options, checked as the file's were (its models inside the folder)
+            return check_recipe(self.root, replace(entry, **overrides), f"load {name!r}: config")
+        except OptionError as exc:
+            raise InputError(str(exc)) from None
 
     async def _apply(self, name: str, loaded: bool, overrides: dict[str, Any]) -> None:
         """Load or unload ``name`` here (the caller holds the lock)."""
@@ -348,12 +365,10 @@ class ModelRepository:
             options["batch_buckets"] = list(config.batch_buckets)
         common = dict(devices=self.devices, backend=config.backend, precision=config.precision, **options)
         workers: list[Any]
-        if config.recipe:
+        if config.recipe:  # its options checked and its further models found inside the folder (check_recipe)
             workers = list(load_recipe_workers(str(config.path), config.recipe, recipe_options=config.recipe_options,
                                                **common))  # fmt: skip
         else:
-            if config.recipe_options:
-                raise OptionError(f"model {config.name!r}: recipe_options given without a recipe")
             workers = list(load_workers(str(config.path), **common))
         try:
             return build_model(

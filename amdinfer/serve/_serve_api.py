@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._support._recipes import SERVED_RECIPES, get_recipe
 from ..engines.base import Engine
 from ..errors import OptionError
 from ._bounds import check, check_options
@@ -28,7 +29,6 @@ def _bounded(options: dict[str, Any], *keys: str) -> dict[str, Any]:
 def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_options: dict[str, Any]) -> None:
     """``serve(model, workers_per_device=n, ...)`` as the command line of :func:`serve_processes`'s children."""
     from . import _cli
-    from ._cli_args import RECIPE_FLAGS
 
     if not isinstance(model, (str, Path)):
         raise OptionError(
@@ -36,10 +36,13 @@ def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_option
             "own engine, so give the model's path"
         )
 
-    allowed = RECIPE_FLAGS.get(options["recipe"] or "", ())
-    wrong = sorted(str(k) for k in options["recipe_options"] or {} if k not in allowed)
+    carried = get_recipe(options["recipe"], served=True).flags if options["recipe"] is not None else ()
+    wrong = sorted(str(k) for k in options["recipe_options"] or {} if k not in carried)
     if wrong:
-        raise OptionError(f"recipe_options: got {wrong} for recipe {options['recipe']!r}, expected some of {allowed}")
+        raise OptionError(
+            f"recipe_options: {', '.join(wrong)}: not carried to the server processes of workers_per_device={n} "
+            f"(only the flags of recipe {options['recipe']!r} are: {', '.join(carried)}); use workers_per_device=1"
+        )
     other = sorted(set(load_options) - {"providers", "batch_buckets"})
     if other:
         raise OptionError(
@@ -90,6 +93,30 @@ def _opencv_single_threaded() -> None:
     except ImportError:
         return
     cv2.setNumThreads(1)
+
+
+def _check_recipe(recipe: str | None, recipe_options: dict[str, Any] | None) -> None:
+    """A served recipe with options its record takes (``pipeline_threads`` in its bounds), or no recipe and no
+    options (never ignored).
+
+    Raises:
+        OptionError: an unknown recipe (the message lists the served ones), an option it does not take, a
+            model it needs missing, or ``recipe_options`` without a recipe.
+
+    Example:
+        >>> _check_recipe(None, {"conf": 0.5})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: recipe_options: got ['conf'] without a recipe, expected recipe= one of [...]
+    """
+    check_options(_bounded(recipe_options or {}, "pipeline_threads"), "recipe_options")
+    if recipe is not None:
+        get_recipe(recipe, served=True).check_options(recipe_options or {}, "recipe_options")
+    elif recipe_options:
+        raise OptionError(
+            f"recipe_options: got {sorted(map(str, recipe_options))} without a recipe, expected recipe= one of "
+            f"{list(SERVED_RECIPES)}"
+        )
 
 
 def _target(
@@ -161,10 +188,10 @@ def serve(
         verify_reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy reference), loaded from
             ``model`` as given; or an :class:`~amdinfer.Engine` (see :func:`build_model`).
         recipe: serve ``amdinfer.yolo``, ``amdinfer.classify`` or ``amdinfer.ocr`` of the model (``"yolo"``,
-            ``"classify"``, ``"ocr"``: ``model`` is the text detector): requests send encoded images (``BYTES``);
-            ``None``: the bare model.
-        recipe_options: the recipe's own options (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
-            ``cls``, ``text_score`` ...; ``max_image_pixels``: the pixel limit, docs/security.md).
+            ``"classify"``, ``"ocr"``: ``model`` is the text detector; the served recipes of
+            :data:`amdinfer.recipes.RECIPES`): requests send encoded images (``BYTES``); ``None``: the bare model.
+        recipe_options: the options its record takes (``conf``, ``iou``, ``imgsz``, ``max_det``; ``topk``; ``rec``,
+            ``cls``, ``text_score`` ...; ``max_image_pixels``: the pixel limit, docs/security.md); no others.
         workers_per_device: server processes per device (1: this process serves, a worker thread per
             device). With more, ``model`` must be a path: ``amdinfer serve`` runs in
             ``len(devices) * workers_per_device`` child processes sharing the ports (:func:`serve_processes`),
@@ -186,7 +213,7 @@ def serve(
     # every number against the one table of bounds, before anything loads or a child process starts
     check_options({"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms,
                    "max_request_bytes": max_request_bytes, **_bounded(load_options, "batch_buckets")})  # fmt: skip
-    check_options(_bounded(recipe_options or {}, "pipeline_threads"), "recipe_options")
+    _check_recipe(recipe, recipe_options)
     # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
     server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
                     max_request_bytes=max_request_bytes, shared_memory=shared_memory)  # fmt: skip

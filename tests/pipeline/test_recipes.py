@@ -81,7 +81,7 @@ class TestFuseAuto:
             **CPU,
         )
         pipe.engine.info.device = "cuda:0"
-        fused = recipes._finish(pipe, "auto", {"threads": 1})
+        fused = recipes._build._finish(pipe, "auto", {"threads": 1})
         try:
             assert isinstance(fused, FusedPipeline)
             assert pipe.engine.closed  # the stage-by-stage engine is given back
@@ -91,9 +91,9 @@ class TestFuseAuto:
         finally:
             fused.close()
         cpu = amdinfer.Pipeline(preprocess=[HwcToChw()], engine=tiny_cnn(), **CPU)
-        assert recipes._finish(cpu, "auto", {}) is cpu
+        assert recipes._build._finish(cpu, "auto", {}) is cpu
         cpu.engine.info.device = "rocm:0"
-        assert recipes._finish(cpu, False, {}) is cpu
+        assert recipes._build._finish(cpu, False, {}) is cpu
         cpu.close()
 
     def test_fused_load_options_carry_the_pipelines_own(self) -> None:

@@ -114,7 +114,8 @@ class TestRecipeCalibration:
                 np.testing.assert_array_equal(a.engine.run({feed: x})["output0"], b.engine.run({feed: x})["output0"])
 
     def test_calibration_samples_went_through_the_letterbox(self):
-        from amdinfer.recipes import _calibrated, _yolo_stages
+        from amdinfer.recipes._build import _calibrated
+        from amdinfer.recipes._yolo import _yolo_stages
 
         model = yolov8(image_size=64, num_classes=2)
         image = np.full((30, 90, 3), 200, np.uint8)

@@ -1,0 +1,130 @@
+"""What the vision recipes share: load the model, build the pipeline of a recipe's stages, calibrate int8 on the
+recipe's own preprocessing, fuse when asked; and the class names of a model's metadata."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import onnx
+
+from .._support._recipes import DECODERS
+from ..errors import OptionError
+from ..model import ModelLike, ModelSource
+
+__all__ = ["class_names"]
+
+_CHANNELS = ("RGB", "BGR")
+
+
+def _check_fuse(fuse: Any) -> None:
+    if fuse is not True and fuse is not False and not (isinstance(fuse, str) and fuse == "auto"):
+        raise OptionError(f"fuse: got {fuse!r}, expected True, False or 'auto'")
+
+
+def _finish(pipe: Any, fuse: bool | str, load_options: dict[str, Any]) -> Any:
+    """The recipe's result: ``pipe`` itself (stage by stage) or its fused form (``pipe`` closed)."""
+    pipe._owns_engine = True
+    pipe._load_options = dict(load_options)  # the fused engine is loaded with the caller's options too
+    device = str(pipe.engine.info.device).split(":")[0]
+    if fuse is False or (fuse == "auto" and device == "cpu"):
+        return pipe
+    try:
+        return pipe.fuse()
+    except OptionError as exc:
+        if fuse != "auto":
+            raise
+        raise OptionError(f"{exc} (fuse='auto' fuses on {device}; fuse=False runs stage by stage)") from exc
+    finally:
+        pipe.close()
+
+
+def class_names(model: ModelLike) -> tuple[str, ...] | None:
+    """Class names from the model's ONNX metadata ``names`` (what Ultralytics exports write:
+    ``"{0: 'person', 1: 'bicycle', ...}"``), or ``None`` when there are none.
+
+    Raises:
+        ModelError: the model cannot be read.
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> m = tiny_cnn()
+        >>> _ = m.metadata_props.add(key="names", value="{0: 'cat', 1: 'dog'}")
+        >>> class_names(m)
+        ('cat', 'dog')
+    """
+    proto = model if isinstance(model, onnx.ModelProto) else ModelSource.from_any(model).proto
+    raw = next((p.value for p in proto.metadata_props if p.key == "names"), None)
+    if raw is None:
+        return None
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, dict) and sorted(value) == list(range(len(value))):
+        return tuple(str(value[k]) for k in range(len(value)))
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return None
+
+
+def _decoder(choice: str = "auto") -> str:
+    """The recipes' image decoder (``LoadImage``'s backend): for ``"auto"``, OpenCV when installed (what
+    Ultralytics decodes with; on the H200 host's 16 cores 1,292 JPEG pages/s against Pillow's 496), else Pillow;
+    otherwise the one named (``"nvjpeg"``: JPEG files on the GPU)."""
+    from ..preprocess import opencv_available
+
+    if choice not in DECODERS:
+        raise OptionError(f"decoder: got {choice!r}, expected one of {DECODERS}")
+    if choice != "auto":
+        return choice
+    return "opencv" if opencv_available() else "auto"
+
+
+def _recipe(
+    model: ModelLike, stages: Any, args: dict[str, Any], channels: str, fuse: Any, backend: str, load: dict[str, Any]
+) -> Any:
+    """Load ``model``, build the pipeline of ``stages(engine, args, channels)``, fuse it when asked."""
+    from .._load import load as load_model
+    from ..pipeline import Pipeline
+    from ..pipeline._source_images import check_keep
+
+    if channels not in _CHANNELS:
+        raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
+    _check_fuse(fuse)
+    keep = check_keep(args["keep_image"])
+    from ..quantize._data import check_calibration
+
+    if check_calibration(args["calibration"], load):
+        model = ModelSource.from_any(model)  # read once: the calibration's stages and the engine share it
+        load = {**load, "quantizer": _calibrated(model, stages, args, channels)}
+    engine = load_model(model, backend=backend, **load)
+    try:
+        preprocess, postprocess = stages(engine, args, channels)
+        pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess, keep_image=keep)
+    except Exception:
+        engine.close()
+        raise
+    return _finish(pipe, fuse, load)
+
+
+def _calibrated(source: ModelSource, stages: Any, args: dict[str, Any], channels: str) -> Any:
+    """An :class:`~amdinfer.quantize.Int8Quantizer` on ``args["calibration"]`` run through the recipe's own
+    preprocessing (built for the float model's inputs, which int8 keeps)."""
+    from types import SimpleNamespace
+
+    from ..quantize import Int8Quantizer
+    from ..quantize._data import materialize
+    from ..stages import Sample
+
+    spec = SimpleNamespace(model=source, inputs=source.inputs, outputs=source.outputs)
+    preprocess, _ = stages(spec, args, channels)
+    samples = materialize(args["calibration"], what="calibration", preprocess=[Sample.wrap, *preprocess])
+    return Int8Quantizer(calibration=samples, progress=False)
+
+
+def _literal(raw: str | None) -> Any:
+    try:
+        return None if raw is None else ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return None
