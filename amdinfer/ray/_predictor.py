@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, OptionError
+from ..results import TensorResult
 
 __all__ = ["BatchPredictor"]
 
@@ -18,8 +19,12 @@ class BatchPredictor:
     With a model, each batch's columns named after the model's inputs are fed to ``engine.run`` and the
     outputs are added to the batch as columns named after the model's outputs. With ``pipeline=`` (a
     zero-argument function that builds a :class:`~amdinfer.Pipeline`, called once in each actor), the
-    column ``input_column`` holds one item per row, and the results come back in ``output_column``
-    (arrays stacked per row; ``Detections`` as an object column).
+    column ``input_column`` holds one item per row, and the results come back in ``output_column``: arrays
+    stacked per row (an object column when their shapes differ). A result that knows its tensors (an
+    :class:`amdinfer.results.TensorResult`: ``Detections``, ``Classification``, ``TextLines``, ...) gives one
+    column per tensor of its ``to_tensors()``, named ``<output_column>_<tensor>`` (``result_boxes``,
+    ``result_scores``, ...), stacked per row, or an object column of arrays where rows differ (a box count);
+    ``Detections.from_tensors({k: row["result_" + k] for k in ("boxes", "scores", "classes")})`` rebuilds one.
 
     Ray decides the resources per actor: ``ds.map_batches(BatchPredictor, fn_constructor_args=(model,),
     batch_format="numpy", concurrency=2, num_gpus=0.5)``; inside an actor with ``num_gpus`` Ray sets
@@ -75,12 +80,7 @@ class BatchPredictor:
         if self.input_column not in batch:
             raise InputError(f"batch: got columns {sorted(batch)}, expected {self.input_column!r}")
         results = self._pipeline.run_batch(list(batch[self.input_column]))
-        if all(isinstance(r, np.ndarray) for r in results) and len({r.shape for r in results}) == 1:
-            column = np.stack(results)
-        else:
-            column = np.empty(len(results), dtype=object)
-            column[:] = results
-        return {**batch, self.output_column: column}
+        return {**batch, **_result_columns(results, self.output_column)}
 
     def __del__(self) -> None:
         target = self._engine if self._engine is not None else self._pipeline
@@ -89,3 +89,35 @@ class BatchPredictor:
                 target.close()
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    """One value per row: arrays of one shape stacked, anything else an object column (one element per row)."""
+    if all(isinstance(v, np.ndarray) for v in values) and len({v.shape for v in values}) == 1:
+        return np.stack(values)
+    column = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):  # one by one: a list of equal-length arrays would be broadcast, not stored
+        column[i] = v
+    return column
+
+
+def _result_columns(results: list[Any], name: str) -> dict[str, np.ndarray]:
+    """The pipeline's results as batch columns: ``name``, or ``<name>_<tensor>`` per tensor of TensorResults.
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> cols = _result_columns([Detections([[0, 0, 1, 1]], [0.5], [3]), Detections([], [], [])], "result")
+        >>> {k: (v.dtype.name, v.shape) for k, v in cols.items()}["result_boxes"], cols["result_boxes"][1].shape
+        (('object', (2,)), (0, 4))
+    """
+    if not any(isinstance(r, TensorResult) for r in results):
+        return {name: _column(results)}
+    kinds = sorted({type(r).__name__ for r in results})
+    if len(kinds) > 1:
+        raise InputError(f"pipeline results: got {kinds} in one batch, expected one TensorResult type")
+    tensors = [r.to_tensors() for r in results]
+    names = list(tensors[0])
+    for i, t in enumerate(tensors):
+        if set(t) != set(names):
+            raise InputError(f"pipeline results: row {i}: got tensors {sorted(t)}, expected {sorted(names)} (row 0's)")
+    return {f"{name}_{k}": _column([t[k] for t in tensors]) for k in names}

@@ -1,6 +1,10 @@
 """Every result type amdinfer returns: :class:`Detections` (indexing gives :class:`Detection` records),
 :class:`Classification`, :class:`TextLines` (OCR), :class:`Embeddings` and :class:`Matches`.
 
+Each is a :class:`TensorResult`: ``to_tensors()`` gives its named NumPy tensors (what ``amdinfer serve`` answers
+and Ray Data columns hold), ``from_tensors()`` rebuilds it, and ``from_batch()`` reads a served request's answer
+(the layout of :func:`batch_tensors`; :func:`split_batch` is its inverse).
+
 Both are small typed containers with a readable ``repr``, ``to_dict()``/``to_json()``, and, when they keep the
 image they answer (``image``: what :func:`amdinfer.yolo` and :func:`amdinfer.classify` decoded or received),
 ``plot()``, ``save(path)`` and a picture in Jupyter; without one, Jupyter shows an HTML table.
@@ -19,10 +23,12 @@ Example:
 
 from __future__ import annotations
 
+from ._classify import Classification
 from ._draw import PALETTE
 from ._embed import Embedding, Embeddings, Match, Matches
+from ._tensors import TensorResult, batch_tensors, split_batch
 from ._text import TextLine, TextLines
-from ._vision import Classification, Detection, Detections
+from ._vision import Detection, Detections
 
 __all__ = [
     "PALETTE",
@@ -33,6 +39,9 @@ __all__ = [
     "Embeddings",
     "Match",
     "Matches",
+    "TensorResult",
     "TextLine",
     "TextLines",
+    "batch_tensors",
+    "split_batch",
 ]

@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._base import _MAX_ROWS, _dumps, _json_list
+from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["Embedding", "Embeddings", "Match", "Matches"]
 
@@ -36,7 +37,7 @@ def _unit_rows(vectors: np.ndarray, what: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class Embedding:
+class Embedding(TensorResult):
     """One row of :class:`Embeddings`: its text and vector (``float32 (d,)``).
 
     Example:
@@ -47,8 +48,33 @@ class Embedding:
     text: str | None
     vector: np.ndarray
 
+    row_tensor = "vectors"
 
-class Embeddings:
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """The tensors of a one-row :class:`Embeddings` (``vectors`` ``float32 (1, d)``, ...; see there).
+
+        Example:
+            >>> Embedding("hi", np.array([0.6, 0.8], np.float32)).to_tensors()["vectors"]
+            array([[0.6, 0.8]], dtype=float32)
+        """
+        return Embeddings([self.vector], None if self.text is None else [self.text]).to_tensors()
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any]) -> Embedding:
+        """The :class:`Embedding` whose :meth:`to_tensors` gave ``tensors`` (exactly one row).
+
+        Example:
+            >>> e = Embedding.from_tensors(Embedding("hi", np.array([0.6, 0.8], np.float32)).to_tensors())
+            >>> e.text, e.vector.tolist() == np.float32([0.6, 0.8]).tolist()
+            ('hi', True)
+        """
+        emb = Embeddings.from_tensors(tensors)
+        if len(emb) != 1:
+            raise InputError(f"Embedding.from_tensors: got {len(emb)} rows, expected 1 (Embeddings: several)")
+        return emb[0]
+
+
+class Embeddings(TensorResult):
     """Sentence embeddings: ``float32 (n, d)`` vectors, one per text, in the order the texts came.
 
     Attributes:
@@ -59,6 +85,9 @@ class Embeddings:
     ``len(emb)``, ``emb[i]`` (an :class:`Embedding`), ``emb[a:b]``/``emb[mask]`` (an :class:`Embeddings`),
     iteration, :meth:`similarity`, :meth:`search`, ``to_dict()``/``to_json()``.
 
+    Tensors (:meth:`to_tensors`): ``vectors`` ``float32 (n, d)`` and, with texts, ``texts`` ``BYTES (n,)``; a
+    batch concatenates them with ``vectors_batch_index``.
+
     Example:
         >>> emb = Embeddings([[0.6, 0.8], [1.0, 0.0]], ["a", "b"], normalized=True)
         >>> len(emb), emb.dim, emb.similarity().astype(float).round(2).tolist()
@@ -66,6 +95,8 @@ class Embeddings:
     """
 
     __slots__ = ("normalized", "texts", "vectors")
+
+    row_tensor = "vectors"
 
     def __init__(self, vectors: Any, texts: Sequence[str] | None = None, *, normalized: bool = False) -> None:
         v = np.asarray(vectors, dtype=np.float32)
@@ -180,6 +211,35 @@ class Embeddings:
         """
         return {"vectors": self.vectors.tolist(), "texts": self.texts, "normalized": self.normalized}
 
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """The tensors of this result: ``vectors`` ``float32 (n, d)`` and, when it has texts, ``texts``
+        (``BYTES (n,)``: an object array of UTF-8 bytes). ``normalized`` is not in them.
+
+        Example:
+            >>> {k: v.shape for k, v in Embeddings([[0.6, 0.8]], ["hi"]).to_tensors().items()}
+            {'vectors': (1, 2), 'texts': (1,)}
+        """
+        out: dict[str, np.ndarray] = {"vectors": self.vectors}
+        if self.texts is not None:
+            out["texts"] = _bytes(self.texts)
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any], *, normalized: bool = False) -> Embeddings:
+        """The :class:`Embeddings` whose :meth:`to_tensors` gave ``tensors``; ``normalized`` as in the constructor.
+
+        Raises:
+            InputError: a tensor missing or unknown, a shape or count that differs, texts that are not UTF-8.
+
+        Example:
+            >>> emb = Embeddings.from_tensors(Embeddings([[0.6, 0.8]], ["hi"]).to_tensors(), normalized=True)
+            >>> emb.texts, emb.dim, emb.normalized
+            (['hi'], 2, True)
+        """
+        t = _named(tensors, "Embeddings", {"vectors": 2}, {"texts": 1})
+        texts = _strings(t["texts"], "Embeddings: texts") if "texts" in t else None
+        return cls(t["vectors"], texts, normalized=normalized)
+
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Embeddings(**json.loads(...))`` gives
         the same float32 vectors back.
@@ -221,7 +281,7 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
-class Match:
+class Match(TensorResult):
     """One match of :meth:`Embeddings.search`: the corpus row, its cosine similarity and its text.
 
     Example:
@@ -233,8 +293,43 @@ class Match:
     score: float
     text: str | None
 
+    row_tensor = "indices"
 
-class Matches:
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """``indices`` ``int64 (1,)``, ``scores`` ``float32 (1,)`` and, with a text, ``texts`` ``BYTES (1,)``.
+
+        Example:
+            >>> sorted(Match(0, 1.0, "x").to_tensors())
+            ['indices', 'scores', 'texts']
+        """
+        out: dict[str, np.ndarray] = {
+            "indices": np.array([self.index], np.int64),
+            "scores": np.array([self.score], np.float32),
+        }
+        if self.text is not None:
+            out["texts"] = _bytes([self.text])
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any]) -> Match:
+        """The :class:`Match` whose :meth:`to_tensors` gave ``tensors``.
+
+        Raises:
+            InputError: a tensor missing or unknown, or not one row each.
+
+        Example:
+            >>> Match.from_tensors(Match(4, 0.5, "x").to_tensors())
+            Match(index=4, score=0.5, text='x')
+        """
+        t = _named(tensors, "Match", {"indices": 1, "scores": 1}, {"texts": 1})
+        rows = {k: v.shape[0] for k, v in t.items()}
+        if set(rows.values()) != {1}:
+            raise InputError(f"Match.from_tensors: got rows {rows}, expected 1 each (Matches: several)")
+        text = _strings(t["texts"], "Match: texts")[0] if "texts" in t else None
+        return cls(int(t["indices"][0]), float(np.float32(t["scores"][0])), text)
+
+
+class Matches(TensorResult):
     """What :meth:`Embeddings.search` finds: per query, the best corpus rows.
 
     Attributes:
@@ -245,6 +340,9 @@ class Matches:
 
     ``len(m)`` (queries), ``m[i]`` (a list of :class:`Match`), :attr:`top1`, ``to_dict()``/``to_json()``.
 
+    Tensors (:meth:`to_tensors`): ``indices`` ``int64 (q, k)``, ``scores`` ``float32 (q, k)`` and, with query
+    texts, ``queries`` ``BYTES (q,)``; a batch concatenates them with ``indices_batch_index``.
+
     Example:
         >>> m = Matches([[1, 0]], [[0.9, 0.2]], queries=["q"], docs=["a", "b"])
         >>> m.top1.tolist(), m[0][0].text
@@ -252,6 +350,8 @@ class Matches:
     """
 
     __slots__ = ("docs", "indices", "queries", "scores")
+
+    row_tensor = "indices"
 
     def __init__(
         self, indices: Any, scores: Any, *, queries: Sequence[str] | None = None, docs: Sequence[str] | None = None
@@ -302,6 +402,36 @@ class Matches:
             "queries": self.queries,
             "docs": self.docs,
         }
+
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """The tensors of this result: ``indices`` ``int64 (q, k)``, ``scores`` ``float32 (q, k)`` and, with
+        query texts, ``queries`` (``BYTES (q,)``). The corpus texts (``docs``) are not in them.
+
+        Example:
+            >>> {k: v.shape for k, v in Matches([[1, 0]], [[0.9, 0.2]], queries=["q"]).to_tensors().items()}
+            {'indices': (1, 2), 'scores': (1, 2), 'queries': (1,)}
+        """
+        out: dict[str, np.ndarray] = {"indices": self.indices, "scores": self.scores}
+        if self.queries is not None:
+            out["queries"] = _bytes(self.queries)
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any], *, docs: Sequence[str] | None = None) -> Matches:
+        """The :class:`Matches` whose :meth:`to_tensors` gave ``tensors``; ``docs`` (the corpus texts) as in the
+        constructor.
+
+        Raises:
+            InputError: a tensor missing or unknown, a shape that differs, texts that are not UTF-8.
+
+        Example:
+            >>> m = Matches.from_tensors(Matches([[1, 0]], [[0.9, 0.2]]).to_tensors(), docs=["a", "b"])
+            >>> m[0][0]
+            Match(index=1, score=0.8999999761581421, text='b')
+        """
+        t = _named(tensors, "Matches", {"indices": 2, "scores": 2}, {"queries": 1})
+        queries = _strings(t["queries"], "Matches: queries") if "queries" in t else None
+        return cls(t["indices"], t["scores"], queries=queries, docs=docs)
 
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); strict: a non-finite score is ``null``.

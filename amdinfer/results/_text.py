@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,13 @@ from ..errors import InputError
 from . import _draw
 from ._base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _shows_picture
 from ._draw import PALETTE
+from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["TextLine", "TextLines"]
 
 
 @dataclass(frozen=True)
-class TextLine:
+class TextLine(TensorResult):
     """One line of :class:`TextLines`: its quadrilateral, text and score.
 
     Example:
@@ -39,8 +40,34 @@ class TextLine:
     text: str | None
     score: float
 
+    row_tensor = "quads"
 
-class TextLines:
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """The tensors of a one-line :class:`TextLines` (``quads`` ``float32 (1, 4, 2)``, ...; see there).
+
+        Example:
+            >>> TextLine(((0.0, 0.0), (4.0, 0.0), (4.0, 2.0), (0.0, 2.0)), "hi", 0.5).to_tensors()["texts"]
+            array([b'hi'], dtype=object)
+        """
+        return TextLines([self.quad], None if self.text is None else [self.text], [self.score]).to_tensors()
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any]) -> TextLine:
+        """The :class:`TextLine` whose :meth:`to_tensors` gave ``tensors`` (exactly one line; a ``None`` text
+        comes back as ``""``, as for :class:`TextLines`).
+
+        Example:
+            >>> line = TextLine(((0.0, 0.0), (4.0, 0.0), (4.0, 2.0), (0.0, 2.0)), "hi", 0.5)
+            >>> TextLine.from_tensors(line.to_tensors()) == line
+            True
+        """
+        lines = TextLines.from_tensors(tensors)
+        if len(lines) != 1:
+            raise InputError(f"TextLine.from_tensors: got {len(lines)} lines, expected 1 (TextLines: several)")
+        return lines[0]
+
+
+class TextLines(TensorResult):
     """Text lines found in one image: quadrilaterals (corners clockwise from top-left), text and scores.
 
     Attributes:
@@ -57,6 +84,9 @@ class TextLines:
     Odd values (as :class:`~amdinfer.results.Detections`): a line with a NaN or infinite corner or score is left
     out of pictures (one ``amdinfer.results`` warning counts them); JSON writes ``null`` for such a number.
 
+    Tensors (:meth:`to_tensors`, the server's outputs): ``quads`` ``float32 (k, 4, 2)``, ``scores``
+    ``float32 (k,)``, ``texts`` ``BYTES (k,)``; a batch concatenates them with ``quads_batch_index``.
+
     Example:
         >>> lines = TextLines([[[0, 0], [8, 0], [8, 4], [0, 4]]], ["hello"], [0.98], image_shape=(10, 10))
         >>> len(lines), lines[0].text, lines.boxes.tolist(), lines.text
@@ -64,6 +94,8 @@ class TextLines:
     """
 
     __slots__ = ("image", "image_shape", "quads", "scores", "texts")
+
+    row_tensor = "quads"
 
     def __init__(
         self,
@@ -174,6 +206,38 @@ class TextLines:
             "scores": _json_list(self.scores),
             "image_shape": self.image_shape,
         }
+
+    def to_tensors(self) -> dict[str, np.ndarray]:
+        """The tensors of this result: ``quads`` ``float32 (k, 4, 2)`` (corners in the page's pixels), ``scores``
+        ``float32 (k,)`` and ``texts`` (``BYTES (k,)``: an object array of UTF-8 bytes; ``b""`` for each line
+        before recognition, when ``texts`` is ``None``), in reading order. The image is not in them.
+
+        Example:
+            >>> t = TextLines(np.zeros((2, 4, 2)), ["a", "bc"], [0.9, 0.8]).to_tensors()
+            >>> {k: (v.dtype.name, v.shape) for k, v in t.items()}
+            {'quads': ('float32', (2, 4, 2)), 'scores': ('float32', (2,)), 'texts': ('object', (2,))}
+        """
+        texts = self.texts if self.texts is not None else [""] * len(self)
+        return {"quads": self.quads, "scores": self.scores, "texts": _bytes(texts)}
+
+    @classmethod
+    def from_tensors(
+        cls, tensors: Mapping[str, Any], *, image_shape: tuple[int, int] | None = None, image: Any = None
+    ) -> TextLines:
+        """The :class:`TextLines` whose :meth:`to_tensors` gave ``tensors``; ``image_shape`` and ``image`` as in
+        the constructor. The tensors have no "not recognised" mark: lines without text come back as ``""``.
+
+        Raises:
+            InputError: a tensor missing or unknown, a shape or count that differs, texts that are not UTF-8.
+
+        Example:
+            >>> lines = TextLines.from_tensors(TextLines(np.ones((1, 4, 2)), ["hé"], [0.9]).to_tensors())
+            >>> lines.texts, lines.quads.shape
+            (['hé'], (1, 4, 2))
+        """
+        t = _named(tensors, "TextLines", {"quads": 3, "scores": 1, "texts": 1}, {})
+        texts = _strings(t["texts"], "TextLines: texts")
+        return cls(t["quads"], texts, t["scores"], image_shape, image=image)
 
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); the image is not in it. Strict JSON:

@@ -1,10 +1,14 @@
-"""What a served pipeline answers: the tensors of one result (:func:`result_tensors`) and of a request's items
-(:func:`assemble`), as docs/serving.md lays them out.
+"""What a served pipeline answers: the tensors of one result (:func:`result_tensors`) and which of them carries
+the batch index (:func:`row_tensor`); a request's items are put together by
+:func:`amdinfer.results.batch_tensors`, as docs/serving.md lays them out.
+
+Each result class knows its own tensors (:class:`amdinfer.results.TensorResult`); this module knows only that
+a pipeline may also answer a plain array or a dict of arrays.
 
 Example:
-    >>> from amdinfer.results import TextLines
+    >>> from amdinfer.results import TextLines, batch_tensors
     >>> lines = TextLines(np.zeros((2, 4, 2)), ["a", "bc"], [0.9, 0.8])
-    >>> sorted(assemble([result_tensors(lines)], ragged=is_ragged(lines)))
+    >>> sorted(batch_tensors([result_tensors(lines)], row_tensor(lines)))
     ['quads', 'quads_batch_index', 'scores', 'texts']
 """
 
@@ -15,34 +19,38 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ._images import text_tensor
+from ..results import TensorResult
 
-__all__ = ["assemble", "is_ragged", "result_tensors"]
+__all__ = ["result_tensors", "row_tensor"]
 
 Tensors = dict[str, np.ndarray]
 
-#: the output that carries ``<name>_batch_index`` for ragged results (one row per box or text line)
-_ROW_OUTPUTS = ("boxes", "quads")
 
+def row_tensor(result: Any) -> str | None:
+    """The tensor that gets ``<name>_batch_index`` in a batch of such results (``"boxes"`` for ``Detections``,
+    ``"quads"`` for ``TextLines``: a different row count per item), or ``None`` (items stack when their shapes
+    agree: arrays, dicts, ``Classification``).
 
-def is_ragged(result: Any) -> bool:
-    """Whether results of this kind have a different row count per item (``Detections``, ``TextLines``)."""
-    from ..results import Detections, TextLines
-
-    return isinstance(result, (Detections, TextLines))
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> row_tensor(Detections(np.zeros((0, 4)), [], [])), row_tensor(np.ones(3))
+        ('boxes', None)
+    """
+    return result.row_tensor if isinstance(result, TensorResult) else None
 
 
 def result_tensors(result: Any) -> Tensors:
-    """The tensors of one pipeline result: an array, a dict of arrays, or a result object.
-
-    ``Detections`` give ``boxes``, ``scores`` and ``classes``; ``Classification`` gives ``indices`` and
-    ``scores``; both give ``labels`` (a ``BYTES`` tensor: UTF-8 class names) when they have class names.
-    ``TextLines`` (:func:`amdinfer.ocr`) give ``quads`` (``float32 (k, 4, 2)``, corners in the page's pixels),
-    ``scores`` (``float32 (k,)``) and ``texts`` (``BYTES (k,)``, UTF-8) in reading order.
+    """The tensors of one pipeline result: a :class:`~amdinfer.results.TensorResult`'s ``to_tensors()``
+    (``Detections``: ``boxes``, ``scores``, ``classes``, ``labels``; ``Classification``: ``indices``,
+    ``scores``, ``labels``; ``TextLines``: ``quads``, ``scores``, ``texts``; names as ``BYTES``), a dict of
+    arrays as it is, or an array (or number) as ``output``.
 
     NaN and infinite numbers travel as they are (no row is dropped: ``*_batch_index`` stays aligned): binary
     data and gRPC keep their IEEE values, and JSON ``data`` writes them as ``null`` (orjson), which strict JSON
     parsers take, as ``to_json()`` of the results does.
+
+    Raises:
+        InputError: a result of another type, named.
 
     Example:
         >>> from amdinfer.results import Detections
@@ -51,49 +59,13 @@ def result_tensors(result: Any) -> Tensors:
         >>> result_tensors(Detections(np.zeros((1, 4)), [0.5], [2], labels=["cat"]))["labels"]
         array([b'cat'], dtype=object)
     """
-    from ..results import Classification, Detections, TextLines
-
-    if isinstance(result, TextLines):
-        texts = result.texts if result.texts is not None else [""] * len(result)
-        quads = np.asarray(result.quads, np.float32).reshape(-1, 4, 2)
-        return {"quads": quads, "scores": np.asarray(result.scores, np.float32), "texts": text_tensor(texts)}
-    if isinstance(result, (Detections, Classification)):
-        out: Tensors = (
-            {"boxes": result.boxes, "scores": result.scores, "classes": result.classes}
-            if isinstance(result, Detections)
-            else {"indices": np.asarray(result.indices), "scores": np.asarray(result.scores)}
-        )
-        if result.labels is not None:
-            out["labels"] = text_tensor(result.labels)
-        return out
+    if isinstance(result, TensorResult):
+        return result.to_tensors()
     if isinstance(result, dict):
         return {str(k): np.asarray(v) for k, v in result.items()}
     if isinstance(result, np.ndarray) or np.isscalar(result):
         return {"output": np.asarray(result)}
     raise InputError(
-        f"pipeline result: got {type(result).__name__}, expected an array, a dict of arrays, Detections, "
-        "Classification or TextLines"
+        f"pipeline result: got {type(result).__name__}, expected an array, a dict "
+        "of arrays or an amdinfer.results.TensorResult (a result with to_tensors(): Detections, TextLines, ...)"
     )
-
-
-def assemble(results: list[Tensors], ragged: bool) -> Tensors:
-    """One request's answer from its items' tensors: stacked on a new axis 0 when every item's tensor has one
-    shape (and the results are not ``ragged``), else concatenated on axis 0 with ``<name>_batch_index`` (the item of
-    each row, ONNX ``NonMaxSuppression``'s layout): for ragged results once, on ``boxes``/``quads``.
-
-    Example:
-        >>> a, b = {"x": np.zeros((2, 3))}, {"x": np.ones((1, 3))}
-        >>> {k: v.shape for k, v in assemble([a, b], ragged=False).items()}
-        {'x': (3, 3), 'x_batch_index': (3,)}
-    """
-    merged: Tensors = {}
-    for name in results[0]:
-        parts = [np.asarray(r[name]) for r in results]
-        if not ragged and all(p.shape == parts[0].shape for p in parts):
-            merged[name] = np.stack(parts)
-            continue
-        merged[name] = np.concatenate(parts, axis=0)
-        if not ragged or name in _ROW_OUTPUTS:
-            counts = [len(p) for p in parts]
-            merged[f"{name}_batch_index"] = np.repeat(np.arange(len(parts), dtype=np.int64), counts)
-    return merged

@@ -16,8 +16,9 @@ from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import BackendUnavailableError, InputError, OptionError, StageError
 from ..pipeline._source_images import takes_images
+from ..results import batch_tensors
 from ..types import TensorSpec
-from ._answers import assemble, is_ragged, result_tensors
+from ._answers import result_tensors, row_tensor
 from ._images import image_items
 
 __all__ = [
@@ -458,11 +459,11 @@ class PipelineWorker:
             raise
         if len(raw) != len(items):
             raise RuntimeError(f"pipeline: got {len(raw)} results for {len(items)} items, expected one per item")
-        ragged = bool(raw) and is_ragged(raw[0])
+        rows = row_tensor(raw[0]) if raw else None
         results = [result_tensors(r) for r in raw]
         out, start = [], 0
         for r in requests:
             n = self.rows(r)
-            out.append(assemble(results[start : start + n], ragged))
+            out.append(batch_tensors(results[start : start + n], rows))
             start += n
         return out
