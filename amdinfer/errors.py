@@ -2,7 +2,8 @@
 
 Every error amdinfer raises on purpose is an :class:`AmdinferError`. Each subclass also inherits the
 builtin exception a caller would naturally catch, so ``except ValueError`` keeps working around
-``InputError``.
+``InputError``. :func:`error_status` is the one table of how each kind is answered: the HTTP status of the
+REST server (and Ray), the gRPC status code of the gRPC server, the exit code of the ``amdinfer`` command.
 
 Example:
     >>> import amdinfer
@@ -15,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -24,12 +26,14 @@ __all__ = [
     "CacheError",
     "CertificateError",
     "EngineClosedError",
+    "ErrorStatus",
     "InputError",
     "ModelError",
     "OptionError",
     "StageError",
     "StageInputError",
     "UnsupportedOperatorError",
+    "error_status",
 ]
 
 
@@ -169,3 +173,69 @@ class CacheError(AmdinferError, OSError):
         >>> isinstance(CacheError("read-only"), OSError)
         True
     """
+
+
+@dataclass(frozen=True)
+class ErrorStatus:
+    """How each face of amdinfer answers one kind of error.
+
+    Attributes:
+        http: the REST status (``amdinfer serve``, Ray): 4xx the request's fault, 500 the server's.
+        grpc: the gRPC status code's name (``grpc.StatusCode[grpc]``); a name, so this module needs no grpc.
+        exit_code: the ``amdinfer`` command's exit status.
+
+    Example:
+        >>> ErrorStatus(400, "INVALID_ARGUMENT", 1).client
+        True
+    """
+
+    http: int
+    grpc: str
+    exit_code: int
+
+    @property
+    def client(self) -> bool:
+        """The request's fault (a 4xx status), not the server's: counted ``invalid``, logged in one line."""
+        return 400 <= self.http < 500
+
+
+_REQUEST = ErrorStatus(400, "INVALID_ARGUMENT", 1)  # the caller sent something wrong
+_SERVER = ErrorStatus(500, "INTERNAL", 1)  # the model, the backend or the machine failed
+
+#: The one table: each kind -> its HTTP status, gRPC code and CLI exit code. A subclass without a row of its
+#: own answers as its nearest parent in the MRO (:func:`error_status`): AgreementError, CertificateError and
+#: UnsupportedOperatorError as ModelError. docs/errors.md shows it (tested). A stage's failure counts as the
+#: request's: the item it refused (an RGBA image, a wrong shape) came with it.
+_STATUSES: dict[type[AmdinferError], ErrorStatus] = {
+    AmdinferError: _SERVER,
+    BackendUnavailableError: _SERVER,
+    ModelError: _SERVER,
+    InputError: _REQUEST,
+    OptionError: _REQUEST,
+    EngineClosedError: _SERVER,
+    StageError: _REQUEST,
+    StageInputError: _REQUEST,
+    CacheError: _SERVER,
+}
+
+
+def error_status(error: BaseException | type[BaseException]) -> ErrorStatus | None:
+    """The row of the error table for an exception or an exception class, found along its MRO.
+
+    Args:
+        error: an exception, or its class.
+
+    Returns:
+        The row of the nearest class in ``type(error).__mro__`` that has one; ``None`` for an exception that is
+        not an :class:`AmdinferError` (each face keeps its own default for those: a server answers 500, the
+        CLI shows a traceback).
+
+    Example:
+        >>> error_status(InputError("input 'x': got shape (3,), expected (N, 4)"))
+        ErrorStatus(http=400, grpc='INVALID_ARGUMENT', exit_code=1)
+        >>> class MyModelError(ModelError): ...
+        >>> error_status(MyModelError).grpc, error_status(KeyError("x"))
+        ('INTERNAL', None)
+    """
+    kind = error if isinstance(error, type) else type(error)
+    return next((_STATUSES[k] for k in kind.__mro__ if k in _STATUSES), None)

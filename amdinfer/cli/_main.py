@@ -28,6 +28,11 @@ SUBCOMMANDS: list[str] = [
 ]
 
 
+#: The machine's errors rather than amdinfer's (the file system's, memory, an optional package missing): one
+#: line and exit 1, as the error table answers amdinfer's own (:func:`amdinfer.errors.error_status`).
+_ENVIRONMENT_ERRORS = (OSError, MemoryError, ImportError)
+
+
 class _UsageError(Exception):
     """Raised by the parser instead of exiting, so ``main`` returns 2."""
 
@@ -120,7 +125,7 @@ def _flush(stream: object) -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from amdinfer.errors import AmdinferError
+    from amdinfer.errors import error_status
 
     from ._common import OutputClosed, _write
 
@@ -154,11 +159,14 @@ def _main(argv: Sequence[str] | None) -> int:
         logger.setLevel(logging.ERROR)
     try:
         return int(args.fn(args))
-    except (AmdinferError, OSError, MemoryError, ImportError) as exc:
-        # User errors, the file system's, and optional packages that are missing are one line, never a
+    except Exception as exc:
+        # amdinfer's errors (exit code from the error table) and the machine's are one line, never a
         # traceback; anything else is a bug in amdinfer and keeps its traceback.
+        status = error_status(exc)
+        if status is None and not isinstance(exc, _ENVIRONMENT_ERRORS):
+            raise
         print(f"amdinfer {args.command}: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
-        return 1
+        return 1 if status is None else status.exit_code
     except KeyboardInterrupt:
         print(f"amdinfer {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -68,10 +68,9 @@ class OipDeployment:
         return Response(content=body, status_code=status, headers=headers)
 
     async def handle(self, method: str, path: str, headers: Any, request: Any) -> tuple[int, dict[str, str], bytes]:
-        """Answer one OIP v2 REST call: ``(status, headers, body)``."""
-        from kserve.errors import InvalidInput
-
-        from ..serve import decode_rest
+        """Answer one OIP v2 REST call: ``(status, headers, body)``; errors by the server's error table."""
+        from ..serve import answer_error, decode_rest
+        from ..serve import json_length as header_length
 
         json_type = {"content-type": "application/json"}
         path = path.rstrip("/") or "/"
@@ -100,14 +99,14 @@ class OipDeployment:
             await self.model.batcher.start()
             self._started = True
         body = await request.body()
-        length = headers.get("inference-header-content-length")
         try:
-            infer_request = decode_rest(body, None if length is None else int(length), self.name)
-            response = await self.model.predict(infer_request)
-        except InvalidInput as exc:
-            return 400, json_type, json.dumps({"error": str(exc.reason if hasattr(exc, "reason") else exc)}).encode()
-        except ValueError as exc:
-            return 400, json_type, json.dumps({"error": str(exc)}).encode()
+            length = header_length(headers.get("inference-header-content-length"), len(body))
+            response = await self.model.predict(decode_rest(body, length, self.name))
+        except Exception as exc:
+            answer = answer_error(exc, self.name)
+            if answer is None or answer.fault:  # a bug or the server's own failure: Ray's 500, with the traceback
+                raise
+            return answer.http, json_type, json.dumps({"error": answer.message}).encode()
         payload, json_length = response.to_rest()
         if json_length is None:
             # orjson, as the server's REST path: NumPy values, and NaN/inf written as null (strict JSON), never bare NaN

@@ -1,12 +1,12 @@
 """The gRPC side of the server: KServe's servicer on a grpc.aio server bound to the chosen host.
 
-Client errors (``InvalidInput``, an unknown model) become ``INVALID_ARGUMENT`` / ``NOT_FOUND`` logged in one
-line; a model version gets the answer REST gives; a datatype is checked by name before KServe decodes it.
+Errors get the error table's code (:func:`amdinfer.errors.error_status`: ``INVALID_ARGUMENT`` for a bad
+request, ``NOT_FOUND`` for an unknown model, ``INTERNAL`` for the server's own failure); a model version gets
+the answer REST gives; a datatype is checked by name before KServe decodes it.
 """
 
 from __future__ import annotations
 
-import logging
 from concurrent import futures
 from typing import Any
 
@@ -14,16 +14,14 @@ from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
 from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
 from kserve.protocol.grpc.servicer import InferenceServicer
 
-from ..errors import InputError
 from ._net import bound_socket
 from ._oip import request_from_grpc, version_error
 from ._repository_grpc import repository_handlers
 from ._shm import SharedMemoryRegistry
 from ._shm_grpc import SERVICE, add_shared_memory_rpcs
+from ._statuses import answer_error, log_error
 
 __all__ = ["GrpcServer"]
-
-logger = logging.getLogger("amdinfer.serve")
 
 _OIP_DATATYPES = (
     "BOOL",
@@ -43,32 +41,19 @@ _OIP_DATATYPES = (
 
 
 class _Interceptor(ExceptionToStatusInterceptor):
-    """KServe's error-to-status mapping; a client's error is logged in one line, without a traceback."""
+    """The error table's status (:mod:`amdinfer.serve._statuses`): the request's fault in one log line, the
+    server's own with its traceback; anything else is KServe's (``INTERNAL``)."""
 
     async def handle_exception(self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str) -> None:
         from grpc import StatusCode
-        from kserve.errors import (
-            InvalidInput,
-            ModelNotFound,
-            ModelNotReady,
-            ServerNotLive,
-            ServerNotReady,
-            UnsupportedProtocol,
-        )
 
-        statuses = (
-            ((InvalidInput, InputError, UnsupportedProtocol), StatusCode.INVALID_ARGUMENT),
-            ((ModelNotFound,), StatusCode.NOT_FOUND),
-            ((ModelNotReady, ServerNotReady, ServerNotLive), StatusCode.UNAVAILABLE),
-        )
-        for kinds, status in statuses:
-            if isinstance(ex, kinds):
-                message = str(getattr(ex, "reason", None) or ex)
-                level = logging.WARNING if status is StatusCode.UNAVAILABLE else logging.INFO
-                logger.log(level, "%s %s: %s", status.name, method_name, message)
-                await context.abort(status, message)
-                return
-        await super().handle_exception(ex, request_or_iterator, context, method_name)
+        model = getattr(request_or_iterator, "model_name", None)
+        answer = answer_error(ex, model if isinstance(model, str) else None)
+        if answer is None:
+            await super().handle_exception(ex, request_or_iterator, context, method_name)
+            return
+        log_error(answer, f"{answer.grpc} {method_name}", ex)
+        await context.abort(StatusCode[answer.grpc], answer.message)
 
 
 class _Servicer(InferenceServicer):

@@ -31,13 +31,14 @@ from kserve.protocol.infer_type import (
 )
 from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 
-from ..errors import AmdinferError, InputError, OptionError, StageError
+from ..errors import InputError
 from ..types import TensorSpec
 from ._batcher import DynamicBatcher
 from ._gate import RequestGate, platform
 from ._images import bytes_tensor
 from ._metrics import ServingMetrics
 from ._shm import REGION, SharedMemoryRegistry, read_shared_inputs, uses_shm, write_shared_outputs
+from ._statuses import outcome
 
 __all__ = [
     "AmdinferModel",
@@ -51,9 +52,6 @@ __all__ = [
 ]
 
 INFERENCE_HEADER = "inference-header-content-length"
-#: Errors that the request caused: answered 400 / INVALID_ARGUMENT with their message. A stage that refuses
-#: an item (an RGBA image to a 3-channel letterbox) is the request's fault too.
-_INPUT_ERRORS = (InputError, OptionError, InvalidInput, StageError)
 
 
 def json_length(header: str | None, body_length: int) -> int | None:
@@ -491,14 +489,8 @@ class AmdinferModel(Model):
             unknown = [n for n in wanted if n not in outs]
             if unknown:
                 raise InputError(f"outputs: got {unknown}, expected names among {sorted(outs)}")
-        except _INPUT_ERRORS as exc:
-            self.metrics.request("invalid")
-            raise InvalidInput(str(exc)) from None
-        except AmdinferError as exc:
-            self.metrics.request("error")
-            raise RuntimeError(f"model {self.name!r}: {type(exc).__name__}: {exc}") from None
-        except Exception:
-            self.metrics.request("error")
+        except Exception as exc:  # answered by the error table (amdinfer.serve._statuses), counted by it here
+            self.metrics.request(outcome(exc))
             raise
         names = wanted or list(outs)
         in_shm = {o.name for o in payload.request_outputs or [] if o.parameters and REGION in o.parameters}

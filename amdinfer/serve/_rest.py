@@ -17,22 +17,15 @@ import logging
 from typing import Any
 
 import orjson
-from kserve.errors import (
-    InvalidInput,
-    ModelNotFound,
-    ModelNotReady,
-    ServerNotLive,
-    ServerNotReady,
-    UnsupportedProtocol,
-)
+from kserve.errors import InvalidInput, ModelNotReady
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import InputError
 from ._oip import INFERENCE_HEADER, decode_rest, json_length, to_numpy, version_error
 from ._shm import REGION, SharedMemoryRegistry, uses_shm
+from ._statuses import HANDLED, answer_error, log_error
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
@@ -140,35 +133,22 @@ def _decode(body: bytes, header: str | None, model_name: str, version: str | Non
     loop for large bodies)."""
     request = decode_rest(body, json_length(header, len(body)), model_name, max_json_bytes=MAX_JSON_BYTES)
     request.model_version = version
-    try:
-        for inp in request.inputs:
-            if inp.parameters and REGION in inp.parameters:
-                continue  # read by the data plane
-            if inp._raw_data is None or inp.datatype == "BYTES":  # JSON numbers; length-prefixed BYTES (images)
-                inp._data = to_numpy(inp)
-    except InputError as exc:
-        raise InvalidInput(str(exc)) from None
+    for inp in request.inputs:
+        if inp.parameters and REGION in inp.parameters:
+            continue  # read by the data plane
+        if inp._raw_data is None or inp.datatype == "BYTES":  # JSON numbers; length-prefixed BYTES (images)
+            inp._data = to_numpy(inp)
     return request
 
 
-#: What the client asked for or the server's state, not a fault: answered with the status, logged in one line.
-_CLIENT_ERRORS: dict[type[Exception], int] = {
-    InvalidInput: 400,
-    InputError: 400,
-    ModelNotFound: 404,
-    ModelNotReady: 503,
-    ServerNotReady: 503,
-    ServerNotLive: 503,
-    UnsupportedProtocol: 501,
-}
-
-
-async def _client_error(request: Request, exc: Exception) -> JSONResponse:
-    """The status with the message; one log line, no traceback: the client sent it, the server is fine."""
-    status = next(code for kind, code in _CLIENT_ERRORS.items() if isinstance(exc, kind))
-    logger.log(logging.WARNING if status >= 500 else logging.INFO, "%d %s %s: %s", status, request.method,
-               request.url.path, exc)  # fmt: skip
-    return JSONResponse(status_code=status, content={"error": str(exc)})
+async def _error(request: Request, exc: Exception) -> JSONResponse:
+    """The status and message of the error table (:mod:`amdinfer.serve._statuses`): the request's fault in one
+    log line, the server's own with its traceback."""
+    answer = answer_error(exc, request.path_params.get("model_name"))
+    if answer is None:  # registered only for the table's kinds
+        raise exc
+    log_error(answer, f"{answer.http} {request.method} {request.url.path}", exc)
+    return JSONResponse(status_code=answer.http, content={"error": answer.message})
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -189,7 +169,8 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     - ``POST /v2/models/{name}[/versions/{v}]/infer``: the body read as bytes under the limit and decoded by
       :func:`~amdinfer.serve.decode_rest` (JSON or binary tensors), large bodies off the event loop;
     - ``GET /v2/models/{name}/versions/{v}[/ready]``: the same answer for a version as gRPC gives;
-    - client errors (``InvalidInput``, 413, 422) answered with their message and logged in one line;
+    - errors answered by the error table (:func:`amdinfer.errors.error_status`, KServe's protocol errors):
+      the request's (``InvalidInput``, ``InputError``) with their message, logged in one line; 413, 422;
     - Triton's repository routes (:func:`install_repository_routes`).
 
     Example:
@@ -243,8 +224,8 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
         app.router.routes.insert(i, app.router.routes.pop())  # ahead of KServe's routes for the same paths
     install_repository_routes(app, dataplane)
-    for kind in _CLIENT_ERRORS:
-        app.add_exception_handler(kind, _client_error)
+    for kind in HANDLED:
+        app.add_exception_handler(kind, _error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, limit=max_request_bytes)
