@@ -1,33 +1,27 @@
-"""``amdinfer.load``: one entry point that picks, builds and explains an engine."""
+"""``amdinfer.load``: one entry point that picks, builds and explains an engine.
+
+The user's keywords become the chosen backend's option record (``OrtOptions``, ``MigraphxOptions``,
+``ReferenceOptions``: :class:`~amdinfer.engines.EngineOptions` subclasses), built and validated once by the registry
+(:meth:`BackendEntry.build <amdinfer.engines.registry.BackendEntry.build>`); the engine receives the record.
+"""
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
-import inspect
 import logging
 import os
 from collections.abc import Sequence
 from typing import Any
 
+from .engines._options import did_you_mean
 from .engines.base import Engine
-from .engines.registry import auto_order, backend_entries, get_backend
+from .engines.registry import BackendEntry, auto_order, backend_entries, get_backend
 from .errors import BackendUnavailableError, OptionError
 from .model import ModelLike, ModelSource
 
 __all__ = ["load"]
 
 log = logging.getLogger("amdinfer")
-
-
-def _accepted(factory: Any) -> tuple[set[str], bool]:
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # pragma: no cover - builtins
-        return set(), True
-    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    return names, var_kw
 
 
 def load(
@@ -55,8 +49,11 @@ def load(
         base_dir: the folder an in-memory model's (bytes, ``ModelProto``) external data is read from; see
             :meth:`ModelSource.from_any <amdinfer.model.ModelSource.from_any>`. Not needed for a path.
         **options: backend options, e.g. ``shapes=``, ``batch_buckets=``, ``cache_dir=``,
-            ``quantizer=``, ``threads=``, ``target=`` (MIGraphX). An option no backend takes is an
-            :class:`~amdinfer.errors.OptionError` (also a ``TypeError``).
+            ``quantizer=``, ``threads=``, ``target=`` (MIGraphX): the fields of the backend's option record
+            (:class:`~amdinfer.engines.ort.OrtOptions`, :class:`~amdinfer.engines.migraphx.MigraphxOptions`,
+            :class:`~amdinfer.engines.reference.ReferenceOptions`), where each is documented. An option the backend
+            does not take is an :class:`~amdinfer.errors.OptionError` (also a ``TypeError``) naming it, the backend
+            and the options it takes; the record is in ``engine.info.options``.
 
     Returns:
         A ready :class:`Engine`.
@@ -88,7 +85,7 @@ def load(
         backend = "ort"  # naming ONNX Runtime providers means ONNX Runtime
     if backend != "auto":
         entry = get_backend(backend)
-        return _construct(entry.name, entry.resolve(), model, common)
+        return entry.build(model, _with_precision_quantizer(entry, common))
 
     return _load_auto(model, common)
 
@@ -103,17 +100,16 @@ def _load_auto(model: ModelLike, options: dict[str, Any]) -> Engine:
     skipped: dict[str, str] = {}
     for entry in auto_order():
         try:
-            factory = entry.resolve()
+            names = entry.option_names()
         except ImportError as exc:  # BackendUnavailableError included
             skipped[entry.name] = str(exc)
             continue
-        names, var_kw = _accepted(factory)
-        unknown = [k for k in options if k not in names] if not var_kw else []
+        unknown = [k for k in options if names is not None and k not in names]
         if unknown:
             skipped[entry.name] = f"does not take option(s) {unknown}"
             continue
         try:
-            engine = factory(source, **_with_precision_quantizer(names, options))
+            engine = entry.build(source, _with_precision_quantizer(entry, options))
         except BackendUnavailableError as exc:
             skipped[entry.name] = str(exc)
             log.info("backend %s passed over: %s", entry.name, exc)
@@ -163,67 +159,41 @@ def _onnxruntime_missing() -> bool:
         return True
 
 
-def _options_of(names: set[str]) -> list[str]:
-    return sorted(names - {"self", "model"})
-
-
-def _did_you_mean(unknown: list[str], valid: set[str]) -> str:
-    """`` (did you mean 'threads'?)`` for each misspelt option with a close valid name."""
-    hints = []
-    for k in unknown:
-        close = difflib.get_close_matches(k, sorted(valid), n=1, cutoff=0.6)
-        if close:
-            hints.append((k, close[0]))
-    if not hints:
-        return ""
-    if len(unknown) == 1:
-        return f" (did you mean {hints[0][1]!r}?)"
-    return " (did you mean " + ", ".join(f"{good!r} for {bad!r}" for bad, good in hints) + "?)"
-
-
 def _check_auto_options(options: dict[str, Any]) -> None:
     """Under ``backend="auto"``: an option that no registered backend takes is a typo, reported before loading.
 
     Backends whose module cannot be imported are left out of the check (their options are unknown), so a
     backend that cannot load never turns a valid option into an error.
     """
-    accepted: dict[str, set[str]] = {}
+    accepted: dict[str, tuple[str, ...]] = {}
     for entry in auto_order():
         try:
-            names, var_kw = _accepted(entry.resolve())
+            names = entry.option_names()
         except ImportError:
             continue
-        if var_kw:
+        if names is None:
             return
         accepted[entry.name] = names
     if not accepted:
         return
-    valid = set().union(*accepted.values())
+    valid = sorted(set().union(*accepted.values()))
     unknown = [k for k in options if k not in valid]
     if unknown:
-        takes = "; ".join(f"{name} takes {_options_of(names)}" for name, names in accepted.items())
+        takes = "; ".join(f"{name} takes {list(names)}" for name, names in accepted.items())
         raise OptionError(
-            f"options: unknown option(s) {unknown}{_did_you_mean(unknown, valid)}; no backend takes them ({takes})"
+            f"options: unknown option(s) {unknown}{did_you_mean(unknown, valid)}; no backend takes them ({takes})"
         )
 
 
-def _with_precision_quantizer(names: set[str], options: dict[str, Any]) -> dict[str, Any]:
+def _with_precision_quantizer(entry: BackendEntry, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` plus ``precision_quantizer=`` for a backend that takes it: what a bare ``precision=``
     means where the runtime rewrites the model, decided here, above the engines (they never import
     :mod:`amdinfer.quantize`)."""
-    if "precision_quantizer" not in names or options.get("precision_quantizer") is not None:
+    names = entry.option_names()
+    if names is None or "precision_quantizer" not in names or options.get("precision_quantizer") is not None:
         return options
+    if str(options.get("precision", "")).lower() not in ("fp16", "float16", "half"):
+        return options  # only a bare fp16 asks for it (a quantizer's precision is the quantizer's own)
     from .quantize._fp16 import precision_quantizer
 
     return {**options, "precision_quantizer": precision_quantizer}
-
-
-def _construct(name: str, factory: Any, model: ModelLike, options: dict[str, Any]) -> Engine:
-    names, var_kw = _accepted(factory)
-    unknown = [k for k in options if k not in names] if not var_kw else []
-    if unknown:
-        raise OptionError(
-            f"backend {name!r}: unknown option(s) {unknown}{_did_you_mean(unknown, names)}; "
-            f"it takes {_options_of(names)}"
-        )
-    return factory(model, **_with_precision_quantizer(names, options))

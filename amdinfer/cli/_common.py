@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ._feeds import feed_shapes, feeds_for, load_npz, make_feeds, model_specs, plan_feeds, shape_bounds
-from ._load_args import cache_options, engine_options, takes_option
+from ._load_args import add_engine_args, cache_options, engine_options, takes_option
 from ._samples import IMAGE_SUFFIXES, add_normalization_args, load_samples, parse_normalization
 
 __all__ = [
@@ -70,8 +70,6 @@ __all__ = [
     "shape_bounds",
     "warn",
 ]
-
-_PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp64")
 
 
 # ---------------------------------------------------------------------------------------------- argument types
@@ -179,37 +177,16 @@ def add_cache_args(g: Any) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, *, sweep: bool = False, inputs: bool = True) -> None:
-    """The options of every subcommand that runs a model."""
-    from ..engines.ort import GRAPH_OPTIMIZATION_LEVELS
-
+    """The options of every subcommand that runs a model (the engine flags derived from the option records)."""
     p.add_argument("model", help="path to an .onnx file")
     g = p.add_argument_group("engine")
     g.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
-    g.add_argument("--providers", help="ONNX Runtime providers in order, e.g. migraphx,cpu (implies --backend ort)")
+    add_engine_args(g)
     g.add_argument(
         "--provider-option",
         action="append",
         metavar="KEY=VALUE",
         help="a raw option of the first provider of --providers (repeat for more), e.g. device_id=1",
-    )
-    g.add_argument("--target", help="MIGraphX target: gpu (default) or ref")
-    g.add_argument("--device", type=non_negative_int, default=0, help="GPU index (default 0)")
-    g.add_argument("--precision", default="fp32", choices=_PRECISIONS, help="fp32 (default), fp16, bf16, int8, fp64")
-    g.add_argument(
-        "--threads", type=positive_int, help="ONNX Runtime intra-op threads (default: the runtime's, one per core)"
-    )
-    g.add_argument(
-        "--inter-op-threads", type=positive_int, help="ONNX Runtime inter-op threads (default: the runtime's)"
-    )
-    g.add_argument(
-        "--graph-optimization",
-        choices=list(GRAPH_OPTIMIZATION_LEVELS),
-        help="ONNX Runtime graph optimization level (default: all)",
-    )
-    g.add_argument(
-        "--transformer-fusion",
-        choices=["auto", "on", "off"],
-        help="ONNX Runtime's fused attention/LayerNorm/GELU ops for Transformer encoders (default: auto)",
     )
     add_cache_args(g)
     g.add_argument(

@@ -7,6 +7,7 @@ Example:
 """
 
 from ._dlpack import DeviceArray, DeviceFeed, DlpackOnly, device_feed, register_device_value
+from ._options import EngineOptions, Flag, option_doc
 from ._prepared import PreparedRun
 from .base import Engine, EngineInfo
 from .registry import backend_names, get_backend, register_backend
@@ -17,10 +18,13 @@ __all__ = [
     "DlpackOnly",
     "Engine",
     "EngineInfo",
+    "EngineOptions",
+    "Flag",
     "PreparedRun",
     "backend_names",
     "device_feed",
     "get_backend",
+    "option_doc",
     "register_backend",
     "register_device_value",
 ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ._options import EngineOptions
 
 __all__ = ["EngineInfo"]
 
@@ -26,6 +29,8 @@ class EngineInfo:
         runtime_version: version of the runtime library.
         settings: the options really applied (provider options, session options, tuning knobs).
         notes: anything the user should know (IR lowered, options that could not be honoured...).
+        options: the backend's option record the engine was built with (:class:`~amdinfer.engines.EngineOptions`;
+            set by the engine); the repr shows the options not at their default.
 
     Example:
         >>> EngineInfo(backend="ort", device="cpu").skipped
@@ -45,10 +50,18 @@ class EngineInfo:
     runtime_version: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    options: EngineOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly copy."""
-        return asdict(self)
+        """A JSON-friendly copy (the option record as :meth:`EngineOptions.describe` shows it).
+
+        Example:
+            >>> EngineInfo(backend="x", options=EngineOptions(device=1)).to_dict()["options"]["device"]
+            1
+        """
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "options"}
+        out["options"] = None if self.options is None else self.options.describe()
+        return out
 
     def short_skipped(self, width: int = 100) -> dict[str, str]:
         """:attr:`skipped` with each reason cut to its first line or sentence (at most ``width`` characters).
@@ -77,6 +90,9 @@ class EngineInfo:
             rows.append(("requested", ", ".join(self.requested_providers)))
         rows += [("skipped", f"{k}: {v}") for k, v in self.short_skipped().items()]
         rows += [("note", _first_sentence(n, 100)) for n in self.notes]
+        if self.options is not None:
+            given = self.options.describe(changed_only=True)
+            rows.append(("options", ", ".join(f"{k}={v!r}" for k, v in given.items()) or "defaults"))
         if self.settings:
             rows.append(("settings", ", ".join(sorted(self.settings)) + " (see .settings)"))
         return "EngineInfo(\n" + "\n".join(f"  {k:<10} {v}" for k, v in rows) + "\n)"

@@ -19,19 +19,19 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, final
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, final
 
 import numpy as np
 
 from .._certificate._io import show_certificate
-from .._support._quant_protocol import Quantizer
 from .._support._validate import check_int
 from ..errors import EngineClosedError, InputError, ModelError, OptionError
 from ..model import ModelLike, ModelSource
-from ..types import ShapeBounds, TensorSpec, normalize_precision, parse_shapes
+from ..types import ShapeBounds, TensorSpec, normalize_precision
 from ._checks import FeedChecks, Feeds, OutputSelection
 from ._info import EngineInfo
+from ._options import EngineOptions
 from ._prepared import BoundFeeds, PreparedRun, check_bound_in_place
 
 __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
@@ -48,13 +48,13 @@ def _pad_batch(arr: Any, n: int) -> np.ndarray:
 class Engine(FeedChecks, abc.ABC):
     """Runs an ONNX model; one subclass per backend.
 
-    Construction is a template: :meth:`__init__` validates the options every engine shares (model,
-    precision, device, shapes, batch buckets, quantizer), keeps the backend's own options object,
-    lets :meth:`_prepare` apply a quantizer that the backend has no native knob for, and calls the
-    one abstract step, :meth:`_load`, which builds the runtime object and returns the input and
-    output specs and the :class:`EngineInfo`. Nothing overridable runs before the backend's options
-    are in place. A backend's ``__init__`` only turns its keyword arguments into an options object
-    and calls ``super().__init__(model, ..., options=...)``. Backends implement :meth:`_run` (and
+    Construction is a template: :meth:`__init__` takes the backend's option record (a frozen
+    :class:`~amdinfer.engines.EngineOptions` subclass, :attr:`options_type`, validated as it was built) or
+    builds it from keywords, checks it against the model (shape bounds name real inputs, containers), lets
+    :meth:`_prepare` apply a quantizer that the backend has no native knob for, and calls the one abstract
+    step, :meth:`_load`, which builds the runtime object and returns the input and output specs and the
+    :class:`EngineInfo`. Nothing overridable runs before the record is in place; backends write no
+    ``__init__``: they declare their options as fields of their record. Backends implement :meth:`_run` (and
     :meth:`_close` when they hold resources); :meth:`run` is final, enforced when a subclass is
     created; the checks it makes come from the :class:`FeedChecks` mixin. Engines are context managers
     and pickle by model bytes and options (the copy is rebuilt, not shared).
@@ -78,6 +78,8 @@ class Engine(FeedChecks, abc.ABC):
     #: Whether the backend takes and returns sequence and optional graph values (``False``: a model with one is
     #: refused at load, naming it).
     supports_containers: bool = False
+    #: The backend's option record type (its fields are the keywords ``amdinfer.load`` takes for it).
+    options_type: ClassVar[type[EngineOptions]] = EngineOptions
     #: The positional and keyword arguments the engine was built with (pickling rebuilds from them).
     _init_args: tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -96,51 +98,46 @@ class Engine(FeedChecks, abc.ABC):
         self._init_args = (args, kwargs)
         return self
 
-    def __init__(
-        self,
-        model: ModelLike,
-        *,
-        precision: str = "fp32",
-        device: int = 0,
-        shapes: Mapping[str, Any] | None = None,
-        batch_buckets: Sequence[int] | None = None,
-        quantizer: Quantizer | None = None,
-        options: Any = None,
-    ) -> None:
+    def __init__(self, model: ModelLike, options: EngineOptions | None = None, /, **keywords: Any) -> None:
         self._t_start = time.perf_counter()
         self._closed = True  # until _finish_init
+        self._options = self._record(options, keywords)
         self._source = ModelSource.from_any(model)
-        self._precision = normalize_precision(precision)
-        self._device = check_int("device", device, minimum=0, what="a GPU index >= 0")
-        self._bounds: dict[str, ShapeBounds] = parse_shapes(shapes)
+        o = self._options
+        self._precision = o.precision
+        self._device = o.device
+        self._bounds: dict[str, ShapeBounds] = dict(o.shapes)
         unknown = set(self._bounds) - {s.name for s in self._source.inputs}
         if unknown:
             raise OptionError(
                 f"shapes: got inputs {sorted(unknown)}, expected names among {[s.name for s in self._source.inputs]}"
             )
-        self._buckets: tuple[int, ...] = self._parse_buckets(batch_buckets)
+        self._buckets: tuple[int, ...] = o.batch_buckets or ()
         self._check_containers()
-        self._quantizer = _check_quantizer(quantizer)
+        self._quantizer = o.quantizer
         if self._quantizer is not None:
             self._precision = normalize_precision(self._quantizer.precision)
-        self._options = options
         self._n_runs = 0
         self._source = self._prepare(self._source)
         inputs, outputs, info = self._load(self._source)
         show_certificate(info, self._source.proto)  # a model that carries one (verified against its own hash)
         self._finish_init(inputs, outputs, info)
 
-    @staticmethod
-    def _parse_buckets(buckets: Sequence[int] | None) -> tuple[int, ...]:
-        if buckets is None:
-            return ()
-        try:
-            out = tuple(sorted({int(b) for b in buckets}))
-        except (TypeError, ValueError):
-            raise OptionError(f"batch_buckets: got {buckets!r}, expected a list of positive ints") from None
-        if not out or out[0] < 1:
-            raise OptionError(f"batch_buckets: got {buckets!r}, expected a non-empty list of positive ints")
-        return out
+    def _record(self, options: EngineOptions | None, keywords: dict[str, Any]) -> EngineOptions:
+        """The engine's option record: ``options`` as given, or built from ``keywords`` (never both)."""
+        if options is None:
+            return self.options_type.from_keywords(keywords, backend=self.backend_name or type(self).__name__)
+        if keywords:
+            raise OptionError(
+                f"{type(self).__name__}: got an options record and the keywords {sorted(keywords)}; give the record "
+                "or the keywords, not both"
+            )
+        if not isinstance(options, self.options_type):
+            raise OptionError(
+                f"options: got {type(options).__name__}, expected {self.options_type.__name__} "
+                f"(the record of backend {self.backend_name!r})"
+            )
+        return options
 
     def _check_containers(self) -> None:
         """Refuse sequence/optional graph values the backend or the options cannot serve, naming the first."""
@@ -188,6 +185,7 @@ class Engine(FeedChecks, abc.ABC):
         # Sequence and optional inputs are checked after the tensors, only on models that have them.
         self._value_checks = [(s, self._bounds.get(s.name)) for s in inputs if not s.is_tensor]
         self._info = info
+        info.options = self._options
         info.precision = self._precision
         info.load_seconds = time.perf_counter() - self._t_start
         self._closed = False
@@ -393,7 +391,7 @@ class Engine(FeedChecks, abc.ABC):
     def _source_for_pickle(self) -> bytes:
         # The quantizer (if any) already rewrote _source; rebuilding must not quantize twice.
         args, kwargs = self._init_args
-        if kwargs.get("quantizer") is not None:
+        if self._quantizer is not None:
             raise TypeError(f"{type(self).__name__} with a quantizer cannot be pickled; pickle the quantized model")
         original = args[0] if args else kwargs.get("model")
         return ModelSource.from_any(original, check=False).to_bytes()  # type: ignore[arg-type]
@@ -461,17 +459,6 @@ class Engine(FeedChecks, abc.ABC):
 
 #: Methods of :class:`Engine` that subclasses may not override (checked in ``__init_subclass__``).
 _FINAL = ("run",)
-
-
-def _check_quantizer(quantizer: Any) -> Quantizer | None:
-    """``quantizer`` if it follows the :class:`~amdinfer.quantize.Quantizer` protocol."""
-    if quantizer is None or isinstance(quantizer, Quantizer):
-        return quantizer
-    raise OptionError(
-        f"quantizer: got a {type(quantizer).__name__}, expected an amdinfer.quantize.Quantizer (Fp16Quantizer, "
-        "Int8Quantizer, AutoMixedPrecision, or an object with precision, describe, quantize, calibration_feeds "
-        "and settings)"
-    )
 
 
 def _rebuild_engine(cls: type[Engine], model: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Engine:

@@ -30,8 +30,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from .._support._hardware import cpu_signature, visible_gpu_arch
 from .._support._validate import check_bool, check_int
 from ..cache import CompiledModelCache
 from ..errors import AmdinferError, BackendUnavailableError, OptionError
-from ..model import ModelLike, ModelSource
+from ..model import ModelSource
 from ..types import TensorSpec
 from ._migraphx_build import Program, ProgramBuilder, plan_digest, plan_summary
 from ._migraphx_quant import MigraphxQuantPlan, migraphx_plan
@@ -59,6 +59,7 @@ from ._migraphx_support import (
     static_input_dims,
     to_numpy,
 )
+from ._options import EngineOptions, Flag, document_options, option_doc
 from .base import Engine, EngineInfo
 
 __all__ = ["DYNAMIC_SHAPE_MODES", "TARGETS", "MigraphxEngine", "MigraphxOptions", "probe"]
@@ -89,41 +90,84 @@ def probe() -> str | None:
     return None
 
 
+@document_options
 @dataclass(frozen=True)
-class MigraphxOptions:
-    """The MIGraphX engine's own options, validated before anything is built.
+class MigraphxOptions(EngineOptions):
+    """Everything :class:`MigraphxEngine` takes: the shared engine options and MIGraphX's own, validated as built.
+
+    ``precision``: ``"fp32"``; ``"fp16"`` -> ``migraphx.quantize_fp16``; ``"bf16"`` -> ``migraphx.quantize_bf16``;
+    ``"int8"`` needs ``quantizer=`` with calibration data (``migraphx.quantize_int8``); a quantizer's description is
+    mapped to ``quantize_fp16`` / ``quantize_int8`` (:func:`~amdinfer.engines._migraphx_quant.migraphx_plan`), and
+    int8 with ``dynamic_shapes="program"`` is refused before MIGraphX is called. ``device``: the GPU index for
+    ``target="gpu"``, made current with ``hipSetDevice`` around compile, load and run (``docs/migraphx.md``).
 
     Example:
-        >>> MigraphxOptions.create(target="ref").target
+        >>> MigraphxOptions(target="ref").target
         'ref'
+        >>> MigraphxOptions(target="tpu")
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: target: got 'tpu', expected one of ['gpu', 'ref', 'cpu']
     """
 
-    target: str = "gpu"
-    dynamic_shapes: str = "per_shape"
-    cache_dir: str | Path | None = None
-    use_cache: bool = True
-    fast_math: bool = True
-    exhaustive_tune: bool = False
-    offload_copy: bool = True
-    default_dim_value: int | None = None
+    target: str = field(
+        default="gpu",
+        metadata=option_doc(
+            "the MIGraphX target: gpu, ref or cpu",
+            "``ref`` is MIGraphX's reference CPU target (identical path, slow); ``cpu`` exists in MIGraphX builds with "
+            "the DNNL CPU target only.",
+            flag=Flag(choices=TARGETS),
+        ),
+    )
+    dynamic_shapes: str = field(
+        default="per_shape",
+        metadata=option_doc(
+            "how MIGraphX serves input shapes: per_shape or program",
+            "``per_shape``: a static program per distinct input shape, compiled on first use; ``program``: one "
+            "MIGraphX "
+            "dynamic-shape program from ``shapes=``.",
+        ),
+    )
+    cache_dir: str | Path | None = field(
+        default=None,
+        metadata=option_doc(
+            "the folder of the compiled-model cache", "(default ``$AMDINFER_CACHE_DIR`` or the user cache folder)."
+        ),
+    )
+    use_cache: bool = field(
+        default=True, metadata=option_doc("whether to store compiled programs (.mxr) and load them on the next start")
+    )
+    fast_math: bool = field(default=True, metadata=option_doc("compile(fast_math=): faster approximate math functions"))
+    exhaustive_tune: bool = field(
+        default=False, metadata=option_doc("compile(exhaustive_tune=): search kernel configurations (slow compile)")
+    )
+    offload_copy: bool = field(
+        default=True,
+        metadata=option_doc(
+            "compile(offload_copy=): MIGraphX copies inputs and outputs between host and GPU itself",
+            "``False`` makes the engine copy with ``to_gpu``/``from_gpu`` around each run.",
+        ),
+    )
+    default_dim_value: int | None = field(
+        default=None, metadata=option_doc("the size MIGraphX gives to unknown input dims that no bound or shape covers")
+    )
 
-    @classmethod
-    def create(cls, **kwargs: Any) -> MigraphxOptions:
-        """Validate and build (see :class:`MigraphxEngine` for each option)."""
-        o = cls(**kwargs)
-        if o.target not in TARGETS:
-            raise OptionError(f"target: got {o.target!r}, expected one of {list(TARGETS)}")
-        if o.dynamic_shapes not in DYNAMIC_SHAPE_MODES:
-            raise OptionError(f"dynamic_shapes: got {o.dynamic_shapes!r}, expected one of {list(DYNAMIC_SHAPE_MODES)}")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.target not in TARGETS:
+            raise OptionError(f"target: got {self.target!r}, expected one of {list(TARGETS)}")
+        if self.dynamic_shapes not in DYNAMIC_SHAPE_MODES:
+            raise OptionError(
+                f"dynamic_shapes: got {self.dynamic_shapes!r}, expected one of {list(DYNAMIC_SHAPE_MODES)}"
+            )
         for name in ("use_cache", "fast_math", "exhaustive_tune", "offload_copy"):
-            check_bool(name, getattr(o, name))
-        if o.cache_dir is not None and not o.use_cache:
+            check_bool(name, getattr(self, name))
+        if self.cache_dir is not None and not self.use_cache:
             raise OptionError("cache_dir: given together with use_cache=False; drop one of them")
-        if o.default_dim_value is not None:
-            check_int("default_dim_value", o.default_dim_value, minimum=1)
-        if not o.offload_copy and o.target != "gpu":
-            raise OptionError(f"offload_copy=False: only meaningful for target='gpu', got target={o.target!r}")
-        return o
+        if self.default_dim_value is not None:
+            check_int("default_dim_value", self.default_dim_value, minimum=1)
+        if not self.offload_copy and self.target != "gpu":
+            raise OptionError(f"offload_copy=False: only meaningful for target='gpu', got target={self.target!r}")
 
 
 class MigraphxEngine(Engine):
@@ -131,27 +175,8 @@ class MigraphxEngine(Engine):
 
     Args:
         model: path, bytes, ``onnx.ModelProto`` or ``ModelSource``.
-        target: ``"gpu"`` (default), ``"ref"`` (MIGraphX's reference CPU target; identical path, slow) or
-            ``"cpu"`` (MIGraphX builds with the DNNL CPU target only).
-        device: GPU index for ``target="gpu"``; made current with ``hipSetDevice`` around compile, load
-            and run (no environment variables needed; see ``docs/migraphx.md``).
-        precision: ``"fp32"``; ``"fp16"`` -> ``migraphx.quantize_fp16``; ``"bf16"`` ->
-            ``migraphx.quantize_bf16``; ``"int8"`` needs ``quantizer=`` with calibration data
-            (``migraphx.quantize_int8``).
-        shapes: per-input bounds ``{name: [min_shape, max_shape(, opt_shape)]}`` or one static shape.
-        batch_buckets: batch sizes to pad to (one compiled program per bucket at most).
-        dynamic_shapes: ``"per_shape"`` (a static program per distinct input shape, compiled on first use)
-            or ``"program"`` (one MIGraphX dynamic-shape program from ``shapes=``).
-        cache_dir: folder of the compiled-model cache (default ``$AMDINFER_CACHE_DIR`` or the user cache dir).
-        use_cache: store compiled programs (``.mxr``) and load them on the next start.
-        fast_math: ``compile(fast_math=)``: faster approximate math functions.
-        exhaustive_tune: ``compile(exhaustive_tune=)``: search kernel configurations (slow compile).
-        offload_copy: ``compile(offload_copy=)``: MIGraphX copies inputs/outputs between host and GPU
-            itself; ``False`` makes the engine copy with ``to_gpu``/``from_gpu`` around each run.
-        default_dim_value: size MIGraphX gives to unknown input dims that no bound or shape covers.
-        quantizer: a :class:`~amdinfer.quantize.Quantizer`; its description is mapped to ``quantize_fp16`` /
-            ``quantize_int8`` (:func:`~amdinfer.engines._migraphx_quant.migraphx_plan`); int8 with
-            ``dynamic_shapes="program"`` is refused before MIGraphX is called.
+        options: a :class:`MigraphxOptions` record (``None``: built from ``keywords``).
+        **keywords: :class:`MigraphxOptions` fields (every option is documented there), when no record is given.
 
     Raises:
         BackendUnavailableError: ``migraphx`` is missing or is the PyPI placeholder, the target cannot load,
@@ -172,46 +197,9 @@ class MigraphxEngine(Engine):
     """
 
     backend_name = "migraphx"
+    options_type = MigraphxOptions
     native_quantization = True
     _options: MigraphxOptions
-
-    def __init__(
-        self,
-        model: ModelLike,
-        *,
-        target: str = "gpu",
-        device: int = 0,
-        precision: str = "fp32",
-        shapes: Mapping[str, Any] | None = None,
-        batch_buckets: Sequence[int] | None = None,
-        dynamic_shapes: str = "per_shape",
-        cache_dir: str | Path | None = None,
-        use_cache: bool = True,
-        fast_math: bool = True,
-        exhaustive_tune: bool = False,
-        offload_copy: bool = True,
-        default_dim_value: int | None = None,
-        quantizer: Any = None,
-    ) -> None:
-        options = MigraphxOptions.create(
-            target=target,
-            dynamic_shapes=dynamic_shapes,
-            cache_dir=cache_dir,
-            use_cache=use_cache,
-            fast_math=fast_math,
-            exhaustive_tune=exhaustive_tune,
-            offload_copy=offload_copy,
-            default_dim_value=default_dim_value,
-        )
-        super().__init__(
-            model,
-            precision=precision,
-            device=device,
-            shapes=shapes,
-            batch_buckets=batch_buckets,
-            quantizer=quantizer,
-            options=options,
-        )
 
     # ------------------------------------------------------------------ construction
     def _load(self, source: ModelSource) -> tuple[list[TensorSpec], list[TensorSpec], EngineInfo]:

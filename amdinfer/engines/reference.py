@@ -17,8 +17,8 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -27,11 +27,12 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from ..errors import AmdinferError, InputError, ModelError, OptionError, UnsupportedOperatorError
-from ..model import ModelLike, ModelSource
-from ..types import TensorSpec, normalize_precision
+from ..model import ModelSource
+from ..types import TensorSpec
+from ._options import EngineOptions, document_options, option_doc
 from .base import Engine, EngineInfo
 
-__all__ = ["FLOAT_TYPES", "ReferenceEngine", "to_float64"]
+__all__ = ["FLOAT_TYPES", "ReferenceEngine", "ReferenceOptions", "to_float64"]
 
 #: The ONNX element types the float64 mode promotes (float8 types are quantization formats and stay).
 FLOAT_TYPES: frozenset[int] = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16})
@@ -251,10 +252,51 @@ def _each(value: Any, fn: Callable[[np.ndarray], Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- the engine
+@document_options
 @dataclass(frozen=True)
-class _ReferenceOptions:
-    fast: bool = True
-    keep_fp64: bool = False
+class ReferenceOptions(EngineOptions):
+    """Everything :class:`ReferenceEngine` takes: the shared engine options and its own, validated as built.
+
+    ``precision``: ``"fp32"``, ``"fp64"`` or ``"fp16"`` (``"int8"`` only together with ``quantizer=``; ``"bf16"``
+    is not offered: NumPy has no bfloat16 arithmetic). ``device`` is accepted for a uniform signature and ignored
+    (a note says so): the engine runs on the CPU.
+
+    Example:
+        >>> ReferenceOptions(precision="fp64", keep_fp64=True).keep_fp64
+        True
+        >>> ReferenceOptions(keep_fp64=True)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: keep_fp64=True: needs precision='fp64', got precision='fp32'
+    """
+
+    fast: bool = field(
+        default=True,
+        metadata=option_doc(
+            "whether to use amdinfer.reference.fast_ops", "(``False``: only the evaluator's own kernels)."
+        ),
+    )
+    keep_fp64: bool = field(
+        default=False,
+        metadata=option_doc(
+            "with precision fp64, return float outputs as float64",
+            "(and report them so in ``engine.outputs``) instead of casting them back.",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.precision not in _PRECISIONS and not (self.precision == "int8" and self.quantizer is not None):
+            raise OptionError(
+                f"precision: got {self.precision!r}, expected one of {list(_PRECISIONS)} for backend 'reference' "
+                "('int8' needs quantizer=, 'bf16' is not offered: NumPy has no bfloat16 arithmetic)"
+            )
+        for name in ("fast", "keep_fp64"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise OptionError(f"{name}: got {getattr(self, name)!r}, expected True or False")
+            self._set(name, bool(getattr(self, name)))
+        if self.keep_fp64 and self.precision != "fp64":
+            raise OptionError(f"keep_fp64=True: needs precision='fp64', got precision={self.precision!r}")
 
 
 class ReferenceEngine(Engine):
@@ -277,12 +319,8 @@ class ReferenceEngine(Engine):
 
     Args:
         model: path, bytes, ``onnx.ModelProto`` or ``ModelSource``.
-        precision: ``"fp32"``, ``"fp64"`` or ``"fp16"`` (``"int8"`` only together with ``quantizer=``).
-        fast: use :func:`amdinfer.reference.fast_ops` (``False``: only the evaluator's own kernels).
-        keep_fp64: with ``precision="fp64"``, return float outputs as float64 (and report them so in
-            :attr:`outputs`) instead of casting them back.
-        device: accepted for a uniform signature and ignored; the engine runs on the CPU.
-        shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
+        options: a :class:`ReferenceOptions` record (``None``: built from ``keywords``).
+        **keywords: :class:`ReferenceOptions` fields (every option is documented there), when no record is given.
 
     Raises:
         OptionError: an unknown precision, ``keep_fp64`` without ``"fp64"``, or ``"fp16"`` on a model
@@ -299,43 +337,11 @@ class ReferenceEngine(Engine):
     """
 
     backend_name = "reference"
-    _options: _ReferenceOptions
+    options_type = ReferenceOptions
+    _options: ReferenceOptions
     supports_all_outputs = True
     supports_containers = True
     accepts_zero_size = True  # onnx.reference's kernels define empty tensors; the oracle must take what ONNX does
-
-    def __init__(
-        self,
-        model: ModelLike,
-        *,
-        precision: str = "fp32",
-        fast: bool = True,
-        keep_fp64: bool = False,
-        device: int = 0,
-        shapes: Mapping[str, Any] | None = None,
-        batch_buckets: Sequence[int] | None = None,
-        quantizer: Any = None,
-    ) -> None:
-        wanted = normalize_precision(precision)
-        if wanted not in _PRECISIONS and not (wanted == "int8" and quantizer is not None):
-            raise OptionError(
-                f"precision: got {precision!r}, expected one of {list(_PRECISIONS)} for backend 'reference' "
-                "('int8' needs quantizer=, 'bf16' is not offered: NumPy has no bfloat16 arithmetic)"
-            )
-        for opt_name, value in (("fast", fast), ("keep_fp64", keep_fp64)):
-            if not isinstance(value, (bool, np.bool_)):
-                raise OptionError(f"{opt_name}: got {value!r}, expected True or False")
-        if keep_fp64 and wanted != "fp64":
-            raise OptionError(f"keep_fp64=True: needs precision='fp64', got precision={precision!r}")
-        super().__init__(
-            model,
-            precision=precision,
-            device=device,
-            shapes=shapes,
-            batch_buckets=batch_buckets,
-            quantizer=quantizer,
-            options=_ReferenceOptions(fast=bool(fast), keep_fp64=bool(keep_fp64)),
-        )
 
     def _load(self, source: ModelSource) -> tuple[list[TensorSpec], list[TensorSpec], EngineInfo]:
         from onnx.reference import ReferenceEvaluator

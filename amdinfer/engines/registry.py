@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OptionError
+from ._fusion import FusionDefaults
+from ._options import EngineOptions, unknown_option_error
+from .base import Engine
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -111,6 +115,8 @@ class BackendEntry:
         conformance: the kinds the conformance suites build for this backend.
         more_conformance: ``() -> tuple[ConformanceKind, ...]`` (or a ``"module:attr"`` string): kinds known
             only on the machine, e.g. one per installed ONNX Runtime plugin EP; added to ``conformance`` once.
+        fusion: how :meth:`Pipeline.fuse <amdinfer.Pipeline.fuse>`'s ``"auto"`` modes build the fused model for
+            this backend (``None``: decided per provider, from the ONNX Runtime provider record).
 
     Example:
         >>> BackendEntry("x", "pkg.mod:Engine").auto_priority is None
@@ -125,11 +131,66 @@ class BackendEntry:
     diagnose: Factory | None = None
     conformance: tuple[ConformanceKind, ...] = ()
     more_conformance: Factory | None = None
+    fusion: FusionDefaults | None = None
 
     def resolve(self) -> Callable[..., Any]:
         """Import and return the factory."""
         self.factory = _resolve(self.factory)
         return self.factory  # type: ignore[return-value]
+
+    def options_type(self) -> type[EngineOptions] | None:
+        """The backend's option record type (imports the factory), or ``None`` for a factory that is not an
+        :class:`~amdinfer.Engine` built from one (a function, or an engine with its own ``__init__``).
+
+        Example:
+            >>> get_backend("reference").options_type().__name__
+            'ReferenceOptions'
+        """
+        factory = self.resolve()
+        if isinstance(factory, type) and issubclass(factory, Engine) and factory.__init__ is Engine.__init__:
+            return factory.options_type
+        return None
+
+    def option_names(self) -> tuple[str, ...] | None:
+        """The keywords the backend takes (``None``: any; a factory taking ``**kwargs``).
+
+        Example:
+            >>> "keep_fp64" in get_backend("reference").option_names()
+            True
+        """
+        record = self.options_type()
+        if record is not None:
+            return record.option_names()
+        try:
+            params = inspect.signature(self.resolve()).parameters.values()
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return tuple(sorted(p.name for p in params if p.kind in kinds and p.name not in ("self", "model")))
+
+    def build(self, model: Any, keywords: Mapping[str, Any]) -> Any:
+        """The engine for ``model``: the option record built (and validated) once from ``keywords``, then the
+        factory called with it; a factory without a record gets the keywords, checked against its signature.
+
+        Raises:
+            OptionError: a keyword the backend does not take (named, with the backend and what it takes), or a
+                value out of range.
+
+        Example:
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> get_backend("reference").build(tiny_cnn(), {"precision": "fp64"}).info.options.precision
+            'fp64'
+        """
+        record = self.options_type()
+        if record is not None:
+            return self.resolve()(model, record.from_keywords(keywords, backend=self.name))
+        names = self.option_names()
+        unknown = [k for k in keywords if names is not None and k not in names]
+        if unknown:
+            raise unknown_option_error(self.name, unknown, names or ())
+        return self.resolve()(model, **keywords)
 
     def run_diagnose(self) -> Diagnosis:
         """The backend's diagnosis; a hook that raises is reported, never propagated.
@@ -162,6 +223,7 @@ def register_backend(
     diagnose: Factory | None = None,
     conformance: tuple[ConformanceKind, ...] = (),
     more_conformance: Factory | None = None,
+    fusion: FusionDefaults | None = None,
 ) -> BackendEntry:
     """Register an engine factory under ``name``.
 
@@ -171,7 +233,7 @@ def register_backend(
             ``"module:attr"`` string imported on first use.
         auto_priority: where the backend stands in ``backend="auto"`` (lower is tried first).
         description: one line shown by ``amdinfer doctor``.
-        probe, diagnose, conformance, more_conformance: the hooks of :class:`BackendEntry`.
+        probe, diagnose, conformance, more_conformance, fusion: the hooks of :class:`BackendEntry`.
 
     Returns:
         The new entry.
@@ -190,7 +252,7 @@ def register_backend(
         shown = prev if isinstance(prev, str) else f"{prev.__module__}:{prev.__qualname__}"
         raise OptionError(f"backend {name!r} is already registered ({shown})")
     entry = BackendEntry(
-        name, factory, auto_priority, description, probe, diagnose, tuple(conformance), more_conformance
+        name, factory, auto_priority, description, probe, diagnose, tuple(conformance), more_conformance, fusion
     )
     _REGISTRY[name] = entry
     return entry
@@ -308,6 +370,11 @@ register_backend(
     auto_priority=10,
     description="AMD MIGraphX through its own Python module (parse -> compile -> run)",
     probe="amdinfer.engines.migraphx:probe",
+    fusion=FusionDefaults(
+        nms="host",
+        reason="MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a static size with zero rows (seen "
+        "on MIGraphX 2.16's ref target), so in-graph NMS returns padding as detections",
+    ),
     conformance=(
         ConformanceKind("migraphx-ref", {"backend": "migraphx", "target": "ref"}),
         ConformanceKind("migraphx-gpu", {"backend": "migraphx", "target": "gpu"}),
@@ -342,6 +409,7 @@ register_backend(
     "reference",
     "amdinfer.engines.reference:ReferenceEngine",
     description="NumPy reference on onnx.reference with fast kernels (the oracle)",
+    fusion=FusionDefaults(nms="per-class", reason="the NumPy kernels run any NMS form; per-class is the plainest"),
     conformance=(
         ConformanceKind("reference", {"backend": "reference"}, excludes=f"{_EXCLUDES}:REFERENCE", node_tests=True),
         ConformanceKind("reference-fp64", {"backend": "reference", "precision": "fp64"}, precision="fp64"),

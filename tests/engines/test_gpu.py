@@ -21,8 +21,8 @@ import amdinfer
 import amdinfer.engines as dev
 from amdinfer.engines.ort import (
     TUNABLE_KNOBS,
-    DataPathOptions,
     IoBindingRunner,
+    OrtOptions,
     apply_tuning,
     drop_default_graphs,
     plan_tuning,
@@ -43,7 +43,7 @@ def mapped(provider: str, **knobs: object) -> dict[str, str]:
     base = {k: None for k in ("exhaustive_tune", "tunable_ops", "memory_limit", "model_cache_dir", "gpu_graphs")}
     base["prefer_nhwc"] = None
     base.update({k: v for k, v in knobs.items() if k != "tf32"})
-    dp = DataPathOptions.create(tf32=knobs.get("tf32"))  # type: ignore[arg-type]
+    dp = OrtOptions(tf32=knobs.get("tf32"))  # type: ignore[arg-type]
     settings: dict = {}
     tuned, extra = apply_tuning(provider, base, dp, settings)
     opts = provider_options(provider, **tuned)
@@ -112,14 +112,14 @@ class TestTuningPlan:
     def test_default_graphs_are_dropped_when_refused_but_a_caller_request_is_not(self) -> None:
         msg = "This session cannot use the graph capture feature as requested by the user as all compute graph"
         settings: dict = {}
-        apply_tuning(CUDA, {}, DataPathOptions(), settings)
+        apply_tuning(CUDA, {}, OrtOptions(), settings)
         opts = [{"enable_cuda_graph": "1"}]
         assert drop_default_graphs(msg, [CUDA], opts, settings)
         assert opts == [{"enable_cuda_graph": "0"}]
         assert settings["tuning"][CUDA]["gpu_graphs"]["value"] is False
         assert "refused" in settings["tuning"][CUDA]["gpu_graphs"]["reason"]
         settings = {}
-        apply_tuning(CUDA, {"gpu_graphs": True}, DataPathOptions(), settings)
+        apply_tuning(CUDA, {"gpu_graphs": True}, OrtOptions(), settings)
         opts = [{"enable_cuda_graph": "1"}]
         assert not drop_default_graphs(msg, [CUDA], opts, settings)
         assert not drop_default_graphs("some other error", [CUDA], [{"enable_cuda_graph": "1"}], settings)
@@ -127,11 +127,11 @@ class TestTuningPlan:
 
     def test_datapath_options_are_checked(self) -> None:
         with pytest.raises(OptionError, match="outputs_on"):
-            DataPathOptions.create(outputs_on="gpu")
+            OrtOptions(outputs_on="gpu")
         with pytest.raises(OptionError, match="fp16_io"):
-            DataPathOptions.create(precision="fp32", fp16_io=True)
+            OrtOptions(precision="fp32", fp16_io=True)
         with pytest.raises(OptionError, match="io_binding"):
-            DataPathOptions.create(io_binding="yes")  # type: ignore[arg-type]
+            OrtOptions(io_binding="yes")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------- DLPack

@@ -273,19 +273,20 @@ class TestGraphCaptureOnlyWithoutControlFlow:
         assert control_flow_nodes(model) == ("middle 'call'",)
 
     def test_default_is_off_with_a_reason_and_a_note(self) -> None:
-        from amdinfer.engines.ort._tuning import DataPathOptions, apply_tuning, control_flow_nodes
+        from amdinfer.engines.ort import OrtOptions
+        from amdinfer.engines.ort._tuning import apply_tuning, control_flow_nodes
 
         flow = control_flow_nodes(_dense_nms_model())
         settings: dict = {}
         notes: list[str] = []
-        knobs, _ = apply_tuning(self.CUDA, {}, DataPathOptions(), settings, control_flow=flow, notes=notes)
+        knobs, _ = apply_tuning(self.CUDA, {}, OrtOptions(), settings, control_flow=flow, notes=notes)
         assert knobs["gpu_graphs"] is False and knobs["prefer_nhwc"] is True  # only graph capture changes
         choice = settings["tuning"][self.CUDA]["gpu_graphs"]
         assert choice["source"] == "amdinfer" and flow[0] in choice["reason"] and "control-flow" in choice["reason"]
         assert len(notes) == 1 and flow[0] in notes[0]
         # the same provider without control flow keeps amdinfer's tuned default, with no note
         notes.clear()
-        knobs, _ = apply_tuning(self.CUDA, {}, DataPathOptions(), settings, control_flow=(), notes=notes)
+        knobs, _ = apply_tuning(self.CUDA, {}, OrtOptions(), settings, control_flow=(), notes=notes)
         assert knobs["gpu_graphs"] is True and notes == []
 
     def test_explicit_request_on_control_flow_is_an_error(self) -> None:

@@ -5,7 +5,8 @@ module              what it holds
 =================== ===========================================================================
 ``_providers``      one :class:`ExecutionProvider` record per execution provider; every table and
                     :func:`provider_options` derive from them
-``_options``        :class:`OrtOptions`: the engine's own options, validated once
+``_options``        :class:`OrtOptions`: every option of the engine, one typed, documented field
+                    each, validated once as the record is built
 ``_session``        session options, the compiled-model cache, IR lowering, creation errors
 ``_quant``          quantizers on ORT (MIGraphX EP flags and calibration table, else the rewrite)
 ``_tuning``         amdinfer's tuned provider defaults, planned and reported
@@ -44,12 +45,12 @@ from ._providers import (
     ort_device_type,
     probe_provider,
     provider_options,
+    provider_record,
     resolve_provider_name,
 )
 from ._runner import make_runner
 from ._tuning import (
     TUNABLE_KNOBS,
-    DataPathOptions,
     KnobChoice,
     TuningPlan,
     apply_tuning,
@@ -72,7 +73,6 @@ __all__ = [
     "PROVIDER_ORDER",
     "ROCM_EP",
     "TUNABLE_KNOBS",
-    "DataPathOptions",
     "ExecutionProvider",
     "IoBindingRunner",
     "KnobChoice",
@@ -92,6 +92,7 @@ __all__ = [
     "plan_tuning",
     "probe_provider",
     "provider_options",
+    "provider_record",
     "resolve_provider_name",
     "translate_run_error",
     "without_graphs",

@@ -1,9 +1,13 @@
-"""The ORT engine's own options, validated once into a frozen record before anything is built.
+"""The ORT engine's options: one frozen record, each option typed, defaulted and documented once, validated as built.
+
+:class:`OrtOptions` extends :class:`~amdinfer.engines.EngineOptions` (precision, device, shapes, batch buckets,
+quantizer) with every option of :class:`~amdinfer.engines.ort.OrtEngine`; :func:`amdinfer.load` builds it from the
+user's keywords, the engine reads it, ``engine.info.options`` shows it.
 
 Example:
-    >>> opts = OrtOptions.create(threads=2, graph_optimization="basic")
-    >>> opts.threads, opts.level_name
-    (2, 'ORT_ENABLE_BASIC')
+    >>> opts = OrtOptions(threads=2, graph_optimization="basic", providers=["cpu"])
+    >>> opts.threads, opts.level_name, opts.providers
+    (2, 'ORT_ENABLE_BASIC', (('CPUExecutionProvider', {}),))
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..._support._quant_protocol import PrecisionQuantizer
 from ..._support._validate import check_bool, check_int, check_optional_bool
 from ...errors import OptionError
-from ._providers import resolve_provider_name
+from .._options import EngineOptions, Flag, document_options, option_doc
+from ._iobinding import OUTPUTS_ON
+from ._providers import GPU_PROVIDERS, resolve_provider_name
 from ._shape_sessions import check_shape_sessions
 from ._transformer import check_transformer_fusion
-from ._tuning import DataPathOptions
 
 __all__ = ["GRAPH_OPTIMIZATION_LEVELS", "KNOBS", "OrtOptions", "ProviderSpec"]
 
@@ -32,7 +38,7 @@ GRAPH_OPTIMIZATION_LEVELS = {
     "all": "ORT_ENABLE_ALL",
 }
 
-#: The typed provider knobs of :class:`~amdinfer.engines.ort.OrtEngine` (see ``provider_options``).
+#: The typed provider knobs (see :func:`~amdinfer.engines.ort.provider_options`).
 KNOBS: tuple[str, ...] = (
     "exhaustive_tune",
     "tunable_ops",
@@ -44,6 +50,8 @@ KNOBS: tuple[str, ...] = (
 
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
+_KNOB = "a provider knob, mapped to each provider's own option (see provider_options; None: the provider's default)"
+
 
 def _normalize_spec(spec: Any) -> tuple[str, dict[str, str]]:
     if isinstance(spec, tuple):
@@ -53,119 +61,244 @@ def _normalize_spec(spec: Any) -> tuple[str, dict[str, str]]:
     return resolve_provider_name(spec), {}
 
 
+@document_options
 @dataclass(frozen=True)
-class OrtOptions:
-    """Everything :class:`~amdinfer.engines.ort.OrtEngine` takes besides the shared engine options.
-
-    Attributes:
-        providers: ``(name, raw options)`` per requested provider; ``None``: auto.
-        threads, inter_op_threads, spin_wait, graph_optimization, optimized_model_path,
-        allow_cpu_nodes, cache_dir, use_cache: session options (see ``OrtEngine``).
-        transformer_fusion: ``"auto"``, ``True`` or ``False`` (see :mod:`amdinfer.engines.ort._transformer`).
-        shape_sessions: ``"auto"`` or sessions per engine, one per input shape (see
-            :mod:`amdinfer.engines.ort._shape_sessions`).
-        knobs: typed provider knob -> value (``None``: not set).
-        ep_libraries: plugin EP libraries to register (``ep_library=``), checked to exist.
-        datapath: the IO options (:class:`~amdinfer.engines.ort.DataPathOptions`).
+class OrtOptions(EngineOptions):
+    """Everything :class:`~amdinfer.engines.ort.OrtEngine` takes: the shared engine options and ONNX Runtime's own.
 
     Example:
-        >>> OrtOptions.create(providers=["cpu"]).providers
-        (('CPUExecutionProvider', {}),)
+        >>> OrtOptions(providers="cpu", threads=1).keywords()
+        {'providers': (('CPUExecutionProvider', {}),), 'threads': 1}
+        >>> OrtOptions(threads=-1)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: threads: got -1, expected an int >= 0 (0: ONNX Runtime's default)
     """
 
-    providers: tuple[tuple[str, dict[str, str]], ...] | None = None
-    threads: int | None = None
-    inter_op_threads: int | None = None
-    spin_wait: bool | None = None
-    graph_optimization: str = "all"
-    optimized_model_path: str | os.PathLike | None = None
-    allow_cpu_nodes: bool = True
-    cache_dir: str | os.PathLike | None = None
-    use_cache: bool | None = None
-    transformer_fusion: str | bool = "auto"
-    shape_sessions: int | str = "auto"
-    knobs: Mapping[str, Any] = field(default_factory=dict)
-    datapath: DataPathOptions = field(default_factory=DataPathOptions)
-    ep_libraries: tuple[str, ...] = ()
+    providers: tuple[tuple[str, dict[str, str]], ...] | None = field(
+        default=None,
+        metadata=option_doc(
+            "ONNX Runtime providers in order (migraphx, rocm, cuda, cpu, a plugin EP's short name, or full names)",
+            "An entry may be ``(name, {option: value})`` to set raw provider options; kept as ``(full name, "
+            "options)``. "
+            "``None`` tries the MIGraphX EP, the ROCm EP, AMD plugin EPs, the CUDA EP and other plugin EPs in turn and "
+            "ends on the CPU, recording in ``info.skipped`` why each was passed over. A named provider that cannot run "
+            "(or takes no node) raises :class:`~amdinfer.BackendUnavailableError` with ONNX Runtime's cause and the "
+            "fix.",
+            flag=Flag(split=True, metavar="P1,P2"),
+        ),
+    )
+    ep_library: tuple[str, ...] = field(
+        default=(),
+        metadata=option_doc(
+            "paths of ONNX Runtime plugin EP libraries to register besides the installed onnxruntime-ep-* packages",
+            "(one path or several; each must be a file; see :mod:`amdinfer.engines.ort._plugins`); ``device=`` then "
+            "indexes the plugin EP's devices.",
+        ),
+    )
+    threads: int | None = field(
+        default=None,
+        metadata=option_doc(
+            "ONNX Runtime intra-op threads (default: the runtime's, one per core)",
+            "(``intra_op_num_threads``; 0 or ``None``: ONNX Runtime's default).",
+            flag=Flag(int, minimum=1, metavar="N"),
+        ),
+    )
+    inter_op_threads: int | None = field(
+        default=None,
+        metadata=option_doc(
+            "ONNX Runtime inter-op threads (default: the runtime's)",
+            "(``inter_op_num_threads``).",
+            flag=Flag(int, minimum=1, metavar="N"),
+        ),
+    )
+    spin_wait: bool | None = field(
+        default=None,
+        metadata=option_doc(
+            "whether ONNX Runtime's intra-op threads busy-wait for work between parallel sections",
+            "(session config ``session.intra_op.allow_spinning``; ``None``: ONNX Runtime's default, on). ``False`` "
+            "frees "
+            "the cores as soon as an operator is done: use it when other threads of the process need the CPU, e.g. "
+            ":meth:`Pipeline.map <amdinfer.Pipeline.map>`'s pre/postprocessing on a CPU engine (``docs/pipeline.md``).",
+        ),
+    )
+    graph_optimization: str = field(
+        default="all",
+        metadata=option_doc(
+            "ONNX Runtime graph optimization level: disable, basic, extended or all",
+            "(``GraphOptimizationLevel``: :data:`GRAPH_OPTIMIZATION_LEVELS`).",
+            flag=Flag(choices=tuple(GRAPH_OPTIMIZATION_LEVELS)),
+        ),
+    )
+    optimized_model_path: Path | None = field(
+        default=None,
+        metadata=option_doc(
+            "where ONNX Runtime writes the optimized model",
+            "(``optimized_model_filepath``; checked to be a writable file path).",
+        ),
+    )
+    allow_cpu_nodes: bool = field(
+        default=True,
+        metadata=option_doc(
+            "whether a node the GPU provider cannot take may run on the CPU",
+            "``False`` makes it an error at load (ONNX Runtime's ``session.disable_cpu_ep_fallback``) instead of a "
+            "silent CPU kernel; ``amdinfer.profile.profile`` lists such nodes when they are allowed.",
+        ),
+    )
+    cache_dir: str | os.PathLike | None = field(
+        default=None,
+        metadata=option_doc(
+            "the compiled-model cache folder", "(see ``docs/cache.md``); giving it turns the cache on."
+        ),
+    )
+    use_cache: bool | None = field(
+        default=None,
+        metadata=option_doc(
+            "whether to cache the ORT-optimized model",
+            "``True`` caches the ORT-optimized model (CPU, ROCm, CUDA EPs) and, for the MIGraphX EP, points "
+            "``migraphx_model_cache_dir`` into the cache; ``None`` caches only when ``cache_dir=`` or "
+            "``$AMDINFER_CACHE_DIR`` is set; ``False`` never. ``info.cache_hit`` tells.",
+        ),
+    )
+    io_binding: bool | None = field(
+        default=None,
+        metadata=option_doc(
+            "whether to run through IOBinding with device buffers reused per input shape",
+            "(``None``: on for GPU providers). Device tensors (DLPack: PyTorch, CuPy, JAX, ``OrtValue``) are then "
+            "taken "
+            "without a host round trip; see ``docs/gpu.md``.",
+        ),
+    )
+    outputs_on: str = field(
+        default="auto",
+        metadata=option_doc(
+            "where outputs come back: auto, host or device",
+            "``auto``: device arrays when any feed is a device tensor, else NumPy; ``device``: "
+            ":class:`~amdinfer.DeviceArray`, a DLPack producer.",
+        ),
+    )
+    tuning: bool = field(
+        default=True,
+        metadata=option_doc(
+            "whether amdinfer's tuned provider defaults fill the knobs left at None",
+            "(NHWC, exhaustive algorithm search, CUDA/HIP graphs, tunable ops; see "
+            ":mod:`amdinfer.engines.ort._tuning`), "
+            "recorded in ``info.settings['tuning']``; ``False`` keeps the provider's own defaults.",
+        ),
+    )
+    tf32: bool | None = field(
+        default=None,
+        metadata=option_doc("CUDA EP use_tf32", "(``None``: provider default, on; ``False`` for strict fp32)."),
+    )
+    fp16_io: bool = field(
+        default=False,
+        metadata=option_doc(
+            "with precision fp16, make the model's inputs and outputs float16 as well",
+            "(fp16 tensors in and out, no casts); the default keeps fp32 IO.",
+        ),
+    )
+    transformer_fusion: str | bool = field(
+        default="auto",
+        metadata=option_doc(
+            "ONNX Runtime's fused attention/LayerNorm/GELU ops for Transformer encoders: auto, on or off",
+            "The transformer optimizer runs before any precision rewrite: ``'auto'`` where the provider takes the "
+            "fused "
+            "graph and it matches, ``True`` required, ``False`` off; what fused is in ``info.notes`` and "
+            "``info.settings['transformer_fusion']`` (see :mod:`amdinfer.engines.ort._transformer`).",
+            flag=Flag(choices=("auto", "on", "off"), values={"on": True, "off": False}),
+        ),
+    )
+    shape_sessions: int | str = field(
+        default="auto",
+        metadata=option_doc(
+            "sessions kept per input shape",
+            "(one per input shape, so that a provider which rebuilds its kernels' state on every shape change, the "
+            "CUDA EP's convolutions, pays once per shape): ``'auto'`` (8 on the CUDA EP for a model with an input "
+            "varying beyond the batch axis, else off), an int, or 0 (one session); the shapes served are in "
+            "``info.settings['shape_sessions']``.",
+        ),
+    )
+    exhaustive_tune: bool | None = field(default=None, metadata=option_doc("exhaustive kernel search", _KNOB + "."))
+    tunable_ops: bool | None = field(default=None, metadata=option_doc("ONNX Runtime's TunableOp", _KNOB + "."))
+    memory_limit: int | None = field(
+        default=None, metadata=option_doc("the provider's memory limit in bytes", _KNOB + ".")
+    )
+    model_cache_dir: str | os.PathLike | None = field(
+        default=None, metadata=option_doc("the provider's own compiled-model folder", _KNOB + ".")
+    )
+    gpu_graphs: bool | None = field(default=None, metadata=option_doc("CUDA/HIP graph capture and replay", _KNOB + "."))
+    prefer_nhwc: bool | None = field(default=None, metadata=option_doc("NHWC convolutions", _KNOB + "."))
+    precision_quantizer: PrecisionQuantizer | None = field(
+        default=None,
+        metadata=option_doc(
+            "what a bare precision fp16 means on providers without a native fp16 knob",
+            "(:class:`~amdinfer._support._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes "
+            ":func:`amdinfer.quantize.precision_quantizer`. Without it (an ``OrtEngine`` built directly), "
+            "``precision='fp16'`` there needs ``quantizer=``.",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
+            raise OptionError(
+                f"graph_optimization: got {self.graph_optimization!r}, expected one of "
+                f"{list(GRAPH_OPTIMIZATION_LEVELS)}"
+            )
+        for name in ("threads", "inter_op_threads"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=0, what="an int >= 0 (0: ONNX Runtime's default)")
+        check_optional_bool("spin_wait", self.spin_wait, none_means="ONNX Runtime's default")
+        for name in ("allow_cpu_nodes", "tuning", "fp16_io"):
+            check_bool(name, getattr(self, name))
+        for name in ("use_cache", "io_binding", "tf32"):
+            check_optional_bool(name, getattr(self, name))
+        if self.outputs_on not in OUTPUTS_ON:
+            raise OptionError(f"outputs_on: got {self.outputs_on!r}, expected one of {list(OUTPUTS_ON)}")
+        if self.fp16_io and self.run_precision != "fp16":
+            raise OptionError(f"fp16_io=True: got precision={self.run_precision!r}, expected precision='fp16'")
+        if self.precision_quantizer is not None and not callable(self.precision_quantizer):
+            raise OptionError(
+                f"precision_quantizer: got {type(self.precision_quantizer).__name__}, expected a callable "
+                "(precision, *, keep_io_types) -> Quantizer | None, e.g. amdinfer.quantize.precision_quantizer"
+            )
+        self._set("providers", _check_providers(self.providers))
+        if self.optimized_model_path is not None:
+            self._set("optimized_model_path", _check_optimized_model_path(self.optimized_model_path))
+        self._set("ep_library", _check_ep_libraries(self.ep_library))
+        self._set("transformer_fusion", check_transformer_fusion(self.transformer_fusion))
+        self._set("shape_sessions", check_shape_sessions(self.shape_sessions))
 
     @property
     def level_name(self) -> str:
         """ONNX Runtime's ``GraphOptimizationLevel`` member name."""
         return GRAPH_OPTIMIZATION_LEVELS[self.graph_optimization]
 
-    @classmethod
-    def create(
-        cls,
-        *,
-        precision: str = "fp32",
-        providers: Sequence[ProviderSpec] | str | None = None,
-        threads: int | None = None,
-        inter_op_threads: int | None = None,
-        spin_wait: bool | None = None,
-        graph_optimization: str = "all",
-        optimized_model_path: str | os.PathLike | None = None,
-        allow_cpu_nodes: bool = True,
-        cache_dir: str | os.PathLike | None = None,
-        use_cache: bool | None = None,
-        io_binding: bool | None = None,
-        outputs_on: str = "auto",
-        tuning: bool = True,
-        tf32: bool | None = None,
-        fp16_io: bool = False,
-        ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-        transformer_fusion: str | bool = "auto",
-        shape_sessions: int | str = "auto",
-        **knobs: Any,
-    ) -> OrtOptions:
-        """Validate and build (a misspelt keyword is a ``TypeError``, a bad value an ``OptionError``).
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """Typed provider knob -> value (``None``: not set), as :func:`~amdinfer.engines.ort.provider_options` takes."""
+        return {k: getattr(self, k) for k in KNOBS}
+
+    def binds_io(self, provider: str) -> bool:
+        """Whether the engine runs through IOBinding on ``provider`` (``io_binding=None``: on GPU providers).
 
         Example:
-            >>> OrtOptions.create(threads=-1)
-            Traceback (most recent call last):
-            ...
-            amdinfer.errors.OptionError: threads: got -1, expected an int >= 0 (0: ONNX Runtime's default)
+            >>> OrtOptions().binds_io("CUDAExecutionProvider"), OrtOptions(io_binding=False).binds_io("x")
+            (True, False)
         """
-        unknown = sorted(set(knobs) - set(KNOBS))
-        if unknown:
-            raise TypeError(f"OrtEngine got unexpected keyword arguments {unknown}")
-        if graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
-            raise OptionError(
-                f"graph_optimization: got {graph_optimization!r}, expected one of {list(GRAPH_OPTIMIZATION_LEVELS)}"
-            )
-        for name, value in (("threads", threads), ("inter_op_threads", inter_op_threads)):
-            if value is not None:
-                check_int(name, value, minimum=0, what="an int >= 0 (0: ONNX Runtime's default)")
-        check_optional_bool("spin_wait", spin_wait, none_means="ONNX Runtime's default")
-        check_bool("allow_cpu_nodes", allow_cpu_nodes)
-        check_optional_bool("use_cache", use_cache)
-        candidates = None
-        if providers is not None:
-            if isinstance(providers, str):
-                providers = [providers]
-            candidates = tuple(_normalize_spec(p) for p in providers)
-            if not candidates:
-                raise OptionError("providers: got an empty list, expected at least one provider")
-        if optimized_model_path is not None:
-            optimized_model_path = _check_optimized_model_path(optimized_model_path)
-        datapath = DataPathOptions.create(
-            precision=precision, io_binding=io_binding, outputs_on=outputs_on, tuning=tuning, tf32=tf32, fp16_io=fp16_io
-        )
-        return cls(
-            providers=candidates,
-            threads=threads,
-            inter_op_threads=inter_op_threads,
-            spin_wait=spin_wait,
-            graph_optimization=graph_optimization,
-            optimized_model_path=optimized_model_path,
-            allow_cpu_nodes=allow_cpu_nodes,
-            cache_dir=cache_dir,
-            use_cache=use_cache,
-            transformer_fusion=check_transformer_fusion(transformer_fusion),
-            shape_sessions=check_shape_sessions(shape_sessions),
-            knobs={k: knobs.get(k) for k in KNOBS},
-            datapath=datapath,
-            ep_libraries=_check_ep_libraries(ep_library),
-        )
+        return self.io_binding if self.io_binding is not None else provider in GPU_PROVIDERS
+
+    def describe(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """As :meth:`EngineOptions.describe`, each provider shown by its name (with its raw options when it has some).
+
+        Example:
+            >>> OrtOptions(providers=["cpu", ("cuda", {"device_id": 1})]).describe(changed_only=True)
+            {'providers': ['CPUExecutionProvider', ['CUDAExecutionProvider', {'device_id': '1'}]]}
+        """
+        out = super().describe(changed_only=changed_only)
+        if self.providers is not None and "providers" in out:
+            out["providers"] = [name if not raw else [name, dict(raw)] for name, raw in self.providers]
+        return out
 
     def session_settings(self) -> dict[str, Any]:
         """The session options as recorded in ``engine.info.settings["session"]``."""
@@ -177,6 +310,18 @@ class OrtOptions:
             "optimized_model_filepath": str(self.optimized_model_path) if self.optimized_model_path else None,
             "disable_cpu_ep_fallback": not self.allow_cpu_nodes,
         }
+
+
+def _check_providers(providers: Any) -> tuple[tuple[str, dict[str, str]], ...] | None:
+    """``providers=``: names or ``(name, {option: value})``, resolved to full names; ``None``: auto."""
+    if providers is None:
+        return None
+    if isinstance(providers, str):
+        providers = [providers]
+    candidates = tuple(_normalize_spec(p) for p in providers)
+    if not candidates:
+        raise OptionError("providers: got an empty list, expected at least one provider")
+    return candidates
 
 
 def _check_optimized_model_path(value: Any) -> Path:
@@ -213,7 +358,7 @@ def _check_ep_libraries(value: Any) -> tuple[str, ...]:
     """
     if value is None:
         return ()
-    paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    paths: Sequence[Any] = [value] if isinstance(value, (str, os.PathLike)) else list(value)
     out = []
     for item in paths:
         if not isinstance(item, (str, os.PathLike)):

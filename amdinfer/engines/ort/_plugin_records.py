@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 
 from ..._support._install import pip_extra
-from ._record import MIGRAPHX_TUNED, ExecutionProvider, Option, _as_int, _batches
+from ._record import MIGRAPHX_FUSION, MIGRAPHX_TUNED, ExecutionProvider, Option, _as_int, _batches
 
 __all__ = ["MIGRAPHX_EP", "MIGRAPHX_SERVES", "PLUGIN_DISTRIBUTIONS", "PLUGIN_PROVIDERS"]
 
@@ -93,6 +93,7 @@ _MIGRAPHX_PLUGIN = ExecutionProvider(
     },
     precision={"fp16": {"fp16_enable": "1"}, "bf16": {"bf16_enable": "1"}, "int8": {"int8_enable": "1"}},
     tuned=MIGRAPHX_TUNED,
+    fusion=MIGRAPHX_FUSION,
     plugin=True,
     serves=MIGRAPHX_SERVES,
     ort_min="1.24",

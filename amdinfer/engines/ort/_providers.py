@@ -25,8 +25,19 @@ from typing import Any
 
 from ..._support._install import pip_extra
 from ...errors import BackendUnavailableError, OptionError
+from .._fusion import FusionDefaults
 from ._plugin_records import MIGRAPHX_EP, MIGRAPHX_SERVES, PLUGIN_DISTRIBUTIONS, PLUGIN_PROVIDERS
-from ._record import _NOT_OFFERED, MIGRAPHX_TUNED, ExecutionProvider, Option, TunedDefault, _as_int, _exhaustive_cudnn
+from ._record import (
+    _NOT_OFFERED,
+    GPU_FUSION,
+    MIGRAPHX_FUSION,
+    MIGRAPHX_TUNED,
+    ExecutionProvider,
+    Option,
+    TunedDefault,
+    _as_int,
+    _exhaustive_cudnn,
+)
 
 __all__ = [
     "AMD_PROVIDERS",
@@ -86,6 +97,7 @@ _MIGRAPHX = ExecutionProvider(
         "int8": {"migraphx_int8_enable": "1"},
     },
     tuned=MIGRAPHX_TUNED,
+    fusion=MIGRAPHX_FUSION,
     serves=MIGRAPHX_SERVES,
 )
 
@@ -120,6 +132,7 @@ _ROCM = ExecutionProvider(
         ),
         "tf32": TunedDefault(None, _NOT_OFFERED),
     },
+    fusion=GPU_FUSION,
 )
 
 _CUDA = ExecutionProvider(
@@ -165,10 +178,19 @@ _CUDA = ExecutionProvider(
             "(10-bit mantissa, relative error about 1e-3); pass tf32=False for strict fp32",
         ),
     },
+    fusion=GPU_FUSION,
 )
 
 _CPU = ExecutionProvider(
-    name=CPU_EP, short="cpu", label="cpu", library=None, distribution="onnxruntime", fix="reinstall onnxruntime"
+    name=CPU_EP,
+    short="cpu",
+    label="cpu",
+    library=None,
+    distribution="onnxruntime",
+    fix="reinstall onnxruntime",
+    fusion=FusionDefaults(
+        nms="per-class", reason="ONNX Runtime's CPU NonMaxSuppression runs any form; per-class is exact"
+    ),
 )
 
 

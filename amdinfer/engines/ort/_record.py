@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._support._validate import flag
+from .._fusion import FusionDefaults
 
-__all__ = ["MIGRAPHX_TUNED", "ExecutionProvider", "Option", "TunedDefault"]
+__all__ = ["GPU_FUSION", "MIGRAPHX_FUSION", "MIGRAPHX_TUNED", "ExecutionProvider", "Option", "TunedDefault"]
 
 
 def _exhaustive_cudnn(value: Any) -> str:
@@ -95,6 +96,8 @@ class ExecutionProvider:
         renamed: old option names the EP does **not** accept, mapped to the option that replaced them (the
             refusal names the replacement).
         vocabulary_of: which release of the EP the ``declared`` list was taken from.
+        fusion: what :meth:`Pipeline.fuse <amdinfer.Pipeline.fuse>`'s ``"auto"`` modes build when this provider
+            comes first (:class:`~amdinfer.engines._fusion.FusionDefaults`: the NMS and Resize forms, and why).
 
     Example:
         >>> from amdinfer.engines.ort._providers import PLUGIN_PROVIDERS, PROVIDERS
@@ -122,6 +125,7 @@ class ExecutionProvider:
     aliases: Mapping[str, str] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
     vocabulary_of: str = ""
+    fusion: FusionDefaults = field(default_factory=FusionDefaults)
 
     @property
     def gpu(self) -> bool:
@@ -134,6 +138,18 @@ class ExecutionProvider:
 
 
 _NOT_OFFERED = "the provider has no such option"
+
+#: The MIGraphX compiler's fusion facts, one compiler behind both the built-in EP and AMD's plugin EP.
+MIGRAPHX_FUSION = FusionDefaults(
+    nms="host",
+    reason="MIGraphX pads the outputs of NonMaxSuppression and NonZero to static shapes, so NMS runs on the host",
+)
+#: CUDA and ROCm EPs: the dense NMS loop and fuse_model's size rule stay on the GPU.
+GPU_FUSION = FusionDefaults(
+    nms="dense",
+    resize="auto",
+    reason="the dense NMS (one greedy loop) and fuse_model's Resize size rule run on the GPU without host round trips",
+)
 
 #: MIGraphX's tuned defaults, one compiler behind both the built-in EP and AMD's plugin EP.
 MIGRAPHX_TUNED: Mapping[str, TunedDefault] = {

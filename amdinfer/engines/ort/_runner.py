@@ -1,8 +1,8 @@
 """Which runner an ORT engine uses: plain ``session.run`` with NumPy, or the IOBinding runner on a device.
 
 Example:
-    >>> from amdinfer.engines.ort._tuning import DataPathOptions
-    >>> DataPathOptions().binds_io("CPUExecutionProvider")
+    >>> from amdinfer.engines.ort import OrtOptions
+    >>> OrtOptions().binds_io("CPUExecutionProvider")
     False
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from ...errors import OptionError
 from ._iobinding import IoBindingRunner
+from ._options import OrtOptions
 from ._providers import PROVIDERS, ort_device_type
 
 __all__ = ["make_runner"]
@@ -25,7 +26,7 @@ def make_runner(
     device_id: int,
     inputs: Sequence[Any],
     outputs: Sequence[Any],
-    datapath: Any,
+    options: OrtOptions,
     info: Any,
 ) -> IoBindingRunner | None:
     """The runner an ORT engine uses (``None``: plain ``session.run`` with NumPy), recorded in ``info``.
@@ -40,28 +41,28 @@ def make_runner(
         device_id: GPU index.
         inputs: input specs.
         outputs: output specs.
-        datapath: the engine's :class:`~amdinfer.engines.ort.DataPathOptions`.
+        options: the engine's :class:`~amdinfer.engines.ort.OrtOptions` (``io_binding``, ``outputs_on``, ``fp16_io``).
         info: the engine's ``EngineInfo`` (``settings["data_path"]`` is set).
 
     Example:
         >>> import onnxruntime as ort
-        >>> from amdinfer.engines.ort._tuning import DataPathOptions
+        >>> from amdinfer.engines.ort import OrtOptions
         >>> from amdinfer.engines.base import EngineInfo
         >>> from amdinfer.testing.models import tiny_cnn
         >>> sess = ort.InferenceSession(tiny_cnn().SerializeToString(), providers=["CPUExecutionProvider"])
         >>> info = EngineInfo(backend="ort")
-        >>> make_runner(ort, sess, ["CPUExecutionProvider"], 0, [], [], DataPathOptions(), info) is None
+        >>> make_runner(ort, sess, ["CPUExecutionProvider"], 0, [], [], OrtOptions(), info) is None
         True
         >>> info.settings["data_path"]["io_binding"]
         False
     """
     provider = providers[0] if providers else "CPUExecutionProvider"
-    bind = datapath.binds_io(provider)
+    bind = options.binds_io(provider)
     value = next((s for s in (*inputs, *outputs) if not getattr(s, "is_tensor", True)), None)
     if bind and value is not None:
         # IOBinding binds tensors: a sequence or optional value goes through plain session.run.
         kind = "input" if value in inputs else "output"
-        if datapath.io_binding:
+        if options.io_binding:
             raise OptionError(
                 f"io_binding=True: {kind} {value.name!r} is a {value.type_name}, and IOBinding binds tensors only; "
                 "load with io_binding=False (or leave it unset)"
@@ -75,9 +76,9 @@ def make_runner(
     info.settings["data_path"] = {
         "io_binding": bind,
         "device_memory": ort_device_type(provider) if bind else "cpu",
-        "outputs_on": datapath.outputs_on,
+        "outputs_on": options.outputs_on,
         "gpu_graphs": graphs,
-        "fp16_io": datapath.fp16_io,
+        "fp16_io": options.fp16_io,
     }
     if not bind:
         return None

@@ -5,7 +5,7 @@ Example:
     >>> from amdinfer.engines.base import EngineInfo
     >>> from amdinfer.model import ModelSource
     >>> from amdinfer.testing.models import tiny_cnn
-    >>> builder = SessionBuilder(ort, OrtOptions.create(), precision="fp32", device=0, bounds={})
+    >>> builder = SessionBuilder(ort, OrtOptions(), precision="fp32", device=0, bounds={})
     >>> session, _ = builder.create(ModelSource.from_any(tiny_cnn()), ["CPUExecutionProvider"], [{}], EngineInfo("ort"))
     >>> [i.name for i in session.get_inputs()]
     ['input']
@@ -334,7 +334,7 @@ class SessionBuilder:
             >>> import onnxruntime as ort
             >>> from amdinfer.quantize import Fp16Quantizer
             >>> from amdinfer.testing.models import tiny_cnn
-            >>> builder = SessionBuilder(ort, OrtOptions.create(use_cache=False), precision="fp16", device=0, bounds={})
+            >>> builder = SessionBuilder(ort, OrtOptions(use_cache=False), precision="fp16", device=0, bounds={})
             >>> src = ModelSource(tiny_cnn(), name="cnn.onnx")
             >>> builder.rewrite(Fp16Quantizer(), src, EngineInfo("ort")).name
             'cnn.onnx'

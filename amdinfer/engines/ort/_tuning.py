@@ -43,12 +43,12 @@ import onnx
 
 from ..._support._validate import check_bool, check_optional_bool
 from ...errors import OptionError
+from ._options import OrtOptions
 from ._providers import GPU_PROVIDERS, PROVIDERS
 
 __all__ = [
     "GPU_PROVIDERS",
     "TUNABLE_KNOBS",
-    "DataPathOptions",
     "KnobChoice",
     "TuningPlan",
     "apply_tuning",
@@ -58,8 +58,6 @@ __all__ = [
     "plan_tuning",
     "without_graphs",
 ]
-
-_OUTPUTS_ON = ("auto", "host", "device")
 
 #: The typed knobs amdinfer tunes, in the order they are reported.
 TUNABLE_KNOBS: tuple[str, ...] = ("prefer_nhwc", "exhaustive_tune", "gpu_graphs", "tunable_ops", "tf32")
@@ -300,71 +298,10 @@ def plan_tuning(
     return TuningPlan(provider=provider, choices=choices, io_bound=io_bound)
 
 
-@dataclass(frozen=True)
-class DataPathOptions:
-    """The ORT engine's data-path options (``io_binding=``, ``outputs_on=``, ``tuning=``, ``tf32=``, ``fp16_io=``).
-
-    Attributes:
-        io_binding: bind inputs and outputs to device buffers (``None``: on for GPU providers, off for
-            the CPU EP).
-        outputs_on: ``"auto"`` (outputs on the device when any feed is a device tensor, else NumPy),
-            ``"host"`` or ``"device"``.
-        tuning: amdinfer's tuned provider defaults (``False``: the provider's own defaults).
-        tf32: CUDA EP ``use_tf32`` (``None``: provider default, on).
-        fp16_io: with ``precision="fp16"``, convert the model's inputs and outputs to float16 too, so
-            fp16 tensors go in and come out without casts (the default keeps fp32 IO).
-
-    Example:
-        >>> DataPathOptions.create(precision="fp16", fp16_io=True).binds_io("CUDAExecutionProvider")
-        True
-    """
-
-    io_binding: bool | None = None
-    outputs_on: str = "auto"
-    tuning: bool = True
-    tf32: bool | None = None
-    fp16_io: bool = False
-
-    @classmethod
-    def create(
-        cls,
-        *,
-        precision: str = "fp32",
-        io_binding: bool | None = None,
-        outputs_on: str = "auto",
-        tuning: bool = True,
-        tf32: bool | None = None,
-        fp16_io: bool = False,
-    ) -> DataPathOptions:
-        """Validate and build.
-
-        Raises:
-            OptionError: a value of the wrong type, an unknown ``outputs_on``, or ``fp16_io=True``
-                without ``precision="fp16"``.
-
-        Example:
-            >>> DataPathOptions.create(outputs_on="device").outputs_on
-            'device'
-        """
-        check_optional_bool("io_binding", io_binding)
-        check_optional_bool("tf32", tf32)
-        check_bool("tuning", tuning)
-        check_bool("fp16_io", fp16_io)
-        if outputs_on not in _OUTPUTS_ON:
-            raise OptionError(f"outputs_on: got {outputs_on!r}, expected one of {list(_OUTPUTS_ON)}")
-        if fp16_io and precision != "fp16":
-            raise OptionError(f"fp16_io=True: got precision={precision!r}, expected precision='fp16'")
-        return cls(io_binding=io_binding, outputs_on=outputs_on, tuning=tuning, tf32=tf32, fp16_io=fp16_io)
-
-    def binds_io(self, provider: str) -> bool:
-        """Whether the engine runs through IOBinding on ``provider``."""
-        return self.io_binding if self.io_binding is not None else provider in GPU_PROVIDERS
-
-
 def apply_tuning(
     provider: str,
     knobs: Mapping[str, Any],
-    datapath: DataPathOptions,
+    options: OrtOptions,
     settings: dict[str, Any],
     *,
     control_flow: Sequence[str] = (),
@@ -378,7 +315,7 @@ def apply_tuning(
     Args:
         provider: full provider name.
         knobs: the engine's typed provider knobs as the caller gave them (``None``: not set).
-        datapath: the engine's :class:`DataPathOptions`.
+        options: the engine's :class:`~amdinfer.engines.ort.OrtOptions` (``tf32``, ``tuning``, ``io_binding``).
         settings: ``engine.info.settings`` (updated).
         control_flow: the model's control-flow nodes (:func:`control_flow_nodes`).
         varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`).
@@ -393,15 +330,16 @@ def apply_tuning(
 
     Example:
         >>> settings = {}
-        >>> knobs, extra = apply_tuning("CUDAExecutionProvider", {"prefer_nhwc": None}, DataPathOptions(), settings)
+        >>> from amdinfer.engines.ort import OrtOptions
+        >>> knobs, extra = apply_tuning("CUDAExecutionProvider", {"prefer_nhwc": None}, OrtOptions(), settings)
         >>> knobs["prefer_nhwc"], settings["tuning"]["CUDAExecutionProvider"]["prefer_nhwc"]["source"]
         (True, 'amdinfer')
     """
     user = {k: knobs.get(k) for k in TUNABLE_KNOBS if k != "tf32"}
-    user["tf32"] = datapath.tf32
-    io_bound = datapath.binds_io(provider)
+    user["tf32"] = options.tf32
+    io_bound = options.binds_io(provider)
     plan = plan_tuning(
-        provider, user=user, tuning=datapath.tuning, io_bound=io_bound, control_flow=control_flow, varying=varying
+        provider, user=user, tuning=options.tuning, io_bound=io_bound, control_flow=control_flow, varying=varying
     )
     settings.setdefault("tuning", {})[provider] = plan.to_dict()
     graphs = plan.choices["gpu_graphs"]

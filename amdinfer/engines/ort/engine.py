@@ -15,25 +15,23 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import numpy as np
 
 from ..._certificate._io import show_certificate
-from ..._support._quant_protocol import PrecisionQuantizer
 from ...errors import BackendUnavailableError, InputError, OptionError
-from ...model import ModelLike, ModelSource
+from ...model import ModelSource
 from ...types import TensorSpec
 from .._dlpack import device_feed, host_feeds
 from ..base import Engine, EngineInfo, Feeds, OutputSelection
 from ._candidates import Candidates, auto_candidates, check_available
 from ._errors import translate_run_error
-from ._options import OrtOptions, ProviderSpec
+from ._options import OrtOptions
 from ._plugins import check_took_nodes, is_plugin_ep, plugin_settings, plugin_version, precision_note, register_plugins
 from ._profiles import batch_knobs, profile_options
 from ._providers import (
@@ -63,64 +61,18 @@ log = logging.getLogger("amdinfer.ort")
 class OrtEngine(Engine):
     """An ONNX Runtime session behind the :class:`~amdinfer.Engine` contract.
 
+    Built from an :class:`~amdinfer.engines.ort.OrtOptions` record (what :func:`amdinfer.load` passes) or from
+    that record's fields as keywords (``OrtEngine(model, providers=["cpu"], threads=1)``); every option is
+    documented once, on the record. ``precision="fp16"`` turns on the MIGraphX EP's flag; on other providers it runs
+    the model ``precision_quantizer("fp16")`` rewrites (through :func:`amdinfer.load`:
+    :class:`~amdinfer.quantize.Fp16Quantizer`, fp32 I/O kept, the same graph as ``quantizer=Fp16Quantizer()``);
+    ``"int8"`` needs ``quantizer=``. A provider named in ``providers=`` that cannot run (or takes no node) raises
+    :class:`~amdinfer.BackendUnavailableError` with ONNX Runtime's cause and the fix: never a silent fallback.
+
     Args:
         model: path, bytes, ``onnx.ModelProto`` or ``ModelSource``.
-        providers: providers to use, in order (full names or ``"migraphx"``, ``"rocm"``, ``"cuda"``,
-            ``"cpu"``, ``"openvino"`` or another plugin EP's short name; an entry may be ``(name, {option:
-            value})`` to set raw provider options). ``None`` tries MIGraphX EP, ROCm EP, AMD plugin EPs,
-            CUDA EP, other plugin EPs in turn and ends on CPU, recording in ``info.skipped`` why each was
-            passed over. Named providers that cannot run (or take no node) raise
-            :class:`~amdinfer.BackendUnavailableError` with ONNX Runtime's cause and the fix.
-        ep_library: path(s) of ONNX Runtime plugin EP libraries to register besides the installed
-            ``onnxruntime-ep-*`` packages (see :mod:`amdinfer.engines.ort._plugins`); ``device=`` then
-            indexes the plugin EP's devices.
-        device: GPU index (``device_id``).
-        precision: ``"fp32"``; ``"fp16"``/``"bf16"``/``"int8"`` turn on the MIGraphX EP's flags; on other
-            providers ``"fp16"`` runs the model ``precision_quantizer("fp16")`` rewrites (through
-            :func:`amdinfer.load`: :class:`~amdinfer.quantize.Fp16Quantizer`, fp32 I/O kept, the same graph as
-            ``quantizer=Fp16Quantizer()``), and ``"int8"`` needs ``quantizer=``.
-        threads: intra-op threads (``None``: ONNX Runtime's default, one per core).
-        inter_op_threads: inter-op threads.
-        spin_wait: whether ONNX Runtime's intra-op threads busy-wait for work between parallel sections
-            (session config ``session.intra_op.allow_spinning``; ``None``: ONNX Runtime's default, on).
-            ``False`` frees the cores as soon as an operator is done: use it when other threads of the
-            process need the CPU, e.g. :meth:`Pipeline.map <amdinfer.Pipeline.map>`'s pre/postprocessing
-            on a CPU engine (``docs/pipeline.md``).
-        graph_optimization: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"`` (default).
-        optimized_model_path: where ONNX Runtime writes the optimized model (``optimized_model_filepath``).
-        exhaustive_tune, tunable_ops, memory_limit, model_cache_dir, gpu_graphs, prefer_nhwc: provider
-            knobs, see :func:`provider_options`.
-        allow_cpu_nodes: ``False`` makes a node that the GPU provider cannot take an error at load
-            (ONNX Runtime's ``session.disable_cpu_ep_fallback``) instead of a silent CPU kernel.
-            ``amdinfer.profile.profile`` lists such nodes when they are allowed.
-        cache_dir: compiled-model cache folder (see ``docs/cache.md``); giving it turns the cache on.
-        use_cache: ``True`` caches the ORT-optimized model (CPU, ROCm, CUDA EPs) and, for the MIGraphX EP,
-            points ``migraphx_model_cache_dir`` into the cache; ``None`` (default) caches only when
-            ``cache_dir=`` or ``$AMDINFER_CACHE_DIR`` is set; ``False`` never. ``info.cache_hit`` tells.
-        io_binding: run through IOBinding with device buffers reused per input shape (``None``: on for
-            GPU providers). Device tensors (DLPack: PyTorch, CuPy, JAX, ``OrtValue``) are then taken
-            without a host round trip; see ``docs/gpu.md``.
-        outputs_on: ``"auto"`` (device arrays when any feed is a device tensor, else NumPy), ``"host"``
-            or ``"device"`` (:class:`~amdinfer.DeviceArray`, a DLPack producer).
-        tuning: amdinfer's tuned provider defaults for knobs left at ``None`` (NHWC, exhaustive algorithm
-            search, CUDA/HIP graphs, tunable ops; see :mod:`amdinfer.engines.ort._tuning`), recorded in
-            ``info.settings["tuning"]``; ``False`` keeps the provider's own defaults.
-        tf32: CUDA EP ``use_tf32`` (``None``: provider default, on; ``False`` for strict fp32).
-        fp16_io: with ``precision="fp16"``, make the model's inputs and outputs float16 as well (fp16
-            tensors in and out, no casts); the default keeps fp32 IO.
-        transformer_fusion: ONNX Runtime's transformer optimizer (attention, LayerNorm, GELU fusions into its
-            contrib ops) before any precision rewrite: ``"auto"`` (default) where the provider takes the fused
-            graph and it matches, ``True`` required, ``False`` off; what fused is in ``info.notes`` and
-            ``info.settings["transformer_fusion"]`` (see :mod:`amdinfer.engines.ort._transformer`).
-        shape_sessions: sessions kept per input shape, so that a provider which rebuilds its kernels' state on
-            every shape change (the CUDA EP's convolutions) pays once per shape: ``"auto"`` (8 on the CUDA EP for
-            a model with an input varying beyond the batch axis, else off), an int, or 0 (one session); the
-            shapes served are in ``info.settings["shape_sessions"]`` (see :mod:`._shape_sessions`).
-        shapes, batch_buckets, quantizer: see :class:`~amdinfer.Engine`.
-        precision_quantizer: what a bare ``precision="fp16"`` means on providers without a native fp16 knob
-            (:class:`~amdinfer._support._quant_protocol.PrecisionQuantizer`); :func:`amdinfer.load` passes
-            :func:`amdinfer.quantize.precision_quantizer`. Without it (an ``OrtEngine`` built directly),
-            ``precision="fp16"`` there needs ``quantizer=``.
+        options: the record (``None``: built from ``keywords``).
+        **keywords: :class:`~amdinfer.engines.ort.OrtOptions` fields, when no record is given.
 
     Example:
         >>> import numpy as np
@@ -128,89 +80,16 @@ class OrtEngine(Engine):
         >>> engine = OrtEngine(tiny_cnn(), providers=["cpu"])
         >>> engine.run(np.zeros((1, 3, 32, 32), np.float32))["logits"].shape
         (1, 10)
+        >>> engine.info.options.providers
+        (('CPUExecutionProvider', {}),)
     """
 
     backend_name = "ort"
+    options_type = OrtOptions
     supports_all_outputs = True
     supports_containers = True
     native_quantization = True
     _options: OrtOptions
-
-    def __init__(
-        self,
-        model: ModelLike,
-        *,
-        providers: Sequence[ProviderSpec] | None = None,
-        device: int = 0,
-        precision: str = "fp32",
-        threads: int | None = None,
-        inter_op_threads: int | None = None,
-        spin_wait: bool | None = None,
-        graph_optimization: str = "all",
-        optimized_model_path: str | os.PathLike | None = None,
-        exhaustive_tune: bool | None = None,
-        tunable_ops: bool | None = None,
-        memory_limit: int | None = None,
-        model_cache_dir: str | os.PathLike | None = None,
-        gpu_graphs: bool | None = None,
-        prefer_nhwc: bool | None = None,
-        allow_cpu_nodes: bool = True,
-        cache_dir: str | os.PathLike | None = None,
-        use_cache: bool | None = None,
-        io_binding: bool | None = None,
-        outputs_on: str = "auto",
-        tuning: bool = True,
-        tf32: bool | None = None,
-        fp16_io: bool = False,
-        ep_library: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-        transformer_fusion: str | bool = "auto",
-        shape_sessions: int | str = "auto",
-        shapes: Mapping[str, Any] | None = None,
-        batch_buckets: Sequence[int] | None = None,
-        quantizer: Any = None,
-        precision_quantizer: PrecisionQuantizer | None = None,
-    ) -> None:
-        if precision_quantizer is not None and not callable(precision_quantizer):
-            raise OptionError(
-                f"precision_quantizer: got {type(precision_quantizer).__name__}, expected a callable "
-                "(precision, *, keep_io_types) -> Quantizer | None, e.g. amdinfer.quantize.precision_quantizer"
-            )
-        self._precision_quantizer = precision_quantizer
-        options = OrtOptions.create(
-            precision=getattr(quantizer, "precision", None) or precision,
-            providers=providers,
-            threads=threads,
-            inter_op_threads=inter_op_threads,
-            spin_wait=spin_wait,
-            graph_optimization=graph_optimization,
-            optimized_model_path=optimized_model_path,
-            allow_cpu_nodes=allow_cpu_nodes,
-            cache_dir=cache_dir,
-            use_cache=use_cache,
-            io_binding=io_binding,
-            outputs_on=outputs_on,
-            tuning=tuning,
-            tf32=tf32,
-            fp16_io=fp16_io,
-            ep_library=ep_library,
-            transformer_fusion=transformer_fusion,
-            shape_sessions=shape_sessions,
-            exhaustive_tune=exhaustive_tune,
-            tunable_ops=tunable_ops,
-            memory_limit=memory_limit,
-            model_cache_dir=model_cache_dir,
-            gpu_graphs=gpu_graphs,
-            prefer_nhwc=prefer_nhwc,
-        )
-        super().__init__(
-            model,
-            precision=precision,
-            device=device,
-            shapes=shapes,
-            batch_buckets=batch_buckets,
-            quantizer=quantizer,
-            options=options,
-        )
 
     # ------------------------------------------------------------------ construction
     def _load(self, source: ModelSource) -> tuple[list[TensorSpec], list[TensorSpec], EngineInfo]:
@@ -232,7 +111,7 @@ class OrtEngine(Engine):
         )
         fusion, cache = self._options.transformer_fusion, self._builder.cache
         self._fusion = TransformerFusion(fusion, cache=cache, quantizer=self._quantizer)
-        register_plugins(ort, self._options.ep_libraries)  # once per process; failures are diagnoses
+        register_plugins(ort, self._options.ep_library)  # once per process; failures are diagnoses
         available = list(ort.get_available_providers())
         t0 = time.perf_counter()
         if self._options.providers is None:
@@ -256,9 +135,7 @@ class OrtEngine(Engine):
                 info.notes.append(f"model already converted to {runs}: its float weights are {runs}")
         inputs = specs_from_session(self._session.get_inputs(), self._source.inputs)
         outputs = specs_from_session(self._session.get_outputs(), self._source.outputs)
-        self._runner = make_runner(
-            ort, self._session, used, self._device, inputs, outputs, self._options.datapath, info
-        )
+        self._runner = make_runner(ort, self._session, used, self._device, inputs, outputs, self._options, info)
         limit = resolve_shape_sessions(self._options.shape_sessions, used[0], varying_inputs(self._source.proto))
         sequence = next((s for s in inputs if not s.is_tensor), None)
         if limit > 1 and sequence is not None:  # sessions are keyed on tensor shapes
@@ -276,9 +153,10 @@ class OrtEngine(Engine):
         info.settings["provider_options"] = settings
         names, opts = list(settings), [dict(o) for o in settings.values()]
         session, _ = self._builder.create(self._source, names, opts, info)
-        datapath = self._options.datapath
         used = list(session.get_providers())
-        return session, make_runner(self._ort, session, used, self._device, self.inputs, self.outputs, datapath, info)
+        return session, make_runner(
+            self._ort, session, used, self._device, self.inputs, self.outputs, self._options, info
+        )
 
     def _model_for(self, provider: str, source: ModelSource, info: EngineInfo) -> tuple[ModelSource, dict[str, str]]:
         """The model and extra provider options for ``provider`` at this engine's precision.
@@ -289,7 +167,7 @@ class OrtEngine(Engine):
         """
         source = self._fusion.apply(provider, source, info)  # fused first, then any precision rewrite
         q = self._quantizer
-        fp16_io = self._options.datapath.fp16_io
+        fp16_io = self._options.fp16_io
         if provider == MIGRAPHX_EP:
             if q is not None:
                 opts, unhonoured = migraphx_ep_options(q, source.proto, self._workdir())
@@ -303,7 +181,8 @@ class OrtEngine(Engine):
                 return source, {}
             if self._precision != "fp16":
                 raise OptionError(f"precision={self._precision!r}: only the MIGraphX EP offers it natively")
-            q = self._precision_quantizer("fp16", keep_io_types=not fp16_io) if self._precision_quantizer else None
+            make = self._options.precision_quantizer
+            q = make("fp16", keep_io_types=not fp16_io) if make is not None else None
             if q is None:
                 raise OptionError(
                     f"precision='fp16' on {provider}: ONNX Runtime runs an fp16 rewrite of the model there, and this "
@@ -331,10 +210,10 @@ class OrtEngine(Engine):
         # graph capture cannot serve control flow; inputs varying beyond the batch axis get none by default
         flow, varying = control_flow_nodes(source.proto), varying_inputs(source.proto)
         for name, raw in candidates:
-            dp, kw = self._options.datapath, dict[str, Any](control_flow=flow, varying=varying, notes=info.notes)
-            knobs, extra = apply_tuning(name, knobs_given, dp, info.settings, **kw)
+            kw = dict[str, Any](control_flow=flow, varying=varying, notes=info.notes)
+            knobs, extra = apply_tuning(name, knobs_given, self._options, info.settings, **kw)
             precision = self._precision if name == MIGRAPHX_EP and self._quantizer is None else "fp32"
-            if precision == "fp16" and self._options.datapath.fp16_io:
+            if precision == "fp16" and self._options.fp16_io:
                 precision = "fp32"  # the model itself is converted (fp16 IO)
             mapped = provider_options(
                 name, device=self._device, precision=precision, **knobs, **batch_knobs(self._buckets, self._bounds)
@@ -449,9 +328,7 @@ class OrtEngine(Engine):
         if self._runner is None or self._buckets or self._intermediate(names) or self._shapes.active:
             # a session per shape (shape_sessions): each batch goes to its shape's session, in turn
             return (self.run(batch, outputs=outputs) for batch in batches)
-        return self._runner.run_many(
-            batches, self._check_feeds, names, self._options.datapath.outputs_on, int(prefetch)
-        )
+        return self._runner.run_many(batches, self._check_feeds, names, self._options.outputs_on, int(prefetch))
 
     def _intermediate(self, outputs: list[str] | None) -> TypeGuard[list[str]]:
         """Whether ``outputs`` asks for intermediate tensors (served by a separate session, not IO binding)."""
@@ -461,7 +338,7 @@ class OrtEngine(Engine):
         runner = self._shapes.pick(feeds)[1] if self._runner is not None else None
         if runner is None or self._buckets or self._intermediate(outputs):
             return super()._prepared_call(feeds, outputs)
-        return runner.prepare(feeds, outputs, self._options.datapath.outputs_on)
+        return runner.prepare(feeds, outputs, self._options.outputs_on)
 
     def _accepts_device_tensor(self, value: Any) -> bool:
         return True  # _device_feed decides: host DLPack -> NumPy view, device tensor -> bound (or an error)
@@ -480,7 +357,7 @@ class OrtEngine(Engine):
             return self._run_intermediate(host_feeds(feeds, "outputs= with intermediate tensors"), outputs)
         session, runner = self._shapes.pick(feeds)
         if runner is not None:
-            return runner.run(feeds, outputs, self._options.datapath.outputs_on)
+            return runner.run(feeds, outputs, self._options.outputs_on)
         names = outputs if outputs is not None else self._output_names
         try:
             values = session.run(names, feeds)

@@ -1,5 +1,8 @@
 """How :meth:`Pipeline.fuse <amdinfer.Pipeline.fuse>` loads the fused model by default, and its ``"auto"`` modes.
 
+The ``"auto"`` NMS and Resize forms are read from records, never from names: the ``fusion`` field of the first ONNX
+Runtime provider's :class:`~amdinfer.engines.ort.ExecutionProvider`, or of the named backend's registry entry.
+
 Example:
     >>> _auto_nms_mode({"backend": "ort", "providers": ["CUDAExecutionProvider"]}, [])
     'dense'
@@ -34,7 +37,8 @@ _NOT_CARRIED = (
 def fused_load_options(engine: Any, quantizer: Any, given: Mapping[str, Any], proto: Any) -> tuple[Any, dict[str, Any]]:
     """:meth:`Pipeline.fuse`'s default load options: the load options the pipeline was built with (``device``,
     ``threads``, ``io_binding``, cache and tuning knobs, ...) with ``engine``'s resolved backend, providers and
-    precision. ORT fp16 (not on the MIGraphX EP): the model's own nodes are converted before fusing, fp32 IO,
+    precision. ORT fp16 on a provider without its own fp16 knob (the MIGraphX EP has one: its record's
+    ``precision``): the model's own nodes are converted before fusing, fp32 IO,
     so the pre/post-processing stays float32/int32 (box coordinates and pixel values need more than fp16's
     11 bits); the fused engine then reports fp16 from the weights it loads. Returns the model to fuse and the
     load options.
@@ -56,15 +60,18 @@ def fused_load_options(engine: Any, quantizer: Any, given: Mapping[str, Any], pr
     index = str(info.device).rpartition(":")[2]
     if "device" not in options and index.isdigit() and int(index):  # an Engine passed in: its GPU (cuda:1)
         options["device"] = int(index)
+    native_fp16 = False
     if info.backend == "ort":
+        from ...engines.ort import provider_record
+
         options["providers"] = list(info.requested_providers or info.providers)
-        session = info.settings.get("session") or {}
         # an Engine passed in: its thread counts travel too (a fused engine on ORT's default pool is slower)
-        for key, name in (("intra_op_num_threads", "threads"), ("inter_op_num_threads", "inter_op_threads")):
-            if name not in options and session.get(key):
-                options[name] = int(session[key])
-    migraphx_ep = any("MIGraphX" in p for p in info.providers)
-    if info.precision == "fp16" and info.backend == "ort" and not migraphx_ep and quantizer is None:
+        for name in ("threads", "inter_op_threads"):
+            if name not in options and getattr(info.options, name, None):
+                options[name] = int(getattr(info.options, name))
+        first = provider_record(info.providers[0]) if info.providers else None
+        native_fp16 = first is not None and "fp16" in first.precision  # the provider converts the model itself
+    if info.precision == "fp16" and info.backend == "ort" and not native_fp16 and quantizer is None:
         import onnx
 
         from ...quantize import precision_quantizer
@@ -78,50 +85,53 @@ def fused_load_options(engine: Any, quantizer: Any, given: Mapping[str, Any], pr
 
 
 def _check_nms_backend(load_options: Mapping[str, Any], nms_mode: str, postprocess: Sequence[Any]) -> None:
-    """In-graph NMS is refused on MIGraphX (it pads data-dependent outputs)."""
+    """In-graph NMS is refused on a backend whose fusion record says NMS runs on the host (native MIGraphX pads
+    data-dependent outputs)."""
+    from ...engines.registry import get_backend
     from ...postprocess import Nms
 
+    backend = load_options.get("backend")
+    fusion = get_backend(backend).fusion if isinstance(backend, str) and backend not in ("auto", "ort") else None
     if (
-        load_options.get("backend") == "migraphx"
+        fusion is not None
+        and fusion.nms == "host"
         and nms_mode != "host"
         and any(isinstance(s, Nms) for s in postprocess)
     ):
-        raise OptionError(
-            f"nms_mode={nms_mode!r} on MIGraphX: it pads the outputs of NonMaxSuppression and NonZero to a "
-            "static size with zero rows (seen on MIGraphX 2.16's ref target), so in-graph NMS returns "
-            "padding as detections; use nms_mode='host' (the default there)"
-        )
+        raise OptionError(f"nms_mode={nms_mode!r} on {fusion.reason}; use nms_mode='host' (the default there)")
 
 
-def _first_provider(load_options: Mapping[str, Any]) -> str:
+def _fusion_defaults(load_options: Mapping[str, Any]) -> Any:
+    """The :class:`~amdinfer.engines._fusion.FusionDefaults` of the fused model's load: the named backend's registry
+    entry, else the record of the first ONNX Runtime provider (``None``: neither says, e.g. ``backend="auto"``)."""
+    from ...engines.ort import provider_record, resolve_provider_name
+    from ...engines.registry import get_backend
+
+    backend = load_options.get("backend")
+    if backend not in (None, "ort"):
+        return get_backend(backend).fusion if isinstance(backend, str) else None
     providers = load_options.get("providers") or ()
-    return str(providers[0]).lower() if providers else ""
-
-
-def _ort_gpu_ep(load_options: Mapping[str, Any]) -> bool:
-    """Whether the fused model loads on ONNX Runtime's CUDA or ROCm EP (first in ``providers``)."""
-    first = _first_provider(load_options)
-    return load_options.get("backend") in (None, "ort") and ("cuda" in first or "rocm" in first)
+    if not providers:
+        return None
+    first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+    record = provider_record(resolve_provider_name(str(first)))
+    return record.fusion if record is not None else None
 
 
 def _auto_resize(load_options: Mapping[str, Any]) -> str:
-    """``resize="auto"`` of :meth:`Pipeline.fuse`: fuse_model's size rule on ORT's CUDA/ROCm EPs, exact elsewhere."""
-    return "auto" if _ort_gpu_ep(load_options) else "exact"
+    """``resize="auto"`` of :meth:`Pipeline.fuse`: the provider's (or backend's) ``fusion.resize``; exact elsewhere."""
+    fusion = _fusion_defaults(load_options)
+    return fusion.resize if fusion is not None else "exact"
 
 
 def _auto_nms_mode(load_options: Mapping[str, Any], postprocess: Sequence[Any]) -> str:
-    """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: on the CPU or the reference engine, offset when the ``Nms``
-    stage has a ``class_offset`` else per-class; host on MIGraphX (native or EP); dense on ORT's CUDA/ROCm
-    EPs; else offset."""
+    """``nms_mode="auto"`` of :meth:`Pipeline.fuse`: the first provider's (or the backend's) ``fusion.nms``, e.g.
+    dense on ORT's CUDA/ROCm EPs, host on MIGraphX (native or EP), per-class on the CPU, where an ``Nms`` stage
+    with a ``class_offset`` takes offset instead; offset where no record says."""
     from ...postprocess import Nms
 
-    providers = [str(p) for p in load_options.get("providers") or ()]
-    cpu = load_options.get("backend") == "reference" or (
-        bool(providers) and all(p.lower() in ("cpu", "cpuexecutionprovider") for p in providers)
-    )
-    offset_nms = any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess)
-    if cpu:
-        return "offset" if offset_nms else "per-class"
-    if load_options.get("backend") == "migraphx" or "migraphx" in _first_provider(load_options):
-        return "host"  # MIGraphX pads NonMaxSuppression/NonZero outputs to static shapes
-    return "dense" if _ort_gpu_ep(load_options) else "offset"
+    fusion = _fusion_defaults(load_options)
+    mode = fusion.nms if fusion is not None else "offset"
+    if mode == "per-class" and any(isinstance(s, Nms) and s.class_offset is not None for s in postprocess):
+        return "offset"
+    return mode
