@@ -198,6 +198,56 @@ def test_layers_engines_below_quantize_and_backend_folders_private() -> None:
     assert "amdinfer.engines.ort" in folders  # the check sees the backend folders
 
 
+#: The package's rooms (its top-level modules and folders), bottom to top: a room imports only rooms of its own
+#: layer or below. docs/architecture.md draws the same layers.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "types"),
+    ("_support", "model", "reference", "results", "cache", "_certificate"),
+    ("engines", "stages"),
+    ("preprocess", "postprocess", "pool", "bench", "profile", "doctor"),
+    ("quantize",),
+    ("_load", "verify", "testing"),
+    ("pipeline",),
+    ("text", "recipes"),
+    ("cli", "serve", "ray", "__init__", "__main__"),
+)
+#: A handful of private rooms at the root; everything else lives in a package.
+ROOT_PRIVATE_ROOMS = {"_load", "_support", "_certificate"}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_layers_every_room_imports_only_its_layer_or_below() -> None:
+    graph = _imports()
+    layer = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+    rooms = {_room(m) for m in graph}
+    assert rooms <= set(layer), f"rooms without a layer (add them to LAYERS): {sorted(rooms - set(layer))}"
+    upward = sorted(f"{m} imports {t}" for m, ts in graph.items() for t in ts if layer[_room(t)] > layer[_room(m)])
+    assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
+    root = Path(amdinfer.__file__).parent
+    private = {p.stem if p.suffix else p.name for p in root.iterdir() if p.name.startswith("_") and p.name[1] != "_"}
+    private = {name for name in private if (root / name).is_dir() or (root / f"{name}.py").exists()}
+    assert private <= ROOT_PRIVATE_ROOMS, f"private modules at the root (put them in a package): {sorted(private)}"
+
+
+def test_pipeline_sits_above_engines_and_results_import_without_engines() -> None:
+    graph = _imports()
+    down = sorted(
+        f"{m} imports {t}" for m, ts in graph.items() if _room(m) == "engines" for t in ts if _room(t) == "pipeline"
+    )
+    assert not down, down
+    # results (and everything they import) never need an engine: a client can rebuild answers without a runtime
+    reach, todo = set(), [m for m in graph if _room(m) == "results"]
+    while todo:
+        for t in graph[todo.pop()] - reach:
+            reach.add(t)
+            todo.append(t)
+    assert not {m for m in reach if _room(m) in ("engines", "pipeline")}, sorted(reach)
+
+
 def test_a_recipe_parses_its_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``amdinfer.yolo(path)``: the file is read and parsed once, from the entry point to the class names."""
     import onnx

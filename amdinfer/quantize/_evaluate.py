@@ -27,8 +27,10 @@ def _is_engine(x: Any) -> bool:
     return isinstance(x, Engine)
 
 
-def _load_cpu(model: Any, **options: Any) -> Any:
-    from .._load import load
+def _load_cpu(model: Any) -> Any:
+    """The model on ONNX Runtime's CPU provider, at the precision its graph carries (nothing to rewrite, so
+    the registry builds it directly: quantize sits below ``amdinfer.load``)."""
+    from ..engines.registry import get_backend
     from ..model import ModelSource
     from ._prepare import fix_negative_dims
 
@@ -42,7 +44,7 @@ def _load_cpu(model: Any, **options: Any) -> Any:
         proto.CopyFrom(src.proto)
         fix_negative_dims(proto)  # Paddle's -1 means "any size"; the engine would take it literally
         src = ModelSource.from_any(proto, check=False)
-    return load(src, backend="ort", providers=["CPUExecutionProvider"], **options)
+    return get_backend("ort").build(src, {"providers": ["CPUExecutionProvider"]})
 
 
 def _model_precision(proto: onnx.ModelProto, default: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, OptionError
-from ..verify import max_abs_error, rms_error
+from ..reference import max_abs_error, rms_error
 from ._report import LayerError, OutputError
 from ._task_base import _cosines, _rows
 from ._tasks import group_views

@@ -350,7 +350,7 @@ def group_errors(
     Raises:
         InputError: a quantized output's shape differs from the float one's.
     """
-    from ..verify import rms_error
+    from ..reference import rms_error
 
     found = []
     for name in _float_outputs(reference[0]):

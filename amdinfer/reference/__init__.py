@@ -39,6 +39,8 @@ from amdinfer.reference.vision import (
     yolo_decode,
 )
 
+from ._metrics import max_abs_error, rms_error
+
 __all__ = [
     "FAST_OPS",
     "Layout",
@@ -55,6 +57,7 @@ __all__ = [
     "fast_ops",
     "letterbox",
     "linear_taps_fixed",
+    "max_abs_error",
     "max_pool",
     "nms",
     "non_max_suppression",
@@ -63,6 +66,7 @@ __all__ = [
     "resize_bilinear",
     "resize_nearest",
     "resolve_layout",
+    "rms_error",
     "scale_boxes",
     "xywh2xyxy",
     "xyxy2xywh",

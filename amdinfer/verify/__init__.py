@@ -24,10 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from ._bisect import BisectReport, BisectStep, Reproducer, bisect, judge
-from ._compare import compare, compare_engines, compare_layers
-from ._golden import Golden, load_golden, save_golden
-from ._metrics import (
+from ..reference._metrics import (
     DEFAULT_TOLERANCES,
     Tolerance,
     cosine_similarity,
@@ -39,6 +36,9 @@ from ._metrics import (
     topk_agreement,
     within_tolerance,
 )
+from ._bisect import BisectReport, BisectStep, Reproducer, bisect, judge
+from ._compare import compare, compare_engines, compare_layers
+from ._golden import Golden, load_golden, save_golden
 from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
 
 __all__ = [

@@ -27,10 +27,10 @@ def _as_engine(x: Any, what: str) -> Any:
 
     if isinstance(x, Engine):
         return x
-    import amdinfer
+    from .._load import load
 
     try:
-        return amdinfer.load(x)
+        return load(x)
     except OptionError:
         raise
     except Exception as exc:  # a path or proto that is not a model

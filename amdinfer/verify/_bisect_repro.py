@@ -230,13 +230,13 @@ def _region(walk: _Walk, a: Any, b: Any, step: BisectStep, region_inputs: list[s
 
 def _run_region(region: _Region, a: Any, b: Any, walk: _Walk) -> tuple[bool | None, dict[str, TensorReport], str]:
     """Run the region on both sides (as each side ran the full model): (diverges?, comparisons, what it means)."""
-    import amdinfer
+    from .._load import load
 
     spec_a, spec_b = _load_spec(a, region.same), _load_spec(b, region.same)
     ma = region.models["model"] if region.same else region.models["actual_model"]
     mb = region.models["model"] if region.same else region.models["expected_model"]
     try:
-        with amdinfer.load(ma, **spec_a) as ea, amdinfer.load(mb, **spec_b) as eb:
+        with load(ma, **spec_a) as ea, load(mb, **spec_b) as eb:
             xa, xb = ea.run(dict(region.inputs)), eb.run(dict(region.inputs))
     except Exception as exc:  # the check is best effort: the files are written either way
         return None, {}, f"not run: {type(exc).__name__}: {exc}"

@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
+from ..reference._metrics import as_float64
 from ._bisect_report import BisectReport, BisectStep
-from ._metrics import as_float64
 from ._report import TensorReport
 from ._tensor import TolSpec, _compare_one, _is_16bit, _kind
 

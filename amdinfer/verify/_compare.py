@@ -9,8 +9,8 @@ import numpy as np
 
 from ..engines._checks import tensors_only
 from ..errors import InputError, OptionError
+from ..reference._metrics import DEFAULT_TOLERANCES
 from ..types import normalize_precision
-from ._metrics import DEFAULT_TOLERANCES
 from ._report import ComparisonReport, LayerEntry, LayerReport, TensorReport
 from ._tensor import TolSpec, _compare_one
 
@@ -310,9 +310,9 @@ def compare_layers(
     from ..engines.base import Engine
 
     if not isinstance(engine, Engine):
-        import amdinfer
+        from .._load import load
 
-        engine = amdinfer.load(engine)
+        engine = load(engine)
     if reference is None:
         from ..engines.reference import ReferenceEngine
 

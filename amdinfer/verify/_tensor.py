@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, OptionError
-from ._metrics import DEFAULT_TOLERANCES, Tolerance, _cosine, _max_rel, _rms, as_float64, topk_agreement
+from ..reference._metrics import DEFAULT_TOLERANCES, Tolerance, _cosine, _max_rel, _rms, as_float64, topk_agreement
 from ._report import TensorReport
 
 #: A tolerance for every output, or one per output name (names not listed get the default).
