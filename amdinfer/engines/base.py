@@ -29,6 +29,7 @@ from .._support._validate import check_int
 from ..errors import EngineClosedError, InputError, ModelError, OptionError
 from ..model import ModelLike, ModelSource
 from ..types import ShapeBounds, TensorSpec, normalize_precision
+from ._buckets import bucket_rows, padded
 from ._checks import FeedChecks, Feeds, OutputSelection
 from ._info import EngineInfo
 from ._options import EngineOptions
@@ -37,12 +38,6 @@ from ._prepared import BoundFeeds, PreparedRun, check_bound_in_place
 __all__ = ["Engine", "EngineInfo", "Feeds", "OutputSelection"]
 
 log = logging.getLogger("amdinfer.engine")
-
-
-def _pad_batch(arr: Any, n: int) -> np.ndarray:
-    """Pad axis 0 to ``n`` rows by repeating the last row (keeps values in range, unlike zeros)."""
-    extra = n - arr.shape[0]
-    return np.concatenate([arr, np.repeat(arr[-1:], extra, axis=0)], axis=0)
 
 
 class Engine(FeedChecks, abc.ABC):
@@ -419,12 +414,6 @@ class Engine(FeedChecks, abc.ABC):
     # ------------------------------------------------------------------ checks
 
     # ------------------------------------------------------------------ buckets
-    def _bucket_for(self, n: int) -> int:
-        for b in self._buckets:
-            if b >= n:
-                return b
-        return self._buckets[-1]
-
     def _run_bucketed(self, feeds: dict[str, Any], names: list[str] | None) -> dict[str, np.ndarray]:
         batch = {name: arr.shape[0] for name, arr in feeds.items() if arr.ndim > 0}
         n = next(iter(batch.values()), 1)
@@ -437,10 +426,10 @@ class Engine(FeedChecks, abc.ABC):
         for start in range(0, n, top):
             stop = min(start + top, n)
             size = stop - start
-            bucket = self._bucket_for(size)
+            bucket = bucket_rows(self._buckets, size)
             part = {k: v[start:stop] for k, v in feeds.items()}
             if bucket != size:
-                part = {k: _pad_batch(np.asarray(v), bucket) for k, v in part.items()}
+                part = {k: padded(v, bucket) for k, v in part.items()}
             for k, v in part.items():
                 b = self._bounds.get(k)
                 if b is not None and not b.contains(v.shape):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import InputError, OptionError, StageError, StageInputError
 from ..stages import FanOut, Gather, Postprocessor, Sample
+from ._executor import ByShape
 from ._steps import PipelineSteps, _positive_int
 
 __all__ = ["SubPipeline"]
@@ -131,12 +132,11 @@ class SubPipeline(Postprocessor):
             [(10,), (10,), (10,)]
             >>> inner.close()
         """
-        sub = self.pipeline
         n = len(items)
         if not n:
             return []
         order = list(range(n))
-        batches: list[list[int]]
+        tags: list[int] | None = None
         if self.order == "aspect":
             ratios = []
             for i, s in enumerate(items):
@@ -146,48 +146,35 @@ class SubPipeline(Postprocessor):
                 ratios.append(shape[1] / float(shape[0]))
             # np.argsort's default sort, as PaddleOCR/RapidOCR order their text lines (ties included)
             order = [int(i) for i in np.argsort(np.array(ratios))]
-            batches = [order[k : k + self.batch_size] for k in range(0, n, self.batch_size)]
+            tags = [k // self.batch_size for k in range(n)]  # batches of the sorted order
             items = [Sample(s.data, dict(s.meta)) for s in items]
-            for batch in batches:
+            for k in range(0, n, self.batch_size):
+                batch = order[k : k + self.batch_size]
                 widest = max(ratios[i] for i in batch)
                 for i in batch:
                     items[i].meta["batch_aspect"] = widest
-        prepared: list[Sample] = [None] * n  # type: ignore[list-item]
-        for i in order:
-            prepared[i] = self._step(i, lambda i=i: sub._preprocess_one(i, items[i]))
-        if self.order == "shape":
-            groups: dict[Any, list[int]] = {}
-            for i in order:
-                groups.setdefault((prepared[i].data.shape, prepared[i].data.dtype.str), []).append(i)
-            batches = [g[k : k + self.batch_size] for g in groups.values() for k in range(0, len(g), self.batch_size)]
-        engine_calls: list[list[int]] = []
-        for batch in batches:  # a batch of one aspect group still splits by shape if its stages differ
-            by_shape: dict[Any, list[int]] = {}
-            for i in batch:
-                by_shape.setdefault((prepared[i].data.shape, prepared[i].data.dtype.str), []).append(i)
-            engine_calls.extend(by_shape.values())
+        # the pieces in their batching order: one engine call per (aspect batch and) shape, of batch_size at most
+        group = ByShape(size=self.batch_size, pad_to=self.batch_size if self.pad_batch else 0, tags=tags)
+        try:
+            got = self.pipeline._run_items([items[i] for i in order], group)
+        except StageError as exc:
+            raise self._piece_error(exc, order) from exc.__cause__
         results: list[Any] = [None] * n
-        for group in engine_calls:
-            samples = [prepared[i] for i in group]
-            if self.pad_batch:  # one row count for the engine: the last piece repeated, its extra answers dropped
-                samples += [samples[-1]] * (self.batch_size - len(samples))
-            outs = self._step(group[0], lambda s=samples, g=group: sub._infer_samples(g[0], s))[: len(group)]
-            for i, out in zip(group, outs):
-                results[i] = self._step(i, lambda i=i, out=out: sub._postprocess_one(i, out))
+        for k, i in enumerate(order):
+            results[i] = got[k]
         return results
 
     @staticmethod
-    def _step(index: int, fn: Any) -> Any:
-        """Run one inner step; a failure becomes an error naming the piece (not the outer item, whose index
-        the outer pipeline adds)."""
-        try:
-            return fn()
-        except Exception as exc:
-            cause = exc.__cause__ if isinstance(exc, StageError) and exc.__cause__ is not None else exc
-            stage = getattr(exc, "stage", None)
-            where = f"piece {index}: {stage}: " if stage else f"piece {index}: "
-            kind = StageInputError if isinstance(cause, InputError) else StageError
-            raise kind(f"{where}{type(cause).__name__}: {cause}") from cause
+    def _piece_error(exc: StageError, order: list[int]) -> StageError:
+        """The inner pipeline's error, naming the piece (its place in the fan-out, not in the batching order; the
+        outer pipeline adds the outer item's index)."""
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        stage = getattr(exc, "stage", None)
+        index = getattr(exc, "index", None)
+        piece = order[index] if isinstance(index, int) and 0 <= index < len(order) else index
+        where = f"piece {piece}: {stage}: " if stage else f"piece {piece}: "
+        kind = StageInputError if isinstance(cause, InputError) else StageError
+        return kind(f"{where}{type(cause).__name__}: {cause}")
 
 
 def _describe(value: Any) -> str:

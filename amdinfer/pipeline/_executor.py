@@ -1,18 +1,27 @@
-"""The executor that keeps an engine busy: items placed into a batch buffer by a thread pool, the engine on its
-own thread, results split in order.
+"""The one executor every batching path runs on: items placed into batch buffers by a thread pool, the engine on
+its own thread, results finished in order.
 
-Three steps, given by the owner (:class:`~amdinfer.pipeline.fuse.FusedPipeline`):
+:class:`~amdinfer.Pipeline` (``__call__``, ``run_batch``, ``map``), the text and embedding pipelines,
+:class:`~amdinfer.pipeline.SubPipeline` (cascades) and :class:`~amdinfer.pipeline.fuse.FusedPipeline` are each three
+steps given to an :class:`Executor`:
 
 * ``place(index, item, slot) -> meta``: decode and transform item ``index`` and write it into its slot of the
-  batch buffer, asking for it with ``slot(shape)``; runs on the pool (OpenCV and Pillow release the GIL).
-* ``run(batch, metas) -> outputs``: one engine call on the whole buffer (the buffer itself: no ``np.stack``).
-* ``finish(outputs, metas) -> results``: one result per item.
+  batch buffer (``slot(shape[, dtype])`` gives the array to write, ``slot.put(array)`` hands over an array
+  that holds it; see :class:`~amdinfer.pipeline._windows.Slot`); runs on the pool (OpenCV and Pillow release
+  the GIL).
+* ``run(batch, metas) -> outputs``: one engine call on the whole buffer (the buffer itself: no ``np.stack``). The
+  buffer has ``rows(len(metas))`` rows: the owner's ``rows`` pads a batch to the engine's bucket or fixed batch
+  (the extra rows copies of the last item, :mod:`amdinfer.engines._buckets`).
+* ``finish(outputs, metas) -> results``: one result per item (an iterable: the results before a failing item
+  still come out).
 
-:meth:`Executor.map` keeps up to ``inflight`` batches going: while batch k runs on the engine thread, the pool
-fills batch k+1 and the caller's thread splits batch k-1 into results. Buffers come from a
-:class:`~amdinfer.engines._staging.PinnedStaging` (page-locked when the engine runs on a GPU) and return to it
-when their batch has run, so memory is bounded by ``inflight`` batches. An item's error carries its index in
-the stream (the place step names it); a batch with several failing items reports the first.
+Batches are consecutive items of one canvas, or, with :class:`~amdinfer.pipeline._windows.ByShape`, a window of
+items grouped by shape (pages of different sizes, texts of different length buckets). :meth:`Executor.map` keeps
+a bounded number of windows in flight: the engine thread reads the input and streams placed batches to the
+engine (``stream``, e.g. ``run_many``) while the pool places the next windows and finishes the last ones;
+results come back in order. ``workers=0`` (and :meth:`Executor.run_batch` of one item) runs everything in the
+caller's thread, with no thread at all. An error is raised after the results of the items before it, carrying its
+item's index: a placement error cuts its window short, an engine error names the batch's items (``locate``).
 
 Example:
     >>> import numpy as np
@@ -28,25 +37,25 @@ Example:
 from __future__ import annotations
 
 import os
-import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from itertools import islice
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from ..engines._staging import PinnedStaging
-from ..errors import InputError, OptionError
+from ..errors import OptionError, StageError
+from ._flow import Flow
+from ._windows import STOPPED, ByShape, Call, Locate, Slot, Stopped, Window, plan
 
-__all__ = ["Executor", "default_threads"]
+__all__ = ["ByShape", "Executor", "Slot", "default_threads"]
 
 M = TypeVar("M")
 R = TypeVar("R")
-Slot = Callable[[tuple[int, ...]], np.ndarray]
 Outputs = dict[str, Any]
+Stream = Callable[[Iterator[tuple[np.ndarray, list[M]]]], Iterator[Outputs]]
+_MISSING = object()
 
 
 def default_threads() -> int:
@@ -62,59 +71,35 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Abandoned(Exception):
-    """Item 0 of the batch failed before it fixed the canvas; the batch reports item 0's error."""
-
-
-class _Batch(Generic[M]):
-    """One batch in flight: its buffer (allocated for the canvas of item 0, or up front when known), the
-    per-item metadata and placement futures."""
-
-    def __init__(self, start: int, count: int, allocate: Callable[[tuple[int, ...]], np.ndarray]) -> None:
-        self.start, self.count, self._allocate = start, count, allocate
-        self.buffer: np.ndarray | None = None
-        self.metas: list[Any] = [None] * count
-        self.placed = [False] * count
-        self.futures: list[Future[Any]] = []
-        self.decided = threading.Event()
-        self._lock = threading.Lock()
-
-    def slot(self, j: int, shape: tuple[int, ...]) -> np.ndarray:
-        """Item ``j``'s slot for a canvas of ``shape``; item 0's canvas is the batch's."""
-        if j and self.buffer is None:
-            self.decided.wait()  # item 0 was dequeued first (FIFO pool): it is running or done
-        with self._lock:
-            if self.buffer is None:
-                if j:
-                    raise _Abandoned
-                self.buffer = self._allocate((self.count, *shape))
-                self.decided.set()
-        if self.buffer.shape[1:] != tuple(shape):
-            raise InputError(
-                f"item {self.start + j}: got a canvas of {tuple(shape)}, item {self.start} has "
-                f"{self.buffer.shape[1:]}; a batch needs one size (use a fixed-size Letterbox/Resize)"
-            )
-        self.placed[j] = True
-        return self.buffer[j]
+def _count(name: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}")
+    return int(value)
 
 
 class Executor(Generic[M, R]):
     """Runs items through ``place`` (a thread pool, into a batch buffer), ``run`` (the engine) and ``finish``.
 
     Args:
-        place: ``(index, item, slot) -> meta``; must call ``slot(shape)`` once and fill what it returns.
+        place: ``(index, item, slot) -> meta``; must ask for its slot (call it, or ``slot.put(array)``).
         run: ``(batch, metas) -> outputs``.
         finish: ``(outputs, metas) -> results``, one per item.
         canvas: the shape every item's slot has, when known up front (the buffer is then allocated at once;
             otherwise item 0 of each batch fixes it and the others must match).
-        threads: pool size; ``None``: the cores this process may use (a batch of n uses at most n).
+        threads: pool size of :meth:`run_batch` and the default ``workers`` of :meth:`map`; ``None``: the cores this
+            process may use (a batch of n uses at most n).
         staging: where buffers come from (default: plain NumPy buffers, reused).
-        dtype: the buffer's dtype.
-        inflight: batches :meth:`map` keeps going at once (>= 2 overlaps placement with the engine).
+        dtype: the buffer's dtype when ``slot`` is called without one.
+        inflight: windows :meth:`map` keeps going at once (>= 2 overlaps placement with the engine; more when
+            ``workers`` need them to stay busy).
         stream: ``(iterator of (batch, metas)) -> iterator of outputs`` for :meth:`map`, e.g. the engine's
             ``run_many``, which on a GPU copies batch k+1 to the device while batch k computes; it reads the
-            batches on the engine thread, at most ``inflight - 1`` ahead of the result it yields. Default:
-            ``run`` on each batch in turn.
+            batches on the engine thread. Default: ``run`` on each batch in turn.
+        locate: ``(step, error, indices) -> error``: the error to raise when reading the input fails (step
+            ``"input"``, the index of the item that could not be read), a batch cannot be stacked (``"stack"``) or
+            the engine fails (``"run"``, the batch's items); default: the error as it is.
+        rows: ``n -> rows`` a batch of n items is allocated with (>= n; padded by repeating the last item).
+        name: the threads' name prefix.
 
     Example: see the module.
     """
@@ -123,202 +108,267 @@ class Executor(Generic[M, R]):
         self,
         place: Callable[[int, Any, Slot], M],
         run: Callable[[np.ndarray, Sequence[M]], Outputs],
-        finish: Callable[[Outputs, Sequence[M]], list[R]],
+        finish: Callable[[Outputs, Sequence[M]], Iterable[R]],
         *,
         canvas: tuple[int, ...] | None = None,
         threads: int | None = None,
         staging: PinnedStaging | None = None,
         dtype: Any = np.uint8,
         inflight: int = 3,
-        stream: Callable[[Iterator[tuple[np.ndarray, list[M]]]], Iterator[Outputs]] | None = None,
+        stream: Stream[M] | None = None,
+        locate: Locate | None = None,
+        rows: Callable[[int], int] | None = None,
+        name: str = "amdinfer-place",
     ) -> None:
-        for name, value in (("threads", threads), ("inflight", inflight)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise OptionError(f"{name}: got {value!r}, expected an int >= 1")
+        for key, value in (("threads", threads), ("inflight", inflight)):
+            if value is not None:
+                _count(key, value, 1)
         self._place, self._run, self._finish = place, run, finish
-        self._stream = stream or self._run_each
+        self.stream: Stream[M] = stream or self._run_each
         self.canvas = None if canvas is None else tuple(int(c) for c in canvas)
         self.threads = threads or default_threads()
         self._staging = staging or PinnedStaging(depth=inflight + 1, pinned=False)
         self._dtype = np.dtype(dtype)
         self._inflight = inflight
+        self._locate = locate
+        self._rows = rows
+        self.name = name
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
-        self._engine: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ threads
-    def _pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
+    def _shared_pool(self) -> ThreadPoolExecutor:
+        """The pool :meth:`run_batch` places on (kept until :meth:`close`)."""
         with self._lock:
             if self._pool is None or self._pool_size != self.threads:
                 if self._pool is not None:
                     self._pool.shutdown(wait=False)  # its queued work still runs
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="amdinfer-place")
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
                 self._pool_size = self.threads
-            if self._engine is None:
-                self._engine = ThreadPoolExecutor(1, thread_name_prefix="amdinfer-engine")
-            return self._pool, self._engine
+            return self._pool
 
     def close(self) -> None:
-        """Stop the threads (a later call starts them again)."""
+        """Stop the threads of :meth:`run_batch` (a later call starts them again; :meth:`map` has its own)."""
         with self._lock:
-            pools, self._pool, self._engine = (self._pool, self._engine), None, None
-        for pool in pools:
-            if pool is not None:
-                pool.shutdown(wait=True)
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
-    # ------------------------------------------------------------------ one batch
-    def _place_one(self, batch: _Batch[M], j: int, item: Any) -> None:
-        try:
-            batch.metas[j] = self._place(batch.start + j, item, lambda shape: batch.slot(j, shape))
-            if not batch.placed[j]:
-                raise RuntimeError(f"item {batch.start + j}: the place step did not ask for its slot")
-        finally:
-            if j == 0:
-                batch.decided.set()
+    # ------------------------------------------------------------------ windows
+    def window(self, start: int, items: list[Any], group: ByShape | None = None, allocate: Any = None) -> Window[M]:
+        """A window of ``items`` (stream indices from ``start``), not placed yet."""
+        return Window(
+            start,
+            items,
+            group,
+            allocate=allocate or self._staging.lease,
+            canvas=self.canvas,
+            dtype=self._dtype,
+            rows=self._rows,
+            adopt=not self._staging.pinned and allocate is None,
+        )
 
-    def _start(
-        self,
-        items: Sequence[Any],
-        start: int,
-        allocate: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-        *,
-        inline: bool = True,
-    ) -> _Batch[M]:
-        """Start placing ``items`` (stream indices from ``start``) on the pool; with ``inline``, a single item
-        is placed right here."""
-        batch: _Batch[M] = _Batch(start, len(items), allocate or (lambda s: self._staging.lease(s, self._dtype)))
-        if self.canvas is not None:
-            batch.buffer = batch._allocate((len(items), *self.canvas))
-            batch.decided.set()
-        if len(items) == 1 and inline:  # no hand-off for a lone item when nothing else runs meanwhile
-            done: Future[Any] = Future()
-            try:
-                self._place_one(batch, 0, items[0])
-                done.set_result(None)
-            except BaseException as exc:  # reported by _collect, as from the pool
-                done.set_exception(exc)
-            batch.futures.append(done)
-            return batch
-        pool, _ = self._pools()
-        batch.futures = [pool.submit(self._place_one, batch, j, item) for j, item in enumerate(items)]
-        return batch
-
-    @staticmethod
-    def _collect(batch: _Batch[M]) -> tuple[np.ndarray, list[M]]:
-        """Wait for every placement of ``batch``; raise the error of its first failing item."""
-        wait(batch.futures)
-        for f in batch.futures:
-            exc = f.exception()
-            if exc is not None and not isinstance(exc, _Abandoned):
-                raise exc
-        assert batch.buffer is not None
-        return batch.buffer, batch.metas
-
-    def _run_batch(self, batch: _Batch[M]) -> tuple[Outputs, list[M]]:
-        buffer, metas = self._collect(batch)
-        return self._run(buffer, metas), metas
-
-    def _release(self, batch: _Batch[M], outputs: Outputs | None = None) -> None:
-        """Return the buffer for reuse, unless an output may be a view of it (an Identity graph)."""
-        buffer, batch.buffer = batch.buffer, None
-        if buffer is None:
+    def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None) -> None:
+        """Start placing ``w``'s items on ``pool``; without one (or for a lone item with no pool to keep busy), place
+        them here, stopping at the first failure."""
+        if pool is None:
+            for j in range(w.count):
+                done: Future[Any] = Future()
+                try:
+                    w.place(j, self._place)
+                    done.set_result(None)
+                except BaseException as exc:  # reported in order by plan(), as from the pool
+                    done.set_exception(exc)
+                w.futures.append(done)
+                if done.exception() is not None:
+                    return
             return
-        if outputs and any(isinstance(v, np.ndarray) and np.may_share_memory(v, buffer) for v in outputs.values()):
-            return
-        self._staging.release(buffer)
+        w.futures = [pool.submit(w.place, j, self._place) for j in range(w.count)]
 
-    # ------------------------------------------------------------------ the public steps
-    def place_batch(
-        self, items: Sequence[Any], allocate: Callable[[tuple[int, ...]], np.ndarray]
-    ) -> tuple[np.ndarray, list[M]]:
-        """Place ``items`` (in parallel) into a buffer from ``allocate(shape)`` that the caller keeps."""
-        return self._collect(self._start(items, 0, allocate))
+    def plan(self, w: Window[M]) -> list[Call[M]]:
+        """Wait for ``w``'s placement and plan its engine calls."""
+        wait(w.futures)
+        calls = plan(w, staging=self._staging, rows=self._rows, locate=self._locate)
+        if not w.planned.done():
+            w.planned.set_result(calls)
+        return calls
 
-    def run_batch(self, items: Sequence[Any]) -> list[R]:
-        """Place ``items`` in parallel, run them as one batch, return one result per item."""
-        if not items:
-            return []
-        batch = self._start(items, 0)
-        outputs = None
+    def locate(self, step: str, exc: BaseException, indices: list[int]) -> BaseException:
+        if isinstance(exc, Stopped):
+            return exc
+        return self._locate(step, exc, indices) if self._locate else exc
+
+    def run_call(self, call: Call[M]) -> Outputs | None:
+        """``run`` on one call here; a failure resolves the call with its located error (and gives None)."""
         try:
-            outputs, metas = self._run_batch(batch)
-            return self._finish(outputs, metas)
+            return self._run(call.buffer, call.metas)
+        except BaseException as exc:
+            self.release(call)
+            call.resolve([], self.locate("run", exc, call.indices))
+            return None
+
+    def finish_call(self, call: Call[M], outputs: Outputs) -> None:
+        """``finish`` one call's outputs into its future: the results, and the error that stopped them, if any."""
+        got: list[Any] = []
+        error: BaseException | None = None
+        try:
+            for result in self._finish(outputs, call.metas):
+                got.append(result)
+            if len(got) != len(call.metas):
+                error = StageError(f"finish: got {len(got)} results for {len(call.metas)} items, expected one each")
+        except BaseException as exc:
+            error = exc
         finally:
-            self._release(batch, outputs)
+            self.release(call, outputs)
+        call.resolve(got, error)
+
+    def release(self, call: Call[M], outputs: Outputs | None = None) -> None:
+        """Return the call's buffer for reuse, unless an output may be a view of it (an Identity graph)."""
+        lease, call.lease = call.lease, None
+        if lease is None:
+            return
+        if outputs and any(isinstance(v, np.ndarray) and np.may_share_memory(v, lease) for v in outputs.values()):
+            return
+        self._staging.release(lease)
+
+    def results(self, w: Window[M]) -> Iterator[Any]:
+        """``w``'s results in order, up to its first failure, then that failure raised."""
+        calls = w.planned.result()
+        results: list[Any] = [_MISSING] * w.count
+        error: BaseException | None = None
+        for call in calls:
+            got, exc = call.future.result()
+            for p, r in zip(call.positions, got):
+                results[p] = r
+            if exc is not None:
+                error = exc
+                break
+        error = error if error is not None else w.error
+        for r in results:
+            if r is _MISSING:
+                break
+            yield r
+        if isinstance(error, Stopped):
+            raise StageError(f"items from {w.start}: {error}")
+        if error is not None:
+            raise error
 
     def _run_each(self, batches: Iterator[tuple[np.ndarray, list[M]]]) -> Iterator[Outputs]:
         """The default ``stream``: ``run`` on each placed batch in turn (on the engine thread)."""
         for buffer, metas in batches:
             yield self._run(buffer, metas)
 
-    def map(self, items: Iterable[Any], batch_size: int) -> Iterator[R]:
-        """Run a stream ``batch_size`` items at a time, up to ``inflight`` batches at once; results in order.
+    # ------------------------------------------------------------------ the public steps
+    def place_batch(
+        self, items: Sequence[Any], allocate: Callable[[tuple[int, ...], Any], np.ndarray]
+    ) -> tuple[np.ndarray, list[M]]:
+        """Place ``items`` (in parallel) into a buffer from ``allocate(shape, dtype)`` that the caller keeps."""
+        w = self.window(0, list(items), allocate=allocate)
+        self.place_on(w, self._shared_pool() if w.count > 1 else None)
+        self.plan(w)
+        if w.error is not None:
+            raise w.error
+        assert w.buffer is not None
+        return w.buffer, w.metas
 
-        Placed batches go to ``stream`` (on the engine thread) in order through a queue; its outputs come back
-        through another. A batch whose placement failed ends the stream there: the results before it are
-        yielded, then its item's error is raised."""
-        it = iter(items)
-        todo: queue.Queue[_Batch[M] | None] = queue.Queue()
-        done: queue.Queue[tuple[str, Any]] = queue.Queue()
-        failed: list[BaseException] = []
+    def run_batch(self, items: Sequence[Any], *, group: ByShape | None = None, workers: int | None = None) -> list[R]:
+        """Place ``items`` (on ``workers`` threads; ``0``: here; default: :attr:`threads`), run them as one batch
+        (with ``group``: one call per shape), return one result per item. The first failing item's error is raised
+        (nothing runs then)."""
+        items = list(items)
+        if not items:
+            return []
+        workers = self.threads if workers is None else _count("workers", workers, 0)
+        w = self.window(0, items, group)
+        self.place_on(w, self._shared_pool() if workers and w.count > 1 else None)
+        calls = self.plan(w)
+        if w.error is not None:
+            for call in calls:
+                self.release(call)
+            raise w.error
+        for k, call in enumerate(calls):
+            outputs = self.run_call(call)
+            if outputs is None:
+                for later in calls[k + 1 :]:
+                    self.release(later)
+                break
+            self.finish_call(call, outputs)
+        return list(self.results(w))
 
-        def batches() -> Iterator[tuple[np.ndarray, list[M]]]:
-            while (batch := todo.get()) is not None:
-                try:
-                    yield self._collect(batch)
-                except BaseException as exc:  # an item's error: stop feeding, report it after the results
-                    failed.append(exc)
-                    return
+    def map(
+        self, items: Iterable[Any], batch_size: int, *, group: ByShape | None = None, workers: int | None = None
+    ) -> Iterator[R]:
+        """Run a stream ``batch_size`` items at a time (one engine call each; with ``group``, a window grouped into
+        calls); results in order.
 
-        def drive() -> None:
-            try:
-                for outputs in self._stream(batches()):
-                    done.put(("out", outputs))
-            except BaseException as exc:
-                done.put(("error", exc))
-            done.put(("end", None))
+        With ``workers`` >= 1 (default: :attr:`threads`), the placement and finishing run on a pool of that many
+        threads and the engine on a thread of its own (see :class:`~amdinfer.pipeline._flow.Flow`), started at the
+        first ``next`` and stopped when the stream ends, fails or is closed. ``workers=0``: everything here, window
+        after window, with ``run``."""
+        size = _count("batch_size", batch_size, 1)
+        workers = self.threads if workers is None else _count("workers", workers, 0)
+        if workers == 0:
+            return self._map_here(iter(items), size, group)
+        depth = max(self._inflight, -(-2 * workers // size))
+        return Flow(self, iter(items), size, group, workers, depth).run()
 
-        inflight: deque[_Batch[M]] = deque()
-        runner = self._pools()[1].submit(drive)
-        start, exhausted = 0, False
+    def _map_here(self, it: Iterator[Any], size: int, group: ByShape | None) -> Iterator[R]:
+        start = 0
+        while True:
+            w = self.read(it, start, size, group)
+            if w is None:
+                return
+            start += w.count
+            self.place_on(w, None)
+            calls = self.plan(w)
+            for k, call in enumerate(calls):
+                outputs = self.run_call(call)
+                if outputs is None:
+                    for later in calls[k + 1 :]:
+                        self.release(later)
+                    break
+                self.finish_call(call, outputs)
+                if call.future.result()[1] is not None:
+                    break
+            yield from self.results(w)
+            if w.error is not None:
+                return
+
+    def read(
+        self, it: Iterator[Any], start: int, size: int, group: ByShape | None, reading: Any = None
+    ) -> Window[M] | None:
+        """The next window of up to ``size`` items from ``it`` (``None`` at its end); an error of the input is the
+        window's, after the items read before it."""
+        chunk: list[Any] = []
+        error: BaseException | None = None
         try:
-            while True:
-                while not exhausted and len(inflight) < self._inflight:
-                    chunk = list(islice(it, batch_size))
-                    if not chunk:
-                        exhausted = True
-                        todo.put(None)
-                        break
-                    batch = self._start(chunk, start, inline=False)
-                    start += len(chunk)
-                    inflight.append(batch)
-                    todo.put(batch)
-                kind, value = done.get()
-                if kind == "error":
-                    raise value
-                if kind == "end":
-                    if failed:
-                        raise failed[0]
-                    return
-                batch = inflight.popleft()
-                metas = batch.metas
-                self._release(batch, value)
-                yield from self._finish(value, metas)
+            while len(chunk) < size:
+                if reading is not None:
+                    reading.set()
+                chunk.append(next(it))
+        except StopIteration:
+            pass
+        except Exception as exc:
+            error = self.locate("input", exc, [start + len(chunk)])
         finally:
-            for b in inflight:  # placement not started yet is dropped; the stream stops at that batch
-                for f in reversed(b.futures):
-                    f.cancel()
-            todo.put(None)
-            wait([runner])  # the stream is done with every buffer before any goes back to the staging
-            self._abandon(inflight)
+            if reading is not None:
+                reading.clear()
+        if not chunk and error is None:
+            return None
+        w = self.window(start, chunk, group)
+        if error is not None:
+            w.fail(error, len(chunk))
+        return w
 
-    def _abandon(self, batches: Iterable[_Batch[M]]) -> None:
-        """Cancel what has not started (an error, or the caller stopped early); wait for what has."""
-        batches = list(batches)
-        for b in batches:
-            for f in reversed(b.futures):
-                f.cancel()
-        for b in batches:
-            wait(b.futures)
-            self._release(b)
+    def stop_window(self, w: Window[M], error: BaseException = STOPPED) -> None:
+        """A window that will not run: cancel what has not started, wait for the rest, give its buffers back."""
+        for f in reversed(w.futures):
+            f.cancel()
+        wait(w.futures)
+        if not w.planned.done():
+            w.fail(error, 0)
+            self.plan(w)
+        for call in w.calls:
+            self.release(call)
+            call.resolve([], STOPPED)

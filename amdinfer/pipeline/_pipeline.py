@@ -11,9 +11,10 @@ from ..engines.base import Engine
 from ..errors import ModelError, OptionError
 from ..preprocess import _hw
 from ..stages import Postprocessor, Preprocessor, Stage
-from ._map import PipelineMap
+from ._executor import ByShape
+from ._map import PipelineMap, map_options
 from ._source_images import call, check_keep, takes_images
-from ._steps import PipelineSteps, _positive_int
+from ._steps import PipelineSteps
 from .fuse._options import _auto_nms_mode, _auto_resize, _check_nms_backend, fused_load_options
 
 __all__ = ["Pipeline"]
@@ -180,11 +181,13 @@ class Pipeline(PipelineSteps):
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
         """Run many inputs, one engine call per preprocessed shape, and return their results in order.
 
-        The preprocessed items are grouped by shape and dtype (pages of different sizes, crops of different
-        widths); each group is one engine call (groups in order of their first item), so items of different
-        shapes never need a common canvas. A model with a dynamic batch axis (or an engine with
-        ``batch_buckets``) gets a whole group at once; a model with a fixed batch size ``B`` is run in chunks
-        of ``B`` (the last one padded). Every item gets the answer that ``pipe(item)`` gives it.
+        The items run through the pipeline's executor in the caller's thread (no threads): each one is
+        preprocessed, the items are grouped by shape and dtype (pages of different sizes, crops of different
+        widths) and each group is stacked into one buffer for one engine call (groups in order of their first
+        item), so items of different shapes never need a common canvas. A model with a dynamic batch axis gets a
+        whole group at once; an engine with ``batch_buckets`` gets it padded to its bucket, a model with a fixed
+        batch size ``B`` in chunks of ``B`` (the buffer padded to a multiple of ``B``; the padding rows are copies of
+        the last item, their answers dropped). Every item gets the answer that ``pipe(item)`` gives it.
 
         Raises:
             StageError: a stage failed (naming the item's index in ``images`` and the stage) or the engine
@@ -207,22 +210,23 @@ class Pipeline(PipelineSteps):
             [(10,), (10,)]
             >>> pipe.close(); any_size.close()
         """
-        samples = [self._preprocess_one(i, item) for i, item in enumerate(images)]
-        outputs = self._infer_by_shape(0, samples)
-        return [self._postprocess_one(i, s) for i, s in enumerate(outputs)]
+        return self._run_items(images, ByShape(size=self._call_size()))
 
-    def map(self, items: Iterable[Any], *, batch_size: int = 1, workers: int = 2) -> PipelineMap:
+    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int | None = None) -> PipelineMap:
         """Run a stream of inputs, overlapping preprocessing, inference and postprocessing in threads.
 
-        Preprocessing and postprocessing run on ``workers`` threads while one thread batches the
-        preprocessed items and calls the engine; queues between them are bounded, so at most a few batches
-        are in flight. Results come back in input order.
+        Runs on the pipeline's executor (docs/pipeline.md, "The executor"): ``workers`` threads preprocess items,
+        each written into its slot of a batch buffer, and postprocess results, while a thread of its own reads the
+        input and streams the batches to ``engine.run_many``; at most a few batches are in flight. Results come
+        back in input order. A batch is ``batch_size`` consecutive items of one preprocessed shape (an embedding
+        pipeline groups a window of texts by length bucket instead).
 
         Args:
-            items: any iterable (read lazily, on a thread of its own).
-            batch_size: items per engine call (the last batch may be smaller).
+            items: any iterable (read lazily, on the engine thread).
+            batch_size: items per engine call (the last batch may be smaller); ``None``: the pipeline's own (1;
+                :class:`~amdinfer.text.EmbedPipeline`: its ``batch_size``).
             workers: threads for pre- and postprocessing; ``0`` runs everything in the caller's thread, one
-                batch at a time, with no overlap.
+                batch at a time, with no thread at all; ``None``: the cores this process may use.
 
         Returns:
             A :class:`PipelineMap`: an iterator of results in input order, with ``close()`` and a context
@@ -242,11 +246,11 @@ class Pipeline(PipelineSteps):
             >>> shapes
             [(10,), (10,), (10,), (10,), (10,)]
         """
-        batch_size = _positive_int("batch_size", batch_size)
-        workers = _positive_int("workers", workers, minimum=0)
-        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            raise OptionError(f"items: got {type(items).__name__}, expected an iterable of inputs")
-        return PipelineMap(self._map_steps(), items, batch_size, workers)
+        size, workers = map_options(items, batch_size, workers)
+        size = size or self._default_batch_size()
+        group = self._map_group(size)
+        window = size * self._map_window if group is not None else size
+        return PipelineMap(self._executor.map(items, window, group=group, workers=workers))
 
     # ------------------------------------------------------------------ fusing
     def fuse(

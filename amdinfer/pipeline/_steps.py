@@ -1,8 +1,10 @@
-"""The per-item steps a :class:`~amdinfer.Pipeline` is made of: preprocess, stack + engine call, postprocess.
+"""The steps a :class:`~amdinfer.Pipeline` gives the one executor (:mod:`amdinfer.pipeline._executor`): place
+(preprocess an item into its slot), run (the engine, in chunks of a fixed model batch), finish (split the outputs
+per item, postprocess), and where an error belongs.
 
-:class:`PipelineSteps` holds them (each names the item and stage that failed); ``Pipeline`` builds on it, and
-:class:`~amdinfer.pipeline.SubPipeline` and the streaming executor (:class:`~amdinfer.pipeline.PipelineMap`) run a
-pipeline through them.
+:class:`PipelineSteps` holds them (each names the item and stage that failed) and the pipeline's
+:class:`~amdinfer.pipeline._executor.Executor`; ``Pipeline`` builds on it, and ``__call__``, ``run_batch``,
+``map`` and :class:`~amdinfer.pipeline.SubPipeline` all run through that executor.
 
 Example:
     >>> import numpy as np, amdinfer
@@ -12,23 +14,26 @@ Example:
     ...                          backend="ort", providers=["CPUExecutionProvider"])
     >>> isinstance(pipe, PipelineSteps)
     True
-    >>> [s.data.shape for s in pipe._infer_samples(0, [pipe._preprocess_one(0, np.zeros((32, 32, 3), np.uint8))])]
-    [(10,)]
+    >>> [r.shape for r in pipe._executor.run_batch([np.zeros((32, 32, 3), np.uint8)] * 2, workers=0)]
+    [(10,), (10,)]
     >>> pipe.close()
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..engines._buckets import bucket_rows
+from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import InputError, OptionError, StageError, StageInputError
-from ..preprocess import stack
 from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
 from ..types import TensorSpec
-from ._map import MapSteps
+from ._executor import ByShape, Executor, Slot
 from ._source_images import attach, remember
 
 __all__ = ["PipelineSteps"]
@@ -40,16 +45,34 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-def _shape_groups(samples: list[Sample]) -> list[list[int]]:
-    """The indices of ``samples`` grouped by their data's shape and dtype, groups in order of first item."""
-    groups: dict[Any, list[int]] = {}
-    for i, s in enumerate(samples):
-        groups.setdefault((s.data.shape, s.data.dtype.str), []).append(i)
-    return list(groups.values())
+class Item(NamedTuple):
+    """What the place step keeps of an item: its index (``idx``, as the errors name it) and its metadata."""
+
+    idx: int
+    meta: dict[str, Any]
+
+
+def batch_error(indices: Sequence[int], stage: str, exc: BaseException) -> BaseException:
+    """The error of one batch's step, naming its items: ``item 3``, ``items 3..5 (one batch)``, or, for items that
+    are not neighbours in the input (a shape group), ``items 1, 3 (one batch)``."""
+    if isinstance(exc, StageError) and getattr(exc, "index", None) is not None:
+        return exc  # already located
+    first = indices[0]
+    if list(indices) == list(range(first, first + len(indices))):
+        return _stage_error(first, stage, exc, count=len(indices))
+    kind = StageInputError if isinstance(exc, InputError) else StageError
+    err = kind(f"items {', '.join(map(str, indices))} (one batch): {stage}: {type(exc).__name__}: {exc}")
+    err.index = first  # type: ignore[attr-defined]
+    err.stage = stage  # type: ignore[attr-defined]
+    err.__cause__ = exc
+    return err
 
 
 class PipelineSteps:
     """The steps of a pipeline (its stages, engine and single input set by the subclass), each naming what failed.
+
+    Subclasses change what one engine call is fed (:meth:`_engine_feed`, :meth:`_engine_outputs`), how many items
+    one call takes (:meth:`_call_size`) and how ``map`` batches (:attr:`_map_window`, :attr:`_map_by_shape`).
 
     Example:
         >>> import amdinfer
@@ -62,20 +85,42 @@ class PipelineSteps:
     _engine: Engine
     _input: TensorSpec
     _keep_image: bool
+    #: ``map`` reads windows of ``batch_size * _map_window`` items
+    _map_window = 1
+    #: ``map`` groups a window by shape (else a batch is consecutive items of one shape)
+    _map_by_shape = False
 
-    def _map_steps(self) -> MapSteps:
-        """What the streaming executor needs from this pipeline (it sees nothing else of it)."""
-        return MapSteps(
-            engine=self._engine,
-            input_name=self._input.name,
-            preprocess_one=self._preprocess_one,
-            postprocess_one=self._postprocess_one,
-            infer_samples=self._infer_samples,
-            chunks=self._chunks,
-            cut=self._cut,
-            split=self._split,
-        )
+    @property
+    def _executor(self) -> Executor[Item, Any]:
+        """The executor this pipeline's batching paths run on (made on first use)."""
+        ex: Executor[Item, Any] | None = self.__dict__.get("_executor_")
+        if ex is None:
+            gpu = str(getattr(self._engine.info, "device", "cpu") or "cpu") != "cpu"
+            ex = Executor(
+                self._place,
+                self._run,
+                self._finish,
+                staging=PinnedStaging(depth=4, pinned=None if gpu else False),
+                stream=self._stream,
+                locate=self._locate,
+                rows=self._rows,
+                name="amdinfer-map",
+            )
+            self.__dict__["_executor_"] = ex
+        return ex
 
+    def _call_size(self) -> int | None:
+        """The most items one engine call takes (``None``: a whole shape group)."""
+        return None
+
+    def _default_batch_size(self) -> int:
+        """``map``'s ``batch_size`` when none is given."""
+        return 1
+
+    def _map_group(self, batch_size: int) -> ByShape | None:
+        return ByShape(size=batch_size) if self._map_by_shape else None
+
+    # ------------------------------------------------------------------ place
     def _preprocess_one(self, index: int, item: Any) -> Sample:
         sample = Sample.wrap(item)
         for k, stage in enumerate(self._preprocess):
@@ -90,6 +135,91 @@ class PipelineSteps:
             raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]
         return sample
 
+    def _place(self, index: int, item: Any, slot: Slot) -> Item:
+        sample = self._preprocess_one(index, item)
+        slot.put(sample.data)
+        return Item(index, sample.meta)
+
+    # ------------------------------------------------------------------ run
+    def _fixed_batch(self) -> int | None:
+        """The model's fixed batch size, when it has one and no ``batch_buckets`` pad for it."""
+        fixed = self._input.shape[0] if self._input.shape else None
+        return fixed if isinstance(fixed, int) and not self._engine.batch_buckets else None
+
+    def _rows(self, n: int) -> int:
+        """The rows a batch of ``n`` items is allocated with: the engine's bucket, or chunks of a fixed batch."""
+        return bucket_rows(self._engine.batch_buckets, n, fixed=self._fixed_batch())
+
+    def _chunks(self, batch: np.ndarray, n: int) -> list[tuple[np.ndarray, int]]:
+        """The engine calls of one batch: ``(rows, real items)``, views of the batch in chunks of a fixed batch."""
+        fixed = self._fixed_batch()
+        if fixed is None or batch.shape[0] == fixed:
+            return [(batch, n)]
+        return [(batch[k : k + fixed], max(0, min(fixed, n - k))) for k in range(0, batch.shape[0], fixed)]
+
+    def _engine_feed(self, chunk: np.ndarray, real: int) -> dict[str, Any]:
+        """What one engine call is fed for ``chunk`` (its first ``real`` rows are items, the rest padding)."""
+        return {self._input.name: chunk}
+
+    def _engine_outputs(self) -> list[str] | None:
+        """The outputs one engine call asks for (``None``: all)."""
+        return None
+
+    def _run(self, batch: np.ndarray, metas: Sequence[Item]) -> dict[str, Any]:
+        """The executor's run step: one engine call per chunk, outputs joined and cut to the real items."""
+        parts = []
+        for chunk, real in self._chunks(batch, len(metas)):
+            out = self._engine.run(self._engine_feed(chunk, real), outputs=self._engine_outputs())
+            parts.append((out, chunk.shape[0]))
+        return self._join(parts, len(metas))
+
+    def _stream(self, batches: Iterator[tuple[np.ndarray, list[Item]]]) -> Iterator[dict[str, Any]]:
+        """The executor's stream (``map``): the batches' chunks through ``engine.run_many``, which on a GPU copies
+        chunk k+1 to the device while chunk k computes; one joined output per batch."""
+        name = type(self._engine).__name__
+        pending: deque[tuple[int, bool, int]] = deque()  # per chunk fed: (rows, last of its batch, batch items)
+
+        def feeds() -> Iterator[dict[str, Any]]:
+            for batch, metas in batches:
+                chunks = self._chunks(batch, len(metas))
+                for k, (chunk, real) in enumerate(chunks):
+                    pending.append((chunk.shape[0], k == len(chunks) - 1, len(metas)))
+                    yield self._engine_feed(chunk, real)
+
+        results = self._engine.run_many(feeds(), outputs=self._engine_outputs(), prefetch=2)
+        parts: list[tuple[dict[str, Any], int]] = []
+        try:
+            for out in results:
+                if not pending:
+                    raise StageError(f"{name}.run_many yielded more results than it was given batches")
+                rows, last, n = pending.popleft()
+                parts.append((out, rows))
+                if last:
+                    joined, parts = self._join(parts, n), []
+                    yield joined
+            if pending:
+                raise StageError(f"{name}.run_many ended before the results of every batch")
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+
+    @staticmethod
+    def _join(parts: list[tuple[dict[str, Any], int]], n: int) -> dict[str, Any]:
+        """Join a batch's chunk outputs (each checked for its chunk's rows on axis 0) and cut the padding rows."""
+        for out, rows in parts:
+            for name, value in out.items():
+                if getattr(value, "ndim", 0) < 1 or value.shape[0] != rows:
+                    raise StageError(
+                        f"output {name!r}: got shape {getattr(value, 'shape', None)}, expected a batch axis of "
+                        f"{rows} (a Pipeline splits outputs per item along axis 0)"
+                    )
+        first = parts[0][0]
+        if len(parts) == 1:
+            return first if parts[0][1] == n else {k: v[:n] for k, v in first.items()}
+        return {k: np.concatenate([p[k] for p, _ in parts])[:n] for k in first}
+
+    # ------------------------------------------------------------------ finish
     def _postprocess_one(self, index: int, sample: Sample) -> Any:
         for k, stage in enumerate(self._postprocess):
             try:
@@ -98,86 +228,24 @@ class PipelineSteps:
                 raise _stage_error(index, f"postprocess[{k}] {type(stage).__name__}", exc) from exc
         return attach(sample.data, sample.meta)
 
-    def _infer_samples(self, first: int, samples: list[Sample]) -> list[Sample]:
-        """Stack, run the engine, split per item; errors name the batch's items."""
-        try:
-            batch, metas = stack(samples)
-        except Exception as exc:
-            raise _stage_error(first, "stack", exc, count=len(samples)) from exc
-        try:
-            outputs = self._infer(batch)
-        except Exception as exc:
-            raise _stage_error(first, f"engine {type(self._engine).__name__}", exc, count=len(samples)) from exc
-        return [Sample(out, meta) for out, meta in zip(outputs, metas)]
+    def _finish(self, outputs: dict[str, Any], metas: Sequence[Item]) -> Iterator[Any]:
+        """The executor's finish step: each item's outputs (the single output, or a ``{name: array}`` dict) through
+        the postprocessing stages."""
+        names = list(outputs)
+        for k, (index, meta) in enumerate(metas):
+            data = outputs[names[0]][k] if len(names) == 1 else {name: outputs[name][k] for name in names}
+            yield self._postprocess_one(index, Sample(data, meta))
 
-    def _infer_group(self, indices: list[int], samples: list[Sample]) -> list[Sample]:
-        """:meth:`_infer_samples` for items of one shape that need not be neighbours in the input; an error
-        names them all."""
-        if indices == list(range(indices[0], indices[0] + len(indices))):
-            return self._infer_samples(indices[0], samples)
-        try:
-            return self._infer_samples(indices[0], samples)
-        except StageError as exc:
-            stage = getattr(exc, "stage", "")
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
-            kind = StageInputError if isinstance(cause, InputError) else StageError
-            err = kind(f"items {', '.join(map(str, indices))} (one batch): {stage}: {type(cause).__name__}: {cause}")
-            err.index = indices[0]  # type: ignore[attr-defined]
-            err.stage = stage  # type: ignore[attr-defined]
-            raise err from cause
+    def _locate(self, step: str, exc: BaseException, indices: list[int]) -> BaseException:
+        """The executor's errors, named as the pipeline names them: the item the input failed at, or the batch."""
+        if step == "input":
+            return _stage_error(indices[0], "input iterable", exc)
+        if step == "stack":
+            cause = StageError(str(exc))
+            cause.__cause__ = exc
+            return batch_error(indices, "stack", cause)
+        return batch_error(indices, f"engine {type(self._engine).__name__}", exc)
 
-    def _infer_by_shape(self, first: int, samples: list[Sample]) -> list[Sample]:
-        """Items of several shapes (``first`` is the index of ``samples[0]``): one engine step per shape
-        (:meth:`_infer_group`), answers in the items' order."""
-        outputs: list[Sample] = [None] * len(samples)  # type: ignore[list-item]
-        for group in _shape_groups(samples):
-            outs = self._infer_group([first + i for i in group], [samples[i] for i in group])
-            for i, out in zip(group, outs):
-                outputs[i] = out
-        return outputs
-
-    def _infer(self, batch: np.ndarray) -> list[Any]:
-        parts = []
-        for chunk, size in self._chunks(batch):
-            parts.append(self._cut(self._engine.run({self._input.name: chunk}), chunk, size))
-        return self._split(parts, batch.shape[0])
-
-    def _chunks(self, batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
-        """The engine calls for one stacked batch: ``(feed, real items)``; a fixed batch size ``B`` gives
-        chunks of ``B``, the last one padded by repeating its last item."""
-        n = batch.shape[0]
-        fixed = self._input.shape[0] if self._input.shape else None
-        if not isinstance(fixed, int) or fixed == n or self._engine.batch_buckets:
-            return [(batch, n)]
-        out = []
-        for start in range(0, n, fixed):
-            chunk = batch[start : start + fixed]
-            size = chunk.shape[0]
-            if size < fixed:
-                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - size, axis=0)])
-            out.append((chunk, size))
-        return out
-
-    @staticmethod
-    def _cut(result: dict[str, Any], chunk: np.ndarray, size: int) -> dict[str, Any]:
-        """Drop the padding rows of a padded chunk's outputs."""
-        if size == chunk.shape[0]:
-            return result
-        return {k: v[:size] for k, v in result.items()}
-
-    def _split(self, parts: list[dict[str, Any]], n: int) -> list[Any]:
-        """Join a batch's chunk outputs, check each has the batch axis, and split them per item."""
-        if len(parts) == 1:
-            result = parts[0]
-        else:
-            result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        for name, value in result.items():
-            if getattr(value, "ndim", 0) < 1 or value.shape[0] != n:
-                raise StageError(
-                    f"output {name!r}: got shape {getattr(value, 'shape', None)}, expected a batch axis of {n} "
-                    "(a Pipeline splits outputs per item along axis 0)"
-                )
-        if len(result) == 1:
-            (value,) = result.values()
-            return list(value)
-        return [{k: v[i] for k, v in result.items()} for i in range(n)]
+    def _run_items(self, items: Iterable[Any], group: ByShape) -> list[Any]:
+        """``items`` through the executor here in the caller's thread, one engine call per ``group``."""
+        return self._executor.run_batch(list(items), group=group, workers=0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engines._buckets import bucket_rows, pad_rows
 from ..engines._checks import check_symbol, tensors_only
 from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
@@ -158,8 +159,8 @@ def warm_sizes(buckets: Sequence[int], max_rows: int, fixed: int | None = None) 
         >>> warm_sizes((), 8), warm_sizes((1, 4, 16, 32), 8), warm_sizes((), 8, fixed=1)
         ([1, 8], [1, 4, 16], [1])
     """
-    if buckets:  # what a batch of 1..max_rows rows is padded to
-        return [b for b in buckets if b < max_rows] + [next((b for b in buckets if b >= max_rows), buckets[-1])]
+    if buckets:  # what a batch of 1..max_rows rows is padded to (beyond the largest bucket: chunks of it)
+        return sorted({bucket_rows(buckets, min(n, buckets[-1])) for n in range(1, max_rows + 1)})
     return [fixed] if fixed else sorted({1, max_rows})
 
 
@@ -286,9 +287,8 @@ class EngineWorker:
         A request whose tensor does not fit its slot exactly (another dtype or row shape: the batcher's key
         keeps those apart, so this is a bug) raises, and the batcher runs the requests one by one.
         """
-        buckets = self.engine.batch_buckets
-        # padded here as Engine.run would (repeat the last row), so the engine gets one full bucket, no copy
-        size = next((b for b in buckets if b >= total), total) if buckets else total
+        # padded here as Engine.run would (the engine's bucket helper), so the engine gets one full bucket, no copy
+        size = bucket_rows(self.engine.batch_buckets, total)
         buffers: Tensors = {}
         try:
             for spec in self.inputs:
@@ -304,8 +304,7 @@ class EngineWorker:
                         )
                     np.copyto(buf[start : start + len(part)], part, casting="no")
                     start += len(part)
-                if size > total:
-                    buf[total:] = buf[total - 1]
+                pad_rows(buf, total)
         except BaseException:
             for b in buffers.values():
                 self._staging.release(b)

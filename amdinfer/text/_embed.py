@@ -17,7 +17,6 @@ import numpy as np
 from ..engines.base import Engine
 from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
-from ..pipeline._map import MapSteps
 from ..pipeline._steps import _positive_int
 from ..results._embed import Embeddings
 from ..types import TensorSpec
@@ -108,7 +107,8 @@ class EmbedPipeline(Pipeline):
     length bucket); the engine step splits the stacked batch into the model's named inputs (cast to the dtypes
     it declares; ``token_type_ids`` zeros), asks for the token-embedding output only, at most ``batch_size``
     texts a call, and :class:`~amdinfer.text.Pool` pools each text. ``run_batch`` groups texts of one bucket into
-    one call and answers in input order; ``map`` does so a window at a time.
+    one call and answers in input order; ``map`` (the one signature of :meth:`amdinfer.Pipeline.map`) does so a
+    window of 8 x ``batch_size`` texts at a time, on the pipeline's executor like every other pipeline.
 
     Example:
         >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
@@ -175,62 +175,22 @@ class EmbedPipeline(Pipeline):
             for name, dtype in self._feed_specs
         }
 
-    def _infer(self, batch: np.ndarray) -> list[Any]:
-        parts = []
-        for chunk, size in self._chunks(batch):
-            out = self._engine.run(self.feeds(chunk), outputs=[self._token_spec.name])
-            parts.append(self._cut(out, chunk, size))
-        return self._split(parts, batch.shape[0])
+    # the executor's hooks (amdinfer.pipeline._steps): one call feeds the model's named inputs, asks for the
+    # token output, takes at most batch_size texts; map groups windows of 8 x batch_size texts by length bucket
+    _map_window = 8
+    _map_by_shape = True
 
-    def _chunks(self, batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
-        if isinstance(self._input.shape[0], int) or self._engine.batch_buckets:
-            return super()._chunks(batch)  # a fixed batch size: chunks of it, the last one padded
-        n, step = batch.shape[0], self._batch_size
-        return [(batch[i : i + step], min(step, n - i)) for i in range(0, n, step)]
+    def _engine_feed(self, chunk: np.ndarray, real: int) -> dict[str, Any]:
+        return self.feeds(chunk)
 
-    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int = 0) -> PipelineMap:
-        """Embed a stream of texts, in order: a window of texts is read, tokenized, grouped by length bucket
-        (one engine call per bucket, at most :attr:`batch_size` texts each) and pooled before the next.
+    def _engine_outputs(self) -> list[str] | None:
+        return [self._token_spec.name]
 
-        Args:
-            items: texts (any iterable, read lazily).
-            batch_size: texts per window (default: 8 x :attr:`batch_size`); a larger window fills the buckets
-                better and holds more token embeddings at once.
-            workers: ``0``; a window mixes length buckets, which the threaded executor of
-                :meth:`amdinfer.Pipeline.map` cannot stack, so texts run in the caller's thread (tokenizing
-                costs microseconds a text; the engine call is the work).
+    def _call_size(self) -> int | None:
+        return self._batch_size
 
-        Returns:
-            A :class:`~amdinfer.pipeline.PipelineMap` of ``float32 (d,)`` vectors.
-
-        Example:
-            >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
-            >>> pipe = embed(toy_encoder(), toy_tokenizer(), providers=["CPUExecutionProvider"]).pipeline
-            >>> with pipe.map(iter(["the cat", "the dog sat on the mat", "cat"]), batch_size=2) as vectors:
-            ...     shapes = [v.shape for v in vectors]
-            >>> shapes
-            [(8,), (8,), (8,)]
-            >>> pipe.close()
-        """
-        window = 8 * self._batch_size if batch_size is None else _positive_int("batch_size", batch_size)
-        if workers != 0:
-            raise OptionError(
-                f"workers: got {workers!r}, expected 0 (a text pipeline's windows mix length buckets and run in "
-                "the caller's thread)"
-            )
-        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            raise OptionError(f"items: got {type(items).__name__}, expected an iterable of texts")
-        steps = MapSteps(
-            engine=self._engine,
-            input_name=self._input.name,
-            preprocess_one=self._preprocess_one,
-            postprocess_one=self._postprocess_one,
-            infer_samples=self._infer_by_shape,
-            chunks=self._chunks,
-            cut=self._cut,
-            split=self._split,
-        )
-        return PipelineMap(steps, items, window, 0)
+    def _default_batch_size(self) -> int:
+        return self._batch_size
 
     def fuse(self, **_: Any) -> Any:
         """Not for text: the tokenizer has no ONNX form here.
@@ -315,9 +275,10 @@ class TextEmbedder:
             return Embeddings(np.zeros((0, self.dim or 0), np.float32), [], normalized=self.pool.normalize)
         return Embeddings(np.stack(vectors), items, normalized=self.pool.normalize)
 
-    def map(self, texts: Iterable[str], *, batch_size: int | None = None) -> Iterator[np.ndarray]:
-        """Embed a stream of texts lazily: one ``float32 (d,)`` vector per text, in order
-        (:meth:`EmbedPipeline.map`, ``batch_size`` texts per window).
+    def map(self, texts: Iterable[str], *, batch_size: int | None = None, workers: int | None = None) -> PipelineMap:
+        """Embed a stream of texts lazily: one ``float32 (d,)`` vector per text, in order (the one ``map``
+        signature: at most ``batch_size`` texts per engine call, ``workers`` tokenizing and pooling threads; see
+        :meth:`amdinfer.Pipeline.map`).
 
         Example:
             >>> from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
@@ -327,7 +288,7 @@ class TextEmbedder:
         """
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
             raise InputError(f"texts: got {type(texts).__name__}, expected an iterable of str")
-        return self._vectors(self.pipeline.map(texts, batch_size=batch_size))  # options checked now
+        return PipelineMap(self._vectors(self.pipeline.map(texts, batch_size=batch_size, workers=workers)))
 
     @staticmethod
     def _vectors(results: PipelineMap) -> Iterator[np.ndarray]:

@@ -355,13 +355,14 @@ class OcrCalibration:
 
 
 class _Recording(Pipeline):
-    """A :class:`~amdinfer.Pipeline` that keeps a copy of every batch it feeds its engine."""
+    """A :class:`~amdinfer.Pipeline` that keeps a copy of every batch it feeds its engine (its items, not the rows
+    that pad it to a bucket or a fixed batch)."""
 
     fed: list[np.ndarray]
 
-    def _infer(self, batch: np.ndarray) -> list[Any]:
-        self.fed.append(np.array(batch))
-        return super()._infer(batch)
+    def _engine_feed(self, chunk: np.ndarray, real: int) -> dict[str, Any]:
+        self.fed.append(np.array(chunk[:real]))
+        return super()._engine_feed(chunk, real)
 
 
 class _RecordingOcr(OcrPipeline, _Recording):

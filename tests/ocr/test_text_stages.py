@@ -253,13 +253,14 @@ def test_detector_then_classifier_matches_classifying_the_crops_by_hand(classify
 def test_pieces_batch_by_shape_and_come_back_in_order(classify):
     calls = []
     step = SubPipeline(classify, fan_out=BoxCrop(), gather=Relabel(), batch_size=3)
-    real = classify._infer_samples
+    real = classify.engine.run
 
-    def infer(first, samples):
-        calls.append([s.data.shape for s in samples])
-        return real(first, samples)
+    def run(feeds, **kw):  # the batches the engine is fed: one list of item shapes per call
+        batch = next(iter(feeds.values()))
+        calls.append([batch.shape[1:]] * batch.shape[0])
+        return real(feeds, **kw)
 
-    classify._infer_samples = infer  # type: ignore[method-assign]
+    classify.engine.run = run  # type: ignore[method-assign]
     pieces = [Sample(np.full((4 + (i % 2), 6, 3), i * 20, np.uint8)) for i in range(7)]
     out = step.run_pieces(pieces)
     assert [len(c) for c in calls] == [3, 3, 1] and all(len(set(c)) == 1 for c in calls)

@@ -125,8 +125,8 @@ def test_embed_input_errors_name_the_text() -> None:
         empty = embedder([])
         assert empty.vectors.shape == (0, 8) and empty.texts == [] and len(empty) == 0
         assert embedder("the").vectors.shape == (1, 8)  # one str, one row
-        with pytest.raises(amdinfer.OptionError, match="workers: got 2, expected 0"):
-            embedder.pipeline.map(["the"], workers=2)
+        with pytest.raises(amdinfer.OptionError, match="workers: got -1, expected an int >= 0"):
+            embedder.pipeline.map(["the"], workers=-1)  # the one map signature: any workers >= 0
 
 
 @needs_tokenizers

@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ...engines._buckets import bucket_rows
 from ...engines._staging import PinnedStaging
 from ...errors import InputError, OptionError, StageError
 from ...preprocess import CenterCrop, Letterbox, Resize, check_image
 from ...results import Classification, Detections
 from ...stages import Postprocessor, Preprocessor, Sample, _stage_error
 from .._executor import Executor, Slot, default_threads
+from .._map import PipelineMap, map_options
 from .._source_images import attach, call, check_keep, remember
 from ._graph import _GEOMETRY, _META_KEY
 
@@ -134,6 +136,7 @@ class FusedPipeline:
             threads=threads,
             staging=self._staging,
             stream=self._run_stream,
+            rows=self._rows,
         )
 
     @property
@@ -209,7 +212,7 @@ class FusedPipeline:
         meta = dict(sample.meta)
         if writer is None:
             data = self._check(index, sample.data)
-            np.copyto(slot(data.shape), data)
+            slot.put(data)
         else:
             name = f"preprocess[{len(self._host) - 1}] {type(writer).__name__}"
             try:
@@ -226,9 +229,14 @@ class FusedPipeline:
         meta.setdefault("orig_shape", (int(data.shape[0]), int(data.shape[1])))
         return meta
 
+    def _rows(self, n: int) -> int:
+        """A fixed-batch model's ``B`` rows for every batch (the last one padded with copies of its last image)."""
+        return bucket_rows((), n, fixed=self._fixed_batch)
+
     def _feed(self, batch: np.ndarray, metas: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
         feed = {"images": batch}
         if "affine" in self._inputs:
+            metas = [*metas, *[metas[-1]] * (batch.shape[0] - len(metas))]  # the padding rows: the last image's
             feed["affine"] = np.asarray([m.get("affine", (1.0, 1.0, 0.0, 0.0)) for m in metas], np.float32)
             feed["orig_shape"] = np.asarray([m["orig_shape"] for m in metas], np.float32)
         return feed
@@ -263,7 +271,7 @@ class FusedPipeline:
         """
         items = self._items(images)
         staging = self._staging
-        allocate = (lambda s: staging.next(s, np.uint8)) if staging.pinned else (lambda s: np.empty(s, np.uint8))
+        allocate = staging.next if staging.pinned else np.empty
         batch, metas = self._executor.place_batch(items, allocate)
         return self._feed(batch, metas), [Sample(batch[i], m) for i, m in enumerate(metas)]
 
@@ -364,7 +372,7 @@ class FusedPipeline:
 
         The host stages (decoding paths, bytes and Pillow images; the geometry) run on a pool of threads, each
         image written straight into its slot of the batch buffer the engine reads (see "The executor" in
-        docs/pipeline.md).
+        docs/pipeline.md). A model with a fixed batch ``B`` runs one call per ``B`` images (:attr:`fixed_batch`).
 
         Raises:
             InputError: an image is not uint8 ``(H, W, C)`` with the graph's channel count (the rule of
@@ -373,49 +381,35 @@ class FusedPipeline:
                 canvases differ. With several bad images, the first one's error.
         """
         items = self._items(images)
-        if self._fixed_batch is None or len(items) == self._fixed_batch:
-            return self._executor.run_batch(items)
-        return list(self._chunks(items))
+        size = self._fixed_batch or len(items)
+        self._log_chunks(len(items))
+        return [r for k in range(0, len(items), size) for r in self._executor.run_batch(items[k : k + size])]
 
     @property
     def fixed_batch(self) -> int | None:
         """The batch size the model was exported with, when fixed (it then runs in chunks of it), else ``None``."""
         return self._fixed_batch
 
-    def _chunks(self, items: Iterable[Any]) -> Iterator[Any]:
-        """A model with a fixed batch ``B`` (e.g. a batch-1 Ultralytics export, whose Reshapes hold the 1): batches
-        of exactly ``B``, the last one padded with copies of its last item whose results are dropped."""
-        size = int(self._fixed_batch or 1)
-        if not self._chunk_logged:
-            self._chunk_logged = True
-            log.info(
-                "fused pipeline: the model has a fixed batch of %d; running chunks of %d (export it with a dynamic "
-                "batch axis to batch more)",
-                size,
-                size,
-            )
-        count = 0
-        last: list[Any] = []
+    def _log_chunks(self, n: int | None) -> None:
+        """A model with a fixed batch ``B`` (e.g. a batch-1 Ultralytics export, whose Reshapes hold the 1) runs batches
+        of exactly ``B``, the last one padded with copies of its last image whose results are dropped; logged once."""
+        if self._fixed_batch is None or self._chunk_logged or n == self._fixed_batch:
+            return
+        self._chunk_logged = True
+        log.info(
+            "fused pipeline: the model has a fixed batch of %d; running chunks of %d (export it with a dynamic "
+            "batch axis to batch more)",
+            self._fixed_batch,
+            self._fixed_batch,
+        )
 
-        def padded() -> Iterator[Any]:
-            nonlocal count
-            for item in items:
-                count += 1
-                last[:] = [item]
-                yield item
-            yield from last * ((-count) % size)
+    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int | None = None) -> PipelineMap:
+        """Run a stream of images ``batch_size`` at a time (default 1); results in input order.
 
-        for i, result in enumerate(self._executor.map(padded(), size)):
-            if i >= count and count:
-                break
-            yield result
-
-    def map(self, items: Iterable[Any], *, batch_size: int = 1) -> Iterator[Any]:
-        """Run a stream of images ``batch_size`` at a time; results in input order.
-
-        While batch k runs on the engine (its own thread), a pool of threads writes batch k+1 into its buffer
-        and this thread splits batch k-1 into results; at most three batches are in flight. An error names
-        the item's index in the stream; the results before it have been yielded.
+        The one ``map`` signature (:mod:`amdinfer.pipeline._map`). While batch k runs on the engine (its own
+        thread), ``workers`` threads (default: :attr:`threads`) write the next batches into their buffers and split
+        the last ones into results; a few batches are in flight. An error names the item's index in the stream;
+        the results before it have been yielded. A model with a fixed batch runs batches of it (:attr:`fixed_batch`).
 
         Example:
             >>> import numpy as np, amdinfer
@@ -428,12 +422,10 @@ class FusedPipeline:
             [(10,), (10,), (10,)]
             >>> f.close()
         """
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise OptionError(f"batch_size: got {batch_size!r}, expected an int >= 1")
-        if self._fixed_batch is not None:  # the model's own batch size wins (see fixed_batch)
-            yield from self._chunks(items)
-            return
-        yield from self._executor.map(items, batch_size)
+        size, workers = map_options(items, batch_size, workers, what="images")
+        size = self._fixed_batch or size or 1  # the model's own batch size wins (see fixed_batch)
+        self._log_chunks(None)
+        return PipelineMap(self._executor.map(items, size, workers=workers))
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
