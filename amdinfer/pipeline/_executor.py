@@ -99,6 +99,9 @@ class Executor(Generic[M, R]):
             ``"input"``, the index of the item that could not be read), a batch cannot be stacked (``"stack"``) or
             the engine fails (``"run"``, the batch's items); default: the error as it is.
         rows: ``n -> rows`` a batch of n items is allocated with (>= n; padded by repeating the last item).
+        serial: :meth:`map` places one window after another (the items of a window in parallel) rather than
+            all the windows in flight at once: for an engine on the CPU, whose cores a second placement would only
+            take from it (``False``: an accelerator, where placement is the host's only work).
         name: the threads' name prefix.
 
     Example: see the module.
@@ -118,6 +121,7 @@ class Executor(Generic[M, R]):
         stream: Stream[M] | None = None,
         locate: Locate | None = None,
         rows: Callable[[int], int] | None = None,
+        serial: bool = False,
         name: str = "amdinfer-place",
     ) -> None:
         for key, value in (("threads", threads), ("inflight", inflight)):
@@ -132,6 +136,7 @@ class Executor(Generic[M, R]):
         self._inflight = inflight
         self._locate = locate
         self._rows = rows
+        self.serial = serial
         self.name = name
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
@@ -169,9 +174,9 @@ class Executor(Generic[M, R]):
             adopt=not self._staging.pinned and allocate is None,
         )
 
-    def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None) -> None:
-        """Start placing ``w``'s items on ``pool``; without one (or for a lone item with no pool to keep busy), place
-        them here, stopping at the first failure."""
+    def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None, after: Window[M] | None = None) -> None:
+        """Start placing ``w``'s items on ``pool`` (once ``after``'s placement has ended, when given); without a
+        pool, place them here, stopping at the first failure."""
         if pool is None:
             for j in range(w.count):
                 done: Future[Any] = Future()
@@ -182,12 +187,26 @@ class Executor(Generic[M, R]):
                     done.set_exception(exc)
                 w.futures.append(done)
                 if done.exception() is not None:
-                    return
+                    break
+            w.track()
             return
-        w.futures = [pool.submit(w.place, j, self._place) for j in range(w.count)]
+
+        def submit() -> None:
+            try:
+                for j in range(0 if w.stopped else w.count):
+                    w.futures.append(pool.submit(w.place, j, self._place))
+            except RuntimeError:  # the pool was shut down: the caller has left
+                w.fail(STOPPED, 0)
+            w.track()
+
+        if after is None:
+            submit()
+        else:
+            after.then(submit)
 
     def plan(self, w: Window[M]) -> list[Call[M]]:
         """Wait for ``w``'s placement and plan its engine calls."""
+        w.placed_all.wait()
         wait(w.futures)
         calls = plan(w, staging=self._staging, rows=self._rows, locate=self._locate)
         if not w.planned.done():
@@ -363,8 +382,10 @@ class Executor(Generic[M, R]):
 
     def stop_window(self, w: Window[M], error: BaseException = STOPPED) -> None:
         """A window that will not run: cancel what has not started, wait for the rest, give its buffers back."""
+        w.stopped = True
         for f in reversed(w.futures):
             f.cancel()
+        w.placed_all.wait()
         wait(w.futures)
         if not w.planned.done():
             w.fail(error, 0)

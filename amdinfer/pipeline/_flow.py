@@ -50,13 +50,14 @@ class FlowSteps(Protocol[M]):
     """What a :class:`Flow` calls on its :class:`~amdinfer.pipeline._executor.Executor`."""
 
     name: str
+    serial: bool
 
     def stream(self, batches: Iterator[tuple[np.ndarray, list[M]]]) -> Iterator[dict[str, Any]]: ...
     def window(self, start: int, items: list[Any], group: ByShape | None = None, allocate: Any = None) -> Window[M]: ...
     def read(
         self, it: Iterator[Any], start: int, size: int, group: ByShape | None, reading: Any = None
     ) -> Window[M] | None: ...
-    def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None) -> None: ...
+    def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None, after: Window[M] | None = None) -> None: ...
     def plan(self, w: Window[M]) -> list[Call[M]]: ...
     def finish_call(self, call: Call[M], outputs: dict[str, Any]) -> None: ...
     def release(self, call: Call[M], outputs: dict[str, Any] | None = None) -> None: ...
@@ -83,6 +84,7 @@ class Flow(Generic[M, R]):
         self.reading = threading.Event()
         self.pool: ThreadPoolExecutor | None = None
         self.thread: threading.Thread | None = None
+        self.last: Window[M] | None = None  # the window placed last (``serial``: the next one starts after it)
 
     # ------------------------------------------------------------------ the caller's side
     def run(self) -> Iterator[R]:
@@ -191,11 +193,8 @@ class Flow(Generic[M, R]):
             self.read_count += w.count
             self.exhausted = w.error is not None  # the input failed: nothing more to read
             assert self.pool is not None
-            try:
-                self.ex.place_on(w, self.pool)
-            except RuntimeError:  # the pool was shut down: the caller has left
-                w.futures = []
-                w.fail(STOPPED, 0)
+            self.ex.place_on(w, self.pool, self.last if self.ex.serial else None)
+            self.last = w
             self.ahead.append(w)
             self.windows.put(w)
 

@@ -104,6 +104,7 @@ class PipelineSteps:
                 stream=self._stream,
                 locate=self._locate,
                 rows=self._rows,
+                serial=not gpu,
                 name="amdinfer-map",
             )
             self.__dict__["_executor_"] = ex

@@ -144,6 +144,10 @@ class Window(Generic[M]):
         self.placed = [False] * self.count
         self.futures: list[Future[Any]] = []
         self.decided = threading.Event()
+        self.placed_all = threading.Event()  # every item's placement has ended (or will never start)
+        self.stopped = False  # placement not started yet will not start
+        self._then: list[Callable[[], None]] = []
+        self._left = 0
         self._lock = threading.Lock()
         self.error: BaseException | None = None  # raised after the results of the first ``cut`` items
         self.cut = self.count
@@ -203,6 +207,38 @@ class Window(Generic[M]):
         finally:
             if j == 0:
                 self.decided.set()
+
+    def track(self) -> None:
+        """Set :attr:`placed_all` once every placement future is done, then run what waits for it (:meth:`then`)."""
+        futures = list(self.futures)
+        with self._lock:
+            self._left = len(futures)
+        if not futures:
+            self._ended()
+        for f in futures:
+            f.add_done_callback(self._one_ended)
+
+    def _one_ended(self, _: Future[Any]) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._ended()
+
+    def _ended(self) -> None:
+        with self._lock:
+            self.placed_all.set()
+            then, self._then = self._then, []
+        for fn in then:
+            fn()
+
+    def then(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once this window's placement has ended (now, if it has)."""
+        with self._lock:
+            if not self.placed_all.is_set():
+                self._then.append(fn)
+                return
+        fn()
 
     def first_failure(self) -> tuple[int, BaseException | None]:
         """``(position, error)`` of the first item whose placement failed (``(count, None)``: none)."""

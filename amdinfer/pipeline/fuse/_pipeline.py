@@ -137,6 +137,7 @@ class FusedPipeline:
             staging=self._staging,
             stream=self._run_stream,
             rows=self._rows,
+            serial=not gpu,
         )
 
     @property
