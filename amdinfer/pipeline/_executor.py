@@ -162,16 +162,19 @@ class Executor(Generic[M, R]):
 
     # ------------------------------------------------------------------ windows
     def window(self, start: int, items: list[Any], group: ByShape | None = None, allocate: Any = None) -> Window[M]:
-        """A window of ``items`` (stream indices from ``start``), not placed yet."""
+        """A window of ``items`` (stream indices from ``start``), not placed yet; its buffers from the staging, or
+        from ``allocate(shape, dtype)`` (a buffer the caller keeps: exactly the items' rows)."""
+        ours = allocate is None
         return Window(
             start,
             items,
             group,
-            allocate=allocate or self._staging.lease,
+            allocate=self._staging.lease if ours else allocate,
+            owned=ours,
             canvas=self.canvas,
             dtype=self._dtype,
-            rows=self._rows,
-            adopt=not self._staging.pinned and allocate is None,
+            rows=self._rows if ours else None,
+            adopt=ours and not self._staging.pinned,
         )
 
     def place_on(self, w: Window[M], pool: ThreadPoolExecutor | None, after: Window[M] | None = None) -> None:
@@ -306,14 +309,19 @@ class Executor(Generic[M, R]):
             for call in calls:
                 self.release(call)
             raise w.error
+        self._run_here(calls)
+        return list(self.results(w))
+
+    def _run_here(self, calls: list[Call[M]]) -> None:
+        """Run and finish ``calls`` in this thread, in order, up to the first that fails."""
         for k, call in enumerate(calls):
             outputs = self.run_call(call)
-            if outputs is None:
+            if outputs is not None:
+                self.finish_call(call, outputs)
+            if call.future.result()[1] is not None:
                 for later in calls[k + 1 :]:
                     self.release(later)
-                break
-            self.finish_call(call, outputs)
-        return list(self.results(w))
+                return
 
     def map(
         self, items: Iterable[Any], batch_size: int, *, group: ByShape | None = None, workers: int | None = None
@@ -340,19 +348,8 @@ class Executor(Generic[M, R]):
                 return
             start += w.count
             self.place_on(w, None)
-            calls = self.plan(w)
-            for k, call in enumerate(calls):
-                outputs = self.run_call(call)
-                if outputs is None:
-                    for later in calls[k + 1 :]:
-                        self.release(later)
-                    break
-                self.finish_call(call, outputs)
-                if call.future.result()[1] is not None:
-                    break
-            yield from self.results(w)
-            if w.error is not None:
-                return
+            self._run_here(self.plan(w))
+            yield from self.results(w)  # raises the window's first error after the results before it
 
     def read(
         self, it: Iterator[Any], start: int, size: int, group: ByShape | None, reading: Any = None

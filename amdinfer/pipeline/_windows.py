@@ -127,6 +127,7 @@ class Window(Generic[M]):
         group: ByShape | None = None,
         *,
         allocate: Allocate | None = None,
+        owned: bool = True,
         canvas: tuple[int, ...] | None = None,
         dtype: Any = np.uint8,
         rows: Callable[[int], int] | None = None,
@@ -138,7 +139,8 @@ class Window(Generic[M]):
         self._rows = rows or (lambda n: n)
         self._adopt = adopt and group is None and self.count == 1 and canvas is None and self._rows(1) == 1
         self.buffer: np.ndarray | None = None  # the shared batch buffer (no grouping)
-        self.leased = False  # the buffer came from ``allocate``
+        self._owned = owned  # buffers from ``allocate`` go back to the staging after their run
+        self.leased = False  # the buffer is one of those
         self.arrays: list[Any] = [None] * self.count  # with grouping: each item's own array
         self.metas: list[Any] = [None] * self.count
         self.placed = [False] * self.count
@@ -161,7 +163,7 @@ class Window(Generic[M]):
 
     def _lease(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
         self.buffer = self._allocate((self._rows(shape[0]), *shape[1:]), dtype)
-        self.leased = True
+        self.leased = self._owned
         self.decided.set()
 
     def slot_array(self, j: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
