@@ -270,7 +270,7 @@ class TextEmbedder:
             problem = _text_problem(item) if isinstance(item, str) else f"got {type(item).__name__}, expected a str"
             if problem:
                 raise InputError(f"texts[{i}]: text: {problem}")
-        vectors = list(self._vectors(self.pipeline.map(items)))
+        vectors = list(self._vectors(self.pipeline.map(items, workers=0)))  # a call, not a stream: no threads
         if not vectors:
             return Embeddings(np.zeros((0, self.dim or 0), np.float32), [], normalized=self.pool.normalize)
         return Embeddings(np.stack(vectors), items, normalized=self.pool.normalize)
