@@ -2,6 +2,7 @@
 stages it is built from, usable on their own.
 
 =========================  ===========================================================================
+:class:`PageFit`           RapidOCR's page rules: pages scaled within 30..2000 pixels, wide strips padded.
 :class:`DetResize`         PP-OCR's detector resize (a side to ``limit``, sides multiples of 32).
 :class:`DbPostprocess`     DBNet's probability map -> :class:`~amdinfer.results.TextLines` (quads).
 :class:`ReadingOrder`      lines sorted top to bottom, rows left to right.
@@ -38,7 +39,7 @@ Example:
 from __future__ import annotations
 
 from ..results._embed import Embedding, Embeddings, Match, Matches
-from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder, db_boxes, reading_order
+from ._det import DbPostprocess, DetPad, DetResize, PageFit, ReadingOrder, db_boxes, reading_order
 from ._embed import EmbedPipeline, TextEmbedder, embed
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, bucket_sizes, load_tokenizer, pool_tokens
 from ._recipe import OcrCalibration, OcrPipeline, ocr, ocr_calibration
@@ -70,6 +71,7 @@ __all__ = [
     "Matches",
     "OcrCalibration",
     "OcrPipeline",
+    "PageFit",
     "Pool",
     "QuadCrop",
     "ReadingOrder",

@@ -1,5 +1,5 @@
-"""Text detection stages: :class:`DetResize` (PP-OCR's resize), :class:`DetPad` (a few canvas sizes),
-:class:`DbPostprocess` (DBNet) and :class:`ReadingOrder`.
+"""Text detection stages: :class:`PageFit` (RapidOCR's page rules), :class:`DetResize` (PP-OCR's resize),
+:class:`DetPad` (a few canvas sizes), :class:`DbPostprocess` (DBNet) and :class:`ReadingOrder`.
 
 Example:
     >>> import numpy as np
@@ -21,7 +21,22 @@ from ..stages import Postprocessor, Preprocessor, compose_affine
 from ._clipper import offset_round
 from ._cv import cv2
 
-__all__ = ["DbPostprocess", "DetPad", "DetResize", "ReadingOrder", "db_boxes", "reading_order"]
+__all__ = [
+    "PAGE",
+    "PAGE_MAP",
+    "DbPostprocess",
+    "DetPad",
+    "DetResize",
+    "PageFit",
+    "ReadingOrder",
+    "db_boxes",
+    "page_to_original",
+    "reading_order",
+]
+
+#: Metadata keys :class:`PageFit` writes when it changes a page: the page the detector and the line crops see,
+#: and ``(sx, sy, top)``, which takes a point ``(x, y)`` of it to ``(x * sx, (y - top) * sy)`` of the original.
+PAGE, PAGE_MAP = "ocr_page", "ocr_page_map"
 
 
 def _number(name: str, value: Any, low: float, high: float | None = None) -> float:
@@ -30,6 +45,127 @@ def _number(name: str, value: Any, low: float, high: float | None = None) -> flo
     if value < low or (high is not None and value > high):
         raise OptionError(f"{name}: got {value!r}, expected a value in [{low}, {high if high is not None else 'inf'}]")
     return float(value)
+
+
+def _scaled(height: int, width: int, ratio: float) -> tuple[int, int]:
+    """RapidOCR's ``reduce_max_side``/``increase_min_side`` arithmetic: truncate, then round to a multiple of 32."""
+    return int(round(int(height * ratio) / 32) * 32), int(round(int(width * ratio) / 32) * 32)
+
+
+class PageFit(Preprocessor):
+    """RapidOCR's page rules before the detector, so that :func:`~amdinfer.text.ocr` sees extreme pages as it does.
+
+    1. A page whose longer side is over ``max_side`` is scaled so that side becomes ``max_side``; then one whose
+       shorter side is under ``min_side`` so that side reaches it. Each time both sides are rounded to multiples
+       of 32 (``cv2.resize``, bilinear), so a thin page's aspect ratio changes (8x200 becomes 32x736).
+    2. A page at most ``min_height`` high, or wider than ``strip_ratio`` to 1, gets black rows above and below,
+       ``int((max(int(w / strip_ratio), min_height) * 2 - h) / 2)`` each: a strip becomes part of a page about
+       ``strip_ratio / 2`` to 1. Without them :class:`DetResize` (shorter side to 736) would blow a 60x1200
+       strip up to 736x14720, and DBNet splits such a line into words or finds nothing.
+
+    A page that neither rule changes passes as it is and nothing is recorded. Otherwise the page (with its bands)
+    goes to ``meta["ocr_page"]`` and ``meta["ocr_page_map"]`` says how it maps back (:func:`page_to_original`);
+    :class:`DbPostprocess` then gives quads in that page, :class:`~amdinfer.text.QuadCrop` cuts the lines
+    from it, and :class:`~amdinfer.text.AttachText` maps the quads back to the original, clipped to
+    ``[0, width]`` and ``[0, height]``, as RapidOCR does. Needs OpenCV when it scales.
+
+    Args:
+        min_side: the shorter side's minimum (RapidOCR's ``min_side_len``), or ``None``.
+        max_side: the longer side's maximum (``max_side_len``), or ``None``.
+        strip_ratio: the width to height ratio above which a page is padded (``width_height_ratio``), or
+            ``None`` (only ``min_height`` pads).
+        min_height: pages at most this high are padded (``min_height``).
+
+    Example:
+        >>> PageFit().fit(60, 1200), PageFit().fit(8, 200), PageFit().fit(400, 640)
+        ((60, 1200, 120), (32, 736, 76), (400, 640, 0))
+    """
+
+    def __init__(
+        self,
+        min_side: int | None = 30,
+        max_side: int | None = 2000,
+        *,
+        strip_ratio: float | None = 8.0,
+        min_height: int = 30,
+    ) -> None:
+        for name, v in (("min_side", min_side), ("max_side", max_side)):
+            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
+                raise OptionError(f"{name}: got {v!r}, expected None or an int >= 1")
+        if not isinstance(min_height, (int, np.integer)) or isinstance(min_height, bool) or min_height < 0:
+            raise OptionError(f"min_height: got {min_height!r}, expected an int >= 0")
+        self.min_side = None if min_side is None else int(min_side)
+        self.max_side = None if max_side is None else int(max_side)
+        self.strip_ratio = None if strip_ratio is None else _number("strip_ratio", strip_ratio, 1e-9)
+        self.min_height = int(min_height)
+
+    def fit(self, height: int, width: int) -> tuple[int, int, int]:
+        """``(height, width, top)``: the page's size after scaling and the rows of black added above and below it
+        (the page the detector sees is ``height + 2 * top`` high); sides of 0 mean it cannot be fitted.
+
+        Example:
+            >>> PageFit().fit(100, 4000)  # 50x2000, rounded to 64x1984, then 216 rows above and below
+            (64, 1984, 216)
+        """
+        h, w = height, width
+        if self.max_side is not None and max(h, w) > self.max_side:
+            h, w = _scaled(h, w, float(self.max_side) / (h if h > w else w))
+        if self.min_side is not None and h > 0 and w > 0 and min(h, w) < self.min_side:
+            h, w = _scaled(h, w, float(self.min_side) / (h if h < w else w))
+        if h <= 0 or w <= 0:
+            return h, w, 0
+        r = self.strip_ratio
+        if h <= self.min_height or (r is not None and w / h > r):
+            new_h = max(int(w / r) if r is not None else 0, self.min_height) * 2
+            return h, w, int(abs(new_h - h) / 2)
+        return h, w, 0
+
+    def process(self, data: Any, meta: dict[str, Any]) -> np.ndarray:
+        image = check_image(data, "PageFit")
+        h, w = image.shape[:2]
+        fh, fw, top = self.fit(h, w)
+        if fh <= 0 or fw <= 0:
+            raise InputError(f"PageFit: a page of size {(h, w)} scales to {(fh, fw)}, expected both sides >= 1")
+        if (fh, fw, top) == (h, w, 0):
+            return image
+        page = image if (fh, fw) == (h, w) else np.asarray(cv2("PageFit").resize(image, (fw, fh)))
+        if top:
+            page = np.pad(page, ((top, top), (0, 0)) + ((0, 0),) * (page.ndim - 2))
+        meta.setdefault("orig_shape", (h, w))
+        meta["input_shape"] = (int(page.shape[0]), int(page.shape[1]))
+        compose_affine(meta, fw / w, fh / h, 0.0, float(top))
+        meta[PAGE] = page
+        meta[PAGE_MAP] = (w / fw, h / fh, top)
+        return page
+
+
+def page_to_original(
+    quads: np.ndarray, meta: dict[str, Any], shape: tuple[int, int] | None
+) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """Quads found in a :class:`PageFit` page, in the original image: ``(quads, orig_shape)``; ``(quads, shape)``
+    as given when the page was not changed (no ``meta["ocr_page_map"]``).
+
+    RapidOCR's ``map_boxes_to_original``: the band's rows subtracted, each axis scaled back (float32), then
+    clipped to ``[0, width]`` and ``[0, height]``.
+
+    Example:
+        >>> q = np.array([[[10, 130], [90, 130], [90, 150], [10, 150]]], np.float32)
+        >>> out, shape = page_to_original(q, {"ocr_page_map": (0.5, 0.25, 120), "orig_shape": (8, 200)}, None)
+        >>> out[0].tolist(), shape
+        ([[5.0, 2.5], [45.0, 2.5], [45.0, 7.5], [5.0, 7.5]], (8, 200))
+    """
+    if PAGE_MAP not in meta:
+        return quads, shape
+    sx, sy, top = meta[PAGE_MAP]
+    oh, ow = (int(v) for v in meta["orig_shape"])
+    q = np.array(quads, np.float32).reshape(-1, 4, 2)
+    q[:, :, 1] -= top
+    q[:, :, 0] *= sx
+    q[:, :, 1] *= sy
+    q = np.where(q < 0, 0, q)
+    q[..., 0] = np.where(q[..., 0] > ow, ow, q[..., 0])
+    q[..., 1] = np.where(q[..., 1] > oh, oh, q[..., 1])
+    return q, (oh, ow)
 
 
 class DetResize(Preprocessor):
@@ -234,8 +370,9 @@ def _area(points: np.ndarray) -> float:
 class DbPostprocess(Postprocessor):
     """DBNet's probability map of one page -> :class:`~amdinfer.results.TextLines` (quads, box scores, no text).
 
-    The quads are in the original image (``meta["orig_shape"]``, which :class:`DetResize` records); see
-    :func:`db_boxes` for the steps. Defaults are RapidOCR's. Needs OpenCV, not pyclipper.
+    The quads are in the original image (``meta["orig_shape"]``, which :class:`DetResize` records), or in
+    :class:`PageFit`'s page where it changed the page (``meta["ocr_page"]``); see :func:`db_boxes` for the
+    steps. Defaults are RapidOCR's. Needs OpenCV, not pyclipper.
 
     Args:
         thresh: pixel probability threshold.
@@ -280,7 +417,8 @@ class DbPostprocess(Postprocessor):
         prob = self._select_output(self, data, self.output)
         if not isinstance(prob, np.ndarray):
             raise InputError(f"DbPostprocess: got {type(prob).__name__}, expected the (1, H, W) probability map")
-        shape = meta.get("orig_shape") or prob.shape[-2:]
+        page = meta.get(PAGE)  # PageFit's page: the quads are in it until AttachText maps them back
+        shape = page.shape[:2] if page is not None else (meta.get("orig_shape") or prob.shape[-2:])
         own = meta.get("input_shape")  # the page's part of a padded canvas (DetPad)
         if own is not None and tuple(prob.shape[-2:]) != tuple(own):
             prob = prob[..., : int(own[0]), : int(own[1])]

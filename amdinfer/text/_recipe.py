@@ -21,7 +21,7 @@ from ..engines.base import Engine
 from ..errors import InputError, ModelError, OptionError
 from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
-from ._det import DbPostprocess, DetPad, DetResize, ReadingOrder
+from ._det import DbPostprocess, DetPad, DetResize, PageFit, ReadingOrder
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, fuse_ctc
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 #: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
 _CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
 _CASCADE_OPTIONS += ("cls_threshold", "text_score", "batch_size", "rec_height", "rec_width", "cls_width")
-_CASCADE_OPTIONS += ("shape_buckets", "fuse_ctc")
+_CASCADE_OPTIONS += ("shape_buckets", "fuse_ctc", "page_fit")
 
 #: ``shape_buckets``: the detector's canvas multiple and the recogniser's width step (text lines are 48 high)
 DET_CANVAS_MULTIPLE = 256
@@ -90,6 +90,7 @@ def ocr(
     cls_width: int = 192,
     shape_buckets: bool | str = "auto",
     fuse_ctc: bool = True,
+    page_fit: bool = True,
     calibration: Iterable[Any] | None = None,
     det_quantizer: Any = None,
     cls_quantizer: Any = None,
@@ -105,9 +106,8 @@ def ocr(
     all fed BGR ``(x / 255 - 0.5) / 0.5``. The steps are RapidOCR's: :class:`~amdinfer.text.DetResize`,
     :class:`~amdinfer.text.DbPostprocess`, :class:`~amdinfer.text.ReadingOrder`, :class:`~amdinfer.text.QuadCrop`,
     classifier batches with :class:`~amdinfer.text.ClsRotate`, recogniser batches sorted by aspect ratio (each
-    padded to its widest line), :class:`~amdinfer.text.CtcDecode`, :class:`~amdinfer.text.AttachText`. RapidOCR's
-    page-level rescaling of pages over 2000 pixels or under 30, and its vertical padding of strips wider than
-    8:1, are not applied.
+    padded to its widest line), :class:`~amdinfer.text.CtcDecode`, :class:`~amdinfer.text.AttachText`, after its
+    page rules (``page_fit``: pages scaled within 30..2000 pixels, strips over 8:1 padded with black bands).
 
     Args:
         det, rec, cls: the models (paths, bytes, ``onnx.ModelProto``); ``cls=None`` skips the classifier.
@@ -122,6 +122,7 @@ def ocr(
         shape_buckets: feed the engines a few shapes (pages padded to multiples of 256, line batches to 160-wide
             steps and ``batch_size`` rows; docs/pipeline.md): ``"auto"`` (on a GPU), ``True``, ``False``.
         fuse_ctc: greedy CTC's argmax in the recogniser's graph (:func:`~amdinfer.text.fuse_ctc`; not int8).
+        page_fit: RapidOCR's page rules first (:class:`~amdinfer.text.PageFit`); ``False``: pages as they are.
         calibration: with ``precision="int8"``: pages (paths, arrays, ...) to calibrate all three models on.
             The fp32 cascade runs on them first and every input its engines see becomes a calibration sample
             (:func:`ocr_calibration`: pages of several sizes, text lines of several widths); each model gets
@@ -142,7 +143,6 @@ def ocr(
             and none given. StageError: (``calibration``) the fp32 cascade failed on a calibration page.
 
     Example:
-        >>> import numpy as np
         >>> from amdinfer.testing.models import tiny_cnn
         >>> ocr(tiny_cnn(), tiny_cnn(), charset=["a"], batch_size=0)
         Traceback (most recent call last):
@@ -231,8 +231,7 @@ def _build(
     charset = options["charset"]
     batch_size = options["batch_size"]
     rec_height, rec_width, cls_width = options["rec_height"], options["rec_width"], options["cls_width"]
-    if options["shape_buckets"] != "auto" and not isinstance(options["shape_buckets"], bool):
-        raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
+    _check_switches(options)
     det_pad, line_resize = DetPad(1), TextResize(rec_height, rec_width, grow=True)  # buckets set once loaded
     int8_rec = quantizers.get("rec") is not None or load_options.get("precision") == "int8"
     rec_model = rec
@@ -280,6 +279,7 @@ def _build(
         pipe = outer(
             preprocess=[
                 LoadImage(),
+                *([PageFit()] if options["page_fit"] else []),
                 DetResize(options["det_limit"], options["det_limit_type"]),
                 BgrToRgb(),
                 Normalize(mean=0.5, std=0.5, scale=1 / 255),
@@ -299,6 +299,13 @@ def _build(
     pipe.ctc_in_graph = rec_model is not rec
     _shape_buckets(pipe, options["shape_buckets"], det_pad, line_resize, subs)
     return pipe
+
+
+def _check_switches(options: dict[str, Any]) -> None:
+    if options["shape_buckets"] != "auto" and not isinstance(options["shape_buckets"], bool):
+        raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
+    if not isinstance(options["page_fit"], bool):
+        raise OptionError(f"page_fit: got {options['page_fit']!r}, expected True or False")
 
 
 def _shape_buckets(

@@ -23,6 +23,7 @@ from ..errors import InputError, ModelError, OptionError
 from ..results import TextLines
 from ..stages import FanOut, Gather, Pieces, Postprocessor, Preprocessor, Sample
 from ._cv import cv2
+from ._det import PAGE, page_to_original
 
 __all__ = [
     "AttachText",
@@ -70,7 +71,8 @@ def quad_crop(image: np.ndarray, quad: np.ndarray) -> np.ndarray:
 class QuadCrop(FanOut):
     """Fan a page's :class:`~amdinfer.results.TextLines` out into one upright crop per line (:func:`quad_crop`).
 
-    Crops come from the page the pipeline kept (``keep_image=True``, ``meta["source_image"]``), or, after a
+    Crops come from the page the pipeline kept (``keep_image=True``, ``meta["source_image"]``), or the page
+    :class:`~amdinfer.text.PageFit` made (``meta["ocr_page"]``, which the quads are in), or, after a
     :class:`ClsRotate` step, its turned crops (``meta["ocr_crops"]``). Each piece's metadata has ``"line"``.
 
     Example:
@@ -89,7 +91,9 @@ class QuadCrop(FanOut):
             raise InputError(f"QuadCrop: got {type(data).__name__}, expected TextLines (after DbPostprocess)")
         crops = meta.get(CROPS)
         if crops is None:
-            image = meta.get("source_image")
+            image = meta.get(PAGE)
+            if image is None:
+                image = meta.get("source_image")
             if not isinstance(image, np.ndarray):
                 raise InputError(
                     "QuadCrop: the item's metadata has no 'source_image' to crop from; start the pipeline with "
@@ -382,7 +386,8 @@ class ClsRotate(Gather):
 class AttachText(Gather):
     """Gather the recogniser's ``(text, score)`` answers onto the page's lines, dropping lines whose text is
     blank or whose score is below ``min_score`` (RapidOCR's ``text_score``); with ``keep_image`` the page
-    (``meta["source_image"]``) goes onto the result for ``plot()``.
+    (``meta["source_image"]``) goes onto the result for ``plot()``. Quads found in a
+    :class:`~amdinfer.text.PageFit` page are mapped back to the original (:func:`~amdinfer.text._det.page_to_original`).
 
     Example:
         >>> from amdinfer.results import TextLines
@@ -412,4 +417,5 @@ class AttachText(Gather):
                 scores.append(r[1])
         image = meta.get("source_image") if self.keep_image else None
         sel = parent.select(np.asarray(keep, np.int64))
-        return TextLines(sel.quads, texts, scores, parent.image_shape, image=image)
+        quads, shape = page_to_original(sel.quads, meta, parent.image_shape)
+        return TextLines(quads, texts, scores, shape, image=image)
