@@ -27,10 +27,10 @@ from ..errors import OptionError
 from ..preprocess import LoadImage
 from ..results import Classification, Detections
 from ..results._base import _image
-from ..stages import Preprocessor, Sample
+from ..stages import Preprocessor, Sample, _stage_error
 from ._sources import expand
 
-__all__ = ["KEY", "attach", "call", "check_keep", "remember", "takes_images"]
+__all__ = ["KEY", "attach", "call", "check_keep", "preprocess", "remember", "takes_images"]
 
 KEY = "source_image"
 
@@ -59,6 +59,19 @@ def remember(sample: Sample, stage: Preprocessor) -> None:
     """After the first stage: when it is ``LoadImage`` (colour), keep its picture (RGB) in ``sample``'s metadata."""
     if isinstance(stage, LoadImage) and stage.mode != "L":
         sample.meta[KEY] = sample.data[..., ::-1] if stage.mode == "BGR" else sample.data
+
+
+def preprocess(index: int, sample: Sample, stages: Sequence[Preprocessor], *, keep_image: bool) -> Sample:
+    """Item ``index`` through the host ``stages`` in order; a failing stage becomes a ``StageError`` naming the
+    item and ``preprocess[k]``, and the first stage's picture is kept when ``keep_image``."""
+    for k, stage in enumerate(stages):
+        try:
+            sample = stage(sample)
+        except Exception as exc:
+            raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
+        if k == 0 and keep_image:
+            remember(sample, stage)
+    return sample
 
 
 def attach(result: Any, meta: dict[str, Any]) -> Any:

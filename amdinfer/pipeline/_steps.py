@@ -34,7 +34,7 @@ from ..errors import InputError, OptionError, StageError, StageInputError
 from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
 from ..types import TensorSpec
 from ._executor import ByShape, Executor, Slot
-from ._source_images import attach, remember
+from ._source_images import attach, preprocess
 
 __all__ = ["PipelineSteps"]
 
@@ -123,14 +123,7 @@ class PipelineSteps:
 
     # ------------------------------------------------------------------ place
     def _preprocess_one(self, index: int, item: Any) -> Sample:
-        sample = Sample.wrap(item)
-        for k, stage in enumerate(self._preprocess):
-            try:
-                sample = stage(sample)
-            except Exception as exc:
-                raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
-            if k == 0 and self._keep_image:
-                remember(sample, stage)
+        sample = preprocess(index, Sample.wrap(item), self._preprocess, keep_image=self._keep_image)
         if not isinstance(sample.data, np.ndarray):
             exc = TypeError(f"got {type(sample.data).__name__}, expected a numpy array for the engine")  # type: ignore[misc]
             raise _stage_error(index, "preprocess (result)", exc)  # type: ignore[misc]

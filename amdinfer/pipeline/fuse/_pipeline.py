@@ -18,7 +18,7 @@ from ...results import Classification, Detections
 from ...stages import Postprocessor, Preprocessor, Sample, _stage_error
 from .._executor import Executor, Slot, default_threads
 from .._map import PipelineMap, map_options
-from .._source_images import attach, call, check_keep, remember
+from .._source_images import attach, call, check_keep, preprocess
 from ._graph import _GEOMETRY, _META_KEY
 
 log = logging.getLogger("amdinfer")
@@ -183,14 +183,8 @@ class FusedPipeline:
         return None if hw is None else (*hw, self._channels)
 
     def _stages(self, index: int, sample: Sample, stages: Sequence[Preprocessor]) -> Sample:
-        for k, stage in enumerate(stages):  # the leading stages of the pipeline's preprocess: same k
-            try:
-                sample = stage(sample)
-            except Exception as exc:
-                raise _stage_error(index, f"preprocess[{k}] {type(stage).__name__}", exc) from exc
-            if k == 0 and self._keep_image:
-                remember(sample, stage)
-        return sample
+        # the leading stages of the pipeline's preprocess: the same k in errors
+        return preprocess(index, sample, stages, keep_image=self._keep_image)
 
     def _check(self, index: int, data: Any) -> np.ndarray:
         """The image rule of the stage-by-stage geometric stages (check_image), with the graph's channel count."""
