@@ -101,7 +101,8 @@ def default_model(path: Path, size: int) -> Path:
 
 
 def map_side(model: str, kind: str, conf: float) -> dict[str, Any]:
-    """``pipe.map`` and engine-only throughput over the same images (each twice), whole passes taking turns."""
+    """``pipe.map`` and engine-only throughput over the same images (each twice), whole passes taking turns (which
+    goes first alternates, so that neither side always follows the other's thread pools)."""
     import amdinfer
 
     ims = images(kind) * 2
@@ -120,14 +121,14 @@ def map_side(model: str, kind: str, conf: float) -> dict[str, Any]:
     for f in feeds[:2]:  # warm-up
         engine.run({name: f})
     list(det.map(ims[:2], batch_size=1, workers=2))
-    for _ in range(3):
-        for key, run in (("engine", infer), ("map", mapped)):
+    for k in range(3):
+        for key, run in (("engine", infer), ("map", mapped))[:: 1 if k % 2 == 0 else -1]:
             time.sleep(0.5)  # the previous pass's spinning thread pools go idle
             t0 = time.perf_counter()
             run()
             passes[key].append(len(ims) / (time.perf_counter() - t0))
     det.close()
-    return {"side": "amd-map", "rates": passes, "images": len(ims)}
+    return {"side": "amd-map", "rates": passes, "images": len(ims), "load": os.getloadavg()[0]}
 
 
 def executor_side(model: str, kind: str, conf: float, batch: int) -> dict[str, Any]:
@@ -353,11 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     m = results.get("amd-map", {})
     if m.get("map"):
         best_engine, best_map = max(m["engine"]), max(m["map"])
+        paired = statistics.median(a / b for a, b in zip(m["map"], m["engine"]))  # each pass against its neighbour
         lines += [
             "",
             f"pipe.map(batch_size=1, workers=2): {best_map:.2f} images/s; engine-only (engine.run on tensors "
             f"preprocessed beforehand): {best_engine:.2f} images/s; map / engine-only = {best_map / best_engine:.2f} "
-            f"(target >= 0.9); best of {len(m['map'])} passes of {m['images']} images each",
+            f"(target >= 0.9); best of {len(m['map'])} passes of {m['images']} images each (median of the passes "
+            f"against the engine pass beside them: {paired:.2f}; load average (1 min) at the end: {m['load']:.2f})",
         ]
     elif m:
         lines += ["", f"amd-map: error: {m.get('error')}"]
