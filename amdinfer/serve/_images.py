@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import InputError
 from ..preprocess._image_header import check_image_pixels
 
-__all__ = ["bytes_tensor", "image_items", "parse_length_prefixed", "text_tensor"]
+__all__ = ["bytes_tensor", "image_items", "parse_length_prefixed"]
 
 _PREFIX = struct.Struct("<I")
 
@@ -160,15 +160,3 @@ declares 30000 x 30000 (width x height) = 900,000,000 pixels, above the limit of
             except InputError as exc:
                 raise InputError(f"input {name!r}: item {i}: {exc}") from None
     return items
-
-
-def text_tensor(values: Sequence[Any]) -> np.ndarray:
-    """Strings as a ``BYTES`` tensor: an object array of their UTF-8 bytes (class names in answers).
-
-    Example:
-        >>> text_tensor(["cat", "dog"])
-        array([b'cat', b'dog'], dtype=object)
-    """
-    out = np.empty(len(values), dtype=object)
-    out[:] = [str(v).encode("utf-8") for v in values]
-    return out
