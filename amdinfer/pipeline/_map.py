@@ -4,11 +4,13 @@ Every ``map`` (:meth:`Pipeline.map <amdinfer.Pipeline.map>` and the pipelines bu
 :class:`~amdinfer.text.EmbedPipeline`; :meth:`FusedPipeline.map <amdinfer.pipeline.fuse.FusedPipeline.map>`;
 :meth:`TextEmbedder.map <amdinfer.text.TextEmbedder.map>`) is::
 
-    map(items, *, batch_size=None, workers=None) -> PipelineMap
+    map(items, *, batch_size="auto", workers=None) -> PipelineMap
 
 * ``items``: any iterable (read lazily, on the executor's engine thread; a str or bytes is refused).
-* ``batch_size``: items per engine call (``None``: the pipeline's own: 1, or for an embedding pipeline its
-  ``batch_size``, whose windows of 8 x ``batch_size`` texts are grouped by length bucket).
+* ``batch_size``: items per engine call; ``"auto"`` (or ``None``, the same): the size chosen for the device
+  (:func:`~amdinfer.pipeline._auto.auto_batch_size`: 1 on the CPU, the engine's largest batch bucket or 64 on an
+  accelerator, a fixed-batch model's ``B``; recorded in ``engine.info.settings["map_batch_size"]``), or for an
+  embedding pipeline its ``batch_size``, whose windows of 8 x ``batch_size`` texts are grouped by length bucket.
 * ``workers``: threads that place (preprocess) and finish (postprocess) items while the engine runs on a thread
   of its own; ``0`` runs everything in the caller's thread, batch by batch, with no thread at all; ``None``: the
   cores this process may use (a :class:`~amdinfer.pipeline.fuse.FusedPipeline`: its ``threads``).
@@ -39,17 +41,24 @@ __all__ = ["PipelineMap", "map_options"]
 
 
 def map_options(items: Any, batch_size: Any, workers: Any, *, what: str = "inputs") -> tuple[int | None, int | None]:
-    """Check ``map``'s arguments at the call (not at the first ``next``): ``(batch_size, workers)``.
+    """Check ``map``'s arguments at the call (not at the first ``next``): ``(batch_size, workers)``, the batch size
+    ``None`` for ``"auto"`` (the pipeline resolves it).
 
     Example:
-        >>> map_options([], None, 0)
-        (None, 0)
+        >>> map_options([], None, 0), map_options([], "auto", None), map_options([], 8, 2)
+        ((None, 0), (None, None), (8, 2))
+        >>> map_options([], "big", None)
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: batch_size: got 'big', expected an int >= 1, "auto" or None
         >>> map_options("pages/*.jpg", None, None)
         Traceback (most recent call last):
         ...
         amdinfer.errors.OptionError: items: got str, expected an iterable of inputs
     """
-    size = None if batch_size is None else _positive_int("batch_size", batch_size)
+    if isinstance(batch_size, str) and batch_size != "auto":
+        raise OptionError(f'batch_size: got {batch_size!r}, expected an int >= 1, "auto" or None')
+    size = None if batch_size is None or isinstance(batch_size, str) else _positive_int("batch_size", batch_size)
     threads = None if workers is None else _positive_int("workers", workers, minimum=0)
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise OptionError(f"items: got {type(items).__name__}, expected an iterable of {what}")

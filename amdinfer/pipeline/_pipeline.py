@@ -11,6 +11,7 @@ from ..engines.base import Engine
 from ..errors import ModelError, OptionError
 from ..preprocess import _hw
 from ..stages import Postprocessor, Preprocessor, Stage
+from ._auto import hint_fixed
 from ._executor import ByShape
 from ._map import PipelineMap, map_options
 from ._source_images import call, check_keep, takes_images
@@ -181,13 +182,17 @@ class Pipeline(PipelineSteps):
     def run_batch(self, images: Iterable[Any]) -> list[Any]:
         """Run many inputs, one engine call per preprocessed shape, and return their results in order.
 
-        The items run through the pipeline's executor in the caller's thread (no threads): each one is
-        preprocessed, the items are grouped by shape and dtype (pages of different sizes, crops of different
-        widths) and each group is stacked into one buffer for one engine call (groups in order of their first
-        item), so items of different shapes never need a common canvas. A model with a dynamic batch axis gets a
-        whole group at once; an engine with ``batch_buckets`` gets it padded to its bucket, a model with a fixed
-        batch size ``B`` in chunks of ``B`` (the buffer padded to a multiple of ``B``; the padding rows are copies of
-        the last item, their answers dropped). Every item gets the answer that ``pipe(item)`` gives it.
+        The items run through the pipeline's executor: with the engine on the CPU (and for a short list) in the
+        caller's thread, with no thread at all; on an accelerator a list of 16 items or more runs as sub-batches
+        streamed through the executor's ``map`` (:func:`~amdinfer.pipeline._auto.split_size`: a quarter of the
+        list, 8 to 64 items, raised to a batch bucket), so that placing one sub-batch overlaps the engine on the
+        last. Each item is preprocessed, the items (of each sub-batch) are grouped by shape and dtype (pages of
+        different sizes, crops of different widths) and each group is stacked into one buffer for one engine call
+        (groups in order of their first item), so items of different shapes never need a common canvas. A model
+        with a dynamic batch axis gets a whole group at once; an engine with ``batch_buckets`` gets it padded to
+        its bucket, a model with a fixed batch size ``B`` in chunks of ``B`` (the buffer padded to a multiple of
+        ``B``; the padding rows are copies of the last item, their answers dropped). Every item gets the answer
+        that ``pipe(item)`` gives it, and the first failing item's error is raised, on either path.
 
         Raises:
             StageError: a stage failed (naming the item's index in ``images`` and the stage) or the engine
@@ -210,9 +215,11 @@ class Pipeline(PipelineSteps):
             [(10,), (10,)]
             >>> pipe.close(); any_size.close()
         """
-        return self._run_items(images, ByShape(size=self._call_size()))
+        return self._run_call(images, ByShape(size=self._call_size()))
 
-    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int | None = None) -> PipelineMap:
+    def map(
+        self, items: Iterable[Any], *, batch_size: int | str | None = "auto", workers: int | None = None
+    ) -> PipelineMap:
         """Run a stream of inputs, overlapping preprocessing, inference and postprocessing in threads.
 
         Runs on the pipeline's executor (docs/pipeline.md, "The executor"): ``workers`` threads preprocess items,
@@ -223,8 +230,12 @@ class Pipeline(PipelineSteps):
 
         Args:
             items: any iterable (read lazily, on the engine thread).
-            batch_size: items per engine call (the last batch may be smaller); ``None``: the pipeline's own (1;
-                :class:`~amdinfer.text.EmbedPipeline`: its ``batch_size``).
+            batch_size: items per engine call (the last batch may be smaller); ``"auto"`` (or ``None``): the size
+                chosen for the device (:func:`~amdinfer.pipeline._auto.auto_batch_size`: 1 on the CPU; on an
+                accelerator the engine's largest batch bucket, else 64; a fixed-batch model's ``B``), recorded in
+                ``engine.info.settings["map_batch_size"]`` (an :class:`~amdinfer.text.EmbedPipeline`: its own
+                ``batch_size``). An automatic size above 1 for a model whose dims after the batch axis are open
+                groups each window of that many items by shape (pages of different sizes never share a call).
             workers: threads for pre- and postprocessing; ``0`` runs everything in the caller's thread, one
                 batch at a time, with no thread at all; ``None``: the cores this process may use.
 
@@ -247,8 +258,13 @@ class Pipeline(PipelineSteps):
             [(10,), (10,), (10,), (10,), (10,)]
         """
         size, workers = map_options(items, batch_size, workers)
+        auto = size is None
         size = size or self._default_batch_size()
+        if not auto:
+            hint_fixed(self._engine.info, self._fixed_batch())
         group = self._map_group(size)
+        if group is None and auto and size > 1 and self._items_may_differ():
+            group = ByShape(size=size)  # batch 1 took any shapes; so must the automatic batch
         window = size * self._map_window if group is not None else size
         return PipelineMap(self._executor.map(items, window, group=group, workers=workers))
 

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -33,6 +34,7 @@ from ..engines.base import Engine
 from ..errors import InputError, OptionError, StageError, StageInputError
 from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
 from ..types import TensorSpec
+from ._auto import auto_batch_size, device_free_memory, hint_fixed, on_accelerator, record, split_size
 from ._executor import ByShape, Executor, Slot
 from ._source_images import attach, preprocess
 
@@ -95,7 +97,7 @@ class PipelineSteps:
         """The executor this pipeline's batching paths run on (made on first use)."""
         ex: Executor[Item, Any] | None = self.__dict__.get("_executor_")
         if ex is None:
-            gpu = str(getattr(self._engine.info, "device", "cpu") or "cpu") != "cpu"
+            gpu = self._on_accelerator()
             ex = Executor(
                 self._place,
                 self._run,
@@ -114,9 +116,36 @@ class PipelineSteps:
         """The most items one engine call takes (``None``: a whole shape group)."""
         return None
 
+    def _on_accelerator(self) -> bool:
+        """Whether the engine runs on an accelerator (``info.device`` other than ``"cpu"``)."""
+        return on_accelerator(getattr(self._engine.info, "device", "cpu"))
+
+    def _item_bytes(self) -> int | None:
+        """One item's input bytes, when the model's input has fixed dims after the batch axis."""
+        dims = [d for d in self._input.shape[1:] if isinstance(d, int)]
+        if len(dims) != len(self._input.shape) - 1:
+            return None
+        return math.prod(dims) * np.dtype(self._input.dtype).itemsize
+
+    def _auto_batch(self) -> tuple[int, str]:
+        """:func:`~amdinfer.pipeline._auto.auto_batch_size` for this pipeline's engine: ``(size, why)``."""
+        info = self._engine.info
+        free = device_free_memory(info.device) if self._on_accelerator() else None
+        fixed = self._fixed_batch()
+        return auto_batch_size(info.device, info.providers, self._engine.batch_buckets, fixed, free, self._item_bytes())
+
     def _default_batch_size(self) -> int:
-        """``map``'s ``batch_size`` when none is given."""
-        return 1
+        """``map``'s ``batch_size`` for ``"auto"`` (and ``None``): the size chosen for the device, recorded in
+        ``engine.info.settings["map_batch_size"]``."""
+        size, why = self._auto_batch()
+        record(self._engine.info, size, why)
+        hint_fixed(self._engine.info, self._fixed_batch())
+        return size
+
+    def _items_may_differ(self) -> bool:
+        """Whether the model takes items of different shapes (dims after the batch axis left open): an automatic
+        ``map`` batch then groups its window by shape instead of failing on two shapes in one batch."""
+        return not all(isinstance(d, int) for d in self._input.shape[1:])
 
     def _map_group(self, batch_size: int) -> ByShape | None:
         return ByShape(size=batch_size) if self._map_by_shape else None
@@ -243,3 +272,32 @@ class PipelineSteps:
     def _run_items(self, items: Iterable[Any], group: ByShape) -> list[Any]:
         """``items`` through the executor here in the caller's thread, one engine call per ``group``."""
         return self._executor.run_batch(list(items), group=group, workers=0)
+
+    def _sub_batch(self, n: int, group: ByShape) -> int | None:
+        """The sub-batch one call on ``n`` items runs in (:func:`~amdinfer.pipeline._auto.split_size`), or ``None``:
+        one batch in the caller's thread (on the CPU, whose cores the engine uses; for tagged groups)."""
+        if not self._on_accelerator() or group.tags is not None:
+            return None
+        hint_fixed(self._engine.info, self._fixed_batch())
+        size, _ = self._auto_batch()
+        sub = split_size(n, size, self._engine.batch_buckets, self._fixed_batch())
+        if sub is not None and group.size:  # whole calls of the group's size per sub-batch
+            sub = -(-sub // group.size) * group.size
+        return sub if sub is not None and n >= 2 * sub else None
+
+    def _run_call(self, items: Iterable[Any], group: ByShape) -> list[Any]:
+        """One call on a list (``run_batch``): on an accelerator, sub-batches streamed through the executor's
+        ``map`` (placing sub-batch k+1 while the engine runs sub-batch k; each grouped by shape); otherwise (and
+        for short lists) :meth:`_run_items`. The same answers, in order, and the first failing item's error."""
+        items = list(items)
+        sub = self._sub_batch(len(items), group)
+        if sub is None:
+            return self._run_items(items, group)
+        split = ByShape(size=min(group.size or sub, sub), pad_to=group.pad_to)
+        results = self._executor.map(items, sub, group=split)
+        try:
+            return list(results)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()

@@ -16,7 +16,8 @@ from ...errors import InputError, OptionError, StageError
 from ...preprocess import CenterCrop, Letterbox, Resize, check_image
 from ...results import Classification, Detections
 from ...stages import Postprocessor, Preprocessor, Sample, _stage_error
-from .._executor import Executor, Slot, default_threads
+from .._auto import auto_batch_size, device_free_memory, hint_fixed, on_accelerator, record, split_size
+from .._executor import ByShape, Executor, Slot, default_threads
 from .._map import PipelineMap, map_options
 from .._source_images import attach, call, check_keep, preprocess
 from ._graph import _GEOMETRY, _META_KEY
@@ -99,7 +100,8 @@ class FusedPipeline:
             raise OptionError(
                 f"host_post: the model leaves {self._fuse_info['host_post']} to the host; pass those stages"
             )
-        gpu = getattr(getattr(engine, "info", None), "device", "cpu") != "cpu"
+        gpu = on_accelerator(getattr(getattr(engine, "info", None), "device", "cpu"))
+        self._gpu = gpu
         self._staging = PinnedStaging(depth=4, pinned=None if staging and gpu else False)
         self._engine = engine
         self._host = tuple(host)
@@ -376,9 +378,40 @@ class FusedPipeline:
                 canvases differ. With several bad images, the first one's error.
         """
         items = self._items(images)
-        size = self._fixed_batch or len(items)
         self._log_chunks(len(items))
+        sub = self._sub_batch(len(items))
+        if sub is not None:  # an accelerator: sub-batches streamed, placing k+1 while the engine runs k
+            results = self._executor.map(items, sub)
+            try:
+                return list(results)
+            finally:
+                close = getattr(results, "close", None)
+                if close is not None:
+                    close()
+        size = self._fixed_batch or len(items)
         return [r for k in range(0, len(items), size) for r in self._executor.run_batch(items[k : k + size])]
+
+    def _auto_batch(self) -> tuple[int, str]:
+        """:func:`~amdinfer.pipeline._auto.auto_batch_size` for the fused engine: ``(size, why)``."""
+        info = getattr(self._engine, "info", None)
+        device = getattr(info, "device", "cpu")
+        canvas = self._canvas()
+        item = int(np.prod(canvas)) if canvas is not None else None  # uint8 pixels
+        free = device_free_memory(device) if self._gpu else None
+        buckets = getattr(self._engine, "batch_buckets", ())
+        return auto_batch_size(device, getattr(info, "providers", []), buckets, self._fixed_batch, free, item)
+
+    def _sub_batch(self, n: int) -> int | None:
+        """The sub-batch of one call on ``n`` images (:func:`~amdinfer.pipeline._auto.split_size`; a fixed batch
+        ``B``: ``B``), or ``None``: one batch (on the CPU, and for short lists), as before."""
+        if not self._gpu:
+            return None
+        hint_fixed(getattr(self._engine, "info", None), self._fixed_batch)
+        size, _ = self._auto_batch()
+        sub = split_size(n, size, getattr(self._engine, "batch_buckets", ()), self._fixed_batch)
+        if self._fixed_batch is not None and sub is not None:
+            sub = self._fixed_batch  # a fused graph runs exactly B rows a call
+        return sub
 
     @property
     def fixed_batch(self) -> int | None:
@@ -398,8 +431,15 @@ class FusedPipeline:
             self._fixed_batch,
         )
 
-    def map(self, items: Iterable[Any], *, batch_size: int | None = None, workers: int | None = None) -> PipelineMap:
-        """Run a stream of images ``batch_size`` at a time (default 1); results in input order.
+    def map(
+        self, items: Iterable[Any], *, batch_size: int | str | None = "auto", workers: int | None = None
+    ) -> PipelineMap:
+        """Run a stream of images ``batch_size`` at a time; results in input order.
+
+        ``batch_size="auto"`` (or ``None``): the size chosen for the device
+        (:func:`~amdinfer.pipeline._auto.auto_batch_size`: 1 on the CPU, the engine's largest batch bucket or 64
+        on an accelerator), recorded in ``engine.info.settings["map_batch_size"]``; when the images' canvases may
+        differ (host geometry without a fixed size), an automatic size above 1 groups each batch by shape.
 
         The one ``map`` signature (:mod:`amdinfer.pipeline._map`). While batch k runs on the engine (its own
         thread), ``workers`` threads (default: :attr:`threads`) write the next batches into their buffers and split
@@ -418,9 +458,16 @@ class FusedPipeline:
             >>> f.close()
         """
         size, workers = map_options(items, batch_size, workers, what="images")
-        size = self._fixed_batch or size or 1  # the model's own batch size wins (see fixed_batch)
+        group = None
+        if size is None:
+            size, why = self._auto_batch()
+            record(getattr(self._engine, "info", None), size, why)
+            if size > 1 and self._canvas() is None and self._fixed_batch is None:
+                group = ByShape(size=size)  # batch 1 took any canvas; so must the automatic batch
+        size = self._fixed_batch or size  # the model's own batch size wins (see fixed_batch)
         self._log_chunks(None)
-        return PipelineMap(self._executor.map(items, size, workers=workers))
+        hint_fixed(getattr(self._engine, "info", None), self._fixed_batch)
+        return PipelineMap(self._executor.map(items, size, group=group, workers=workers))
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
