@@ -157,6 +157,9 @@ class DynamicBatcher:
         self._closing = False
         #: engine calls made so far
         self.batches = 0
+        #: what the start line says of the batching when the server chose it (``None``: the caller's values),
+        #: e.g. ``"batches of up to 64 rows within 2 ms, buckets 8,16,32,64 (auto: CUDA EP, ...)"``
+        self.chosen: str | None = None
 
     @property
     def workers(self) -> list[BatchWorker]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.config
+import os
 from typing import Any
 
 from ._cli_args import RECIPE_FLAGS, SHARED_MEMORY, add_arguments
+from ._defaults import NOTE_ENV
 
 __all__ = ["HELP", "NAME", "add_arguments", "configure_logging", "default_workers_per_device", "run"]
 
@@ -50,7 +52,7 @@ def _recipe_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def pipeline_threads_per_process(processes: int, cores: int | None = None) -> int:
     """The default ``--pipeline-threads`` of each of ``processes`` server processes on one host:
-    ``max(2, cores // processes)``.
+    ``max(2, cores // processes)`` (:func:`amdinfer.serve._defaults.pipeline_threads_per_process`).
 
     Each recipe pipeline decodes and resizes on its own pool of threads. Every process taking all the cores
     would run ``processes x cores`` threads on ``cores`` cores; this shares them out instead (docs/serving.md).
@@ -60,24 +62,37 @@ def pipeline_threads_per_process(processes: int, cores: int | None = None) -> in
         (4, 2)
     """
     from ..pipeline._executor import default_threads
+    from ._defaults import pipeline_threads_per_process as rule
 
-    cores = default_threads() if cores is None else cores
-    return max(2, cores // max(1, processes))
+    return rule(processes, default_threads() if cores is None else cores)
 
 
 def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> list[str]:
     """The ``amdinfer serve`` arguments of a process that serves ``device`` (one of ``processes`` server
-    processes on this host)."""
+    processes on this host).
+
+    The batching flags (``--max-batch-size``, ``--max-delay-ms``, ``--batch-buckets``) are carried when given and
+    left out when not: each process derives them from the device its engine runs on (:mod:`._defaults`). A recipe's
+    ``--pipeline-threads`` is resolved here (the cores shared out over the host's ``processes``).
+
+    Example:
+        >>> from amdinfer.cli import build_parser
+        >>> argv = _child_argv(build_parser().parse_args(["serve", "m.onnx", "--max-delay-ms", "1"]), 0, 2)
+        >>> [a for a in argv if a.startswith("--max")]
+        ['--max-request-bytes', '--max-delay-ms']
+    """
     served = [args.model] if args.model else ["--model-repository", args.model_repository]
     argv = ["serve", *served, "--host", args.host, "--http-port", str(args.http_port), "--workers-per-device", "1"]
-    argv += ["--grpc-port", str(args.grpc_port), "--max-batch-size", str(args.max_batch_size)]
-    argv += ["--max-delay-ms", str(args.max_delay_ms), "--backend", args.backend, "--precision", args.precision]
+    argv += ["--grpc-port", str(args.grpc_port), "--backend", args.backend, "--precision", args.precision]
     argv += ["--devices", str(device), "--reuse-port", "--max-request-bytes", str(args.max_request_bytes)]
+    for flag, value in (("--max-batch-size", args.max_batch_size), ("--max-delay-ms", args.max_delay_ms)):
+        if value is not None:
+            argv += [flag, str(value)]
     for flag, value in (("--name", args.name), ("--providers", args.providers)):
         if value:
             argv += [flag, value]
-    if args.batch_buckets:
-        argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets))]
+    if args.batch_buckets is not None:
+        argv += ["--batch-buckets", ",".join(map(str, args.batch_buckets)) or "none"]
     if args.no_warmup:
         argv.append("--no-warmup")
     if args.log_level:
@@ -94,17 +109,9 @@ def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> li
     return [*argv, "--shared-memory", args.shared_memory]
 
 
-#: the most server processes per device the default gives
-MAX_DEFAULT_WORKERS_PER_DEVICE = 4
-
-
 def default_workers_per_device(devices: int, cores: int | None = None) -> int:
     """How many server processes per device ``amdinfer serve`` starts unless told:
-    ``max(1, min(4, cores // (2 * devices)))``.
-
-    Each process parses, validates and batches its own requests while holding its own GIL; two cores per
-    process leave one for that and one for its engine thread, gRPC's and ONNX Runtime's threads. Past four
-    per GPU the engine, not the host, is the limit (docs/serving.md).
+    ``max(1, min(4, cores // (2 * devices)))`` (:func:`amdinfer.serve._defaults.default_workers_per_device`).
 
     Args:
         devices: how many devices are served.
@@ -117,9 +124,9 @@ def default_workers_per_device(devices: int, cores: int | None = None) -> int:
         (3, 1)
     """
     from ..pipeline._executor import default_threads
+    from ._defaults import default_workers_per_device as rule
 
-    cores = default_threads() if cores is None else cores
-    return max(1, min(MAX_DEFAULT_WORKERS_PER_DEVICE, cores // (2 * max(1, devices))))
+    return rule(devices, default_threads() if cores is None else cores)
 
 
 def _processes_per_device(args: argparse.Namespace) -> tuple[int, str]:
@@ -149,6 +156,25 @@ def _processes_per_device(args: argparse.Namespace) -> tuple[int, str]:
         n = default_workers_per_device(devices, cores)
         why = f"the default max(1, min(4, {cores} usable cores // (2 x {devices} devices)))"
     return int(n), why
+
+
+def _processes_note(args: argparse.Namespace, n: int) -> str:
+    """The processes' part of each server process's start line: how many per device, and a recipe's decode
+    threads, each with where it came from (:meth:`ServedDefaults.processes_line`).
+
+    Example:
+        >>> from amdinfer.cli import build_parser
+        >>> _processes_note(build_parser().parse_args(["serve", "m.onnx", "--workers-per-device", "2"]), 2)
+        '2 processes/device (--workers-per-device)'
+    """
+    from ..pipeline._executor import default_threads
+    from ._defaults import served_defaults
+
+    given = {"workers_per_device": n if args.workers_per_device is not None or args.single_process else None}
+    given["pipeline_threads"] = getattr(args, "pipeline_threads", None)
+    chosen = served_defaults("", cores=default_threads(), devices=len(args.devices), recipe=args.recipe, given=given)
+    line = chosen.processes_line(n * len(args.devices))
+    return line.replace("(--workers-per-device)", "(--single-process)", 1) if args.single_process else line
 
 
 def configure_logging(level: str | None) -> None:
@@ -239,6 +265,7 @@ def _run_processes(args: argparse.Namespace, n: int, why: str) -> int:
             f"{len(args.devices) * n} server processes would give each its own port; give the ports"
         )
     check_host(args.host)  # before any child starts: one line, not one per child
+    os.environ[NOTE_ENV] = _processes_note(args, n)  # the children's start lines (they inherit the environment)
     logging.getLogger("amdinfer.serve").info(
         "starting %d server processes: %d per device (%s) on device%s %s",
         n * len(args.devices),
@@ -261,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     n, why = _processes_per_device(args)
     if n > 1 or (len(args.devices) > 1 and not args.single_process):
         return _run_processes(args, n, why)
+    if not args.reuse_port:  # a child has its supervisor's note
+        os.environ[NOTE_ENV] = _processes_note(args, n)
     api = _kserve_module("_serve_api")
     options: dict[str, Any] = dict(
         host=args.host,
@@ -273,14 +302,16 @@ def run(args: argparse.Namespace) -> int:
         shared_memory=SHARED_MEMORY[args.shared_memory],
         backend=args.backend,
         precision=args.precision,
-        max_batch_size=args.max_batch_size,
-        max_delay_ms=args.max_delay_ms,
     )
+    # not given (None): serve() derives them from the model and the device; a repository from its own defaults
+    for key in ("max_batch_size", "max_delay_ms", "batch_buckets"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
     if args.providers:
         options["providers"] = args.providers.split(",")
-    if args.batch_buckets:
-        options["batch_buckets"] = args.batch_buckets
     if args.model_repository:
+        if options.get("batch_buckets") == ():
+            del options["batch_buckets"]  # the repository's default is no buckets
         api.serve_repository(args.model_repository, **options)
         return 0
     api.serve(

@@ -13,6 +13,11 @@ Example:
     >>> args = parser.parse_args(["m.onnx", "--batch-buckets", "8,16", "--pipeline-threads", "auto"])
     >>> args.batch_buckets, args.pipeline_threads, args.grpc_port
     ((8, 16), None, 8081)
+    >>> args = parser.parse_args(["m.onnx"])  # not given: the server derives them from the model and the device
+    >>> args.max_batch_size, args.max_delay_ms, args.batch_buckets, args.workers_per_device
+    (None, None, None, None)
+    >>> parser.parse_args(["m.onnx", "--batch-buckets", "none", "--max-batch-size", "auto"]).batch_buckets
+    ()
     >>> RECIPE_FLAGS["classify"]
     ('topk', 'decoder', 'pipeline_threads', 'max_image_pixels')
     >>> parser.parse_args(["m.onnx", "--recipe", "ocr", "--text-score", "0.6"]).text_score
@@ -125,6 +130,16 @@ def _buckets(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
 
 
+def _buckets_or_auto(text: str) -> tuple[int, ...] | None:
+    """:func:`_buckets`; ``auto``: ``None`` (the server's default); ``none``: ``()`` (no buckets)."""
+    word = text.strip().lower()
+    if word == "auto":
+        return None
+    if word == "none":
+        return ()
+    return _buckets(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``serve`` flags (registered by ``amdinfer.cli``; see docs/serving.md).
 
@@ -197,15 +212,18 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """How each model runs: backend, devices, batching, server processes per device."""
     p.add_argument(
         "--max-batch-size",
-        type=_bounded("max_batch_size"),
-        default=32,
-        help="items per engine call at most, 1..4096 (1: no batching)",
+        type=_auto_or("max_batch_size"),
+        default=None,
+        metavar="N",
+        help="items per engine call at most, 1..4096 (1: no batching); default: auto (64 on an accelerator with a "
+        "dynamic batch axis, 32 on the CPU, B for a fixed batch B; the largest --batch-buckets when given)",
     )
     p.add_argument(
         "--max-delay-ms",
-        type=_bounded("max_delay_ms"),
-        default=2.0,
-        help="how long a request waits for others (ms, 0..60000)",
+        type=_auto_or("max_delay_ms"),
+        default=None,
+        metavar="MS",
+        help="how long a request waits for others (ms, 0..60000); default: auto (2)",
     )
     p.add_argument("--backend", default="auto", help="auto (default), ort, migraphx or reference")
     p.add_argument("--providers", help="comma-separated ONNX Runtime providers, e.g. cuda or cpu")
@@ -213,10 +231,11 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=_devices, default=[0], help="GPU indices, one worker each (default 0)")
     p.add_argument(
         "--batch-buckets",
-        type=_buckets,
+        type=_buckets_or_auto,
         default=None,
         help="batch sizes the engine runs (padded up to the next), e.g. 8,16,32,64: fewer shapes to compile "
-        "(1 to 64 sizes, each 1..4096)",
+        "(1 to 64 sizes, each 1..4096; none: no padding); default: auto (8,16,32,64 on an accelerator with a dynamic "
+        "batch axis, cut at --max-batch-size; none on the CPU or with a fixed batch)",
     )
     p.add_argument(
         "--no-warmup", action="store_true", help="do not run each engine (or recipe pipeline) at its batch sizes first"
@@ -231,8 +250,8 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
         type=_auto_or("workers_per_device"),
         default=None,
         metavar="N",
-        help="server processes per device, all on the same ports (SO_REUSEPORT), each with its own engine "
-        "(default auto: max(1, min(4, usable cores // (2 x devices))); at most min(64, 4 x usable cores))",
+        help="server processes per device, all on the same ports (SO_REUSEPORT), each with its own engine; "
+        "default: auto (max(1, min(4, usable cores // (2 x devices)))); at most min(64, 4 x usable cores)",
     )
 
 
@@ -295,6 +314,6 @@ def _add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         type=_auto_or("pipeline_threads"),
         default=None,
         metavar="N",
-        help="threads that decode and resize a recipe's images in each server process (default: all usable cores "
-        "in one process; max(2, cores // processes) with several; 1..256)",
+        help="threads that decode and resize a recipe's images in each server process, 1..256; default: auto (all "
+        "usable cores in one process; max(2, cores // processes) with several)",
     )

@@ -12,11 +12,12 @@ from ..preprocess import LoadImage
 from ._batcher import DynamicBatcher
 from ._bounds import check, check_buckets
 from ._canary import Canary, check_rate, load_reference
+from ._defaults import ServedDefaults, model_batch, served_defaults
 from ._metrics import ServingMetrics
 from ._oip import AmdinferModel
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["build_model", "load_recipe_workers", "load_workers"]
+__all__ = ["build_model", "load_recipe_workers", "load_workers", "served_defaults_for"]
 
 
 def load_workers(
@@ -159,12 +160,50 @@ def _canary(
     return Canary(verify_reference, rate=rate, model=name, precision=engine.info.precision)
 
 
+def served_defaults_for(
+    workers: Sequence[Any],
+    given: dict[str, Any] | None = None,
+    recipe: str | None = None,
+    *,
+    engine_buckets: bool = False,
+) -> ServedDefaults:
+    """:func:`~amdinfer.serve._defaults.served_defaults` for loaded workers (one per device): the first one's
+    engine device, providers and batch axis, the host's usable cores, ``given`` values kept. ``engine_buckets``:
+    the buckets are the engine's own (loaded by the caller), whatever the rule would pick.
+
+    Example:
+        >>> import amdinfer
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> worker = EngineWorker(amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))
+        >>> served_defaults_for([worker]).batching_line()
+        "batches of up to 32 rows within 2 ms, no buckets (auto: CPU EP, dynamic batch axis 'N')"
+        >>> worker.engine.close()
+    """
+    from ..pipeline._executor import default_threads
+
+    first = workers[0]
+    pipeline = isinstance(first, PipelineWorker)
+    engine = first.pipeline.engine if pipeline else first.engine
+    batch = model_batch(engine.inputs, engine.outputs, recipe or ("pipeline" if pipeline else None))
+    info = engine.info
+    given = dict(given or {})
+    if engine_buckets:
+        given["batch_buckets"] = engine.batch_buckets
+    chosen = served_defaults(
+        str(info.device or "cpu"), list(info.providers or ()), batch, cores=default_threads(),
+        devices=len(workers), recipe=recipe or ("pipeline" if pipeline else None), given=given,
+    )  # fmt: skip
+    if engine_buckets:
+        chosen.why["batch_buckets"] = "the engine's"
+    return chosen
+
+
 def build_model(
     name: str,
     target: Any,
     *,
-    max_batch_size: int = 32,
-    max_delay_ms: float = 2.0,
+    max_batch_size: int | None = None,
+    max_delay_ms: float | None = None,
     verify_sample: float = 0.0,
     verify_reference: str | Engine | Canary = "ort",
 ) -> AmdinferModel:
@@ -175,8 +214,9 @@ def build_model(
         target: an :class:`~amdinfer.Engine`, a :class:`~amdinfer.Pipeline` or
             :class:`~amdinfer.pipeline.fuse.FusedPipeline`, a list of them (one per device), or workers
             (:class:`EngineWorker`, :class:`PipelineWorker`).
-        max_batch_size: rows per engine call at most (1: no batching).
-        max_delay_ms: how long a request may wait for others.
+        max_batch_size: rows per engine call at most (1: no batching); ``None``: derived from the engine's device
+            and batch axis (:mod:`amdinfer.serve._defaults`: 64 on an accelerator, 32 on the CPU).
+        max_delay_ms: how long a request may wait for others (``None``: 2 ms).
         verify_sample: the fraction of requests the numerical canary re-runs on a reference engine, in
             ``[0, 1]`` (0: no canary; see :class:`Canary` and docs/serving.md). Engines only.
         verify_reference: the canary's reference: ``"ort"`` (CPU fp32 ONNX Runtime) or ``"numpy"`` (the NumPy
@@ -210,6 +250,11 @@ def build_model(
     first = workers[0]
     if not all(type(w) is type(first) for w in workers):
         raise OptionError("target: mixes engines and pipelines; give one kind, one per device")
+    chosen = None
+    if max_batch_size is None or max_delay_ms is None:
+        given = {"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms}
+        chosen = served_defaults_for(workers, given, engine_buckets=True)
+        max_batch_size, max_delay_ms = chosen.max_batch_size, chosen.max_delay_ms
     if isinstance(first, EngineWorker) and not first.batchable:
         max_batch_size = 1  # no shared batch axis: each request is its own engine call
     canary = _canary(name, workers, verify_sample, verify_reference)
@@ -217,4 +262,6 @@ def build_model(
     batcher = DynamicBatcher(
         workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics, canary=canary
     )
+    if chosen is not None:
+        batcher.chosen = chosen.batching_line()
     return AmdinferModel(name, batcher, inputs=first.inputs, outputs=first.outputs, check=first.check, metrics=metrics)

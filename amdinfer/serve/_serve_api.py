@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,17 @@ from ..engines.base import Engine
 from ..errors import OptionError
 from ._bounds import check, check_options
 from ._canary import check_rate, load_reference
-from ._models import build_model, load_recipe_workers, load_workers
+from ._defaults import ServedDefaults, expected_device, model_batch, served_defaults
+from ._models import build_model, load_recipe_workers, load_workers, served_defaults_for
 from ._repository import ModelRepository
 from ._rest import DEFAULT_MAX_REQUEST_BYTES
 from ._server import Server
 from ._supervisor import check_workers_per_device, process_slot
+from ._workers import EngineWorker, PipelineWorker
 
 __all__ = ["serve", "serve_repository"]
+
+logger = logging.getLogger("amdinfer.serve")
 
 
 def _bounded(options: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -72,8 +77,8 @@ def _serve_in_processes(model: Any, n: int, options: dict[str, Any], load_option
     providers = load_options.get("providers")
     if providers:
         argv += ["--providers", ",".join([providers] if isinstance(providers, str) else list(providers))]
-    if load_options.get("batch_buckets"):
-        argv += ["--batch-buckets", ",".join(str(int(b)) for b in load_options["batch_buckets"])]
+    if load_options.get("batch_buckets") is not None:  # () is "none": no buckets; not given: each process decides
+        argv += ["--batch-buckets", ",".join(str(int(b)) for b in load_options["batch_buckets"]) or "none"]
     for key, value in (options["recipe_options"] or {}).items():
         argv += ["--" + str(key).replace("_", "-"), str(value)]
     from ..cli import build_parser
@@ -146,6 +151,104 @@ def _target(
     return target, reference
 
 
+def _peek_batch(model: Any, recipe: str | None) -> str | int | None:
+    """The model's batch axis (:func:`model_batch`) read before loading it, without its external data; a model
+    that cannot be read this way counts as batch-dynamic (the engine loaded next says, and is checked)."""
+    import onnx
+
+    from ..model import ModelSource
+
+    try:
+        if isinstance(model, ModelSource):
+            source = model
+        elif isinstance(model, onnx.ModelProto):
+            source = ModelSource(model, path=Path("<ModelProto>"))  # a path: no refusal of external data here
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            source = ModelSource(onnx.load_from_string(bytes(model)), path=Path("<bytes>"))
+        else:
+            source = ModelSource(onnx.load(str(model), load_external_data=False), path=Path(model))
+    except Exception:  # the load itself reports a bad model, with its own message
+        return "N"
+    return model_batch(source.inputs, source.outputs, recipe)
+
+
+def _workers_of(target: Any) -> list[Any]:
+    """``target`` (workers, or a ready Engine/Pipeline or a list of them) as workers, for the defaults' rule."""
+    from ..pipeline import Pipeline
+    from ..pipeline.fuse import FusedPipeline
+
+    items = list(target) if isinstance(target, (list, tuple)) else [target]
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, Engine):
+            out.append(EngineWorker(item))
+        elif isinstance(item, (Pipeline, FusedPipeline)):
+            out.append(PipelineWorker(item))
+        else:
+            out.append(item)
+    return out
+
+
+def _close(target: Any, reference: Any, given_reference: Any) -> None:
+    for worker in target:
+        (worker.engine if isinstance(worker, EngineWorker) else worker.pipeline).close()
+    if isinstance(reference, Engine) and reference is not given_reference:
+        reference.close()
+
+
+def _served_target(
+    model: Any,
+    recipe: str | None,
+    recipe_options: dict[str, Any] | None,
+    rate: float,
+    reference: Any,
+    given: dict[str, Any],
+    **load: Any,
+) -> tuple[Any, Any, ServedDefaults]:
+    """:func:`_target`, with the batching derived from the model and the device where ``given`` has ``None``.
+
+    The buckets are an engine option, so they are chosen before loading, for the device :func:`expected_device`
+    predicts; the rule is applied again to the engine loaded, and when that disagrees on the buckets (the device
+    predicted is not the one the engine runs on) the engines are loaded again with the right ones.
+    """
+    from ..pipeline import Pipeline
+    from ..pipeline._executor import default_threads
+    from ..pipeline.fuse import FusedPipeline
+
+    ready = isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple))
+    buckets_auto = given.get("batch_buckets") is None and not ready
+    load.pop("batch_buckets", None)
+    if given.get("batch_buckets"):
+        load["batch_buckets"] = given["batch_buckets"]
+    predicted: tuple[int, ...] = ()
+    if buckets_auto:
+        try:
+            device, providers = expected_device(load["backend"], load.get("providers"), int(load["devices"][0]))
+        except Exception:  # an unknown backend or provider: the load says which, with its own message
+            device, providers = "cpu", []
+        batch = _peek_batch(model, recipe)
+        predicted = served_defaults(device, providers, batch, cores=default_threads(), devices=len(load["devices"]),
+                                    recipe=recipe, given=given).batch_buckets  # fmt: skip
+        if predicted:
+            load["batch_buckets"] = predicted
+    target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
+    workers = _workers_of(target)
+    chosen = served_defaults_for(workers, given, recipe, engine_buckets=ready)  # a ready engine's are its own
+    if buckets_auto and chosen.batch_buckets != predicted:
+        logger.info(
+            "expected buckets %s, but the engine runs on %s: loading again with %s",
+            ",".join(map(str, predicted)) or "none",
+            chosen.why.get("batch_buckets", "?").removeprefix("auto: "),
+            ",".join(map(str, chosen.batch_buckets)) or "none",
+        )
+        _close(workers, ref, reference)
+        load.pop("batch_buckets", None)
+        if chosen.batch_buckets:
+            load["batch_buckets"] = chosen.batch_buckets
+        target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
+    return target, ref, chosen
+
+
 def serve(
     model: Any,
     *,
@@ -153,8 +256,8 @@ def serve(
     host: str = "127.0.0.1",
     http_port: int = 8080,
     grpc_port: int | None = 8081,
-    max_batch_size: int = 32,
-    max_delay_ms: float = 2.0,
+    max_batch_size: int | None = None,
+    max_delay_ms: float | None = None,
     devices: Sequence[int] = (0,),
     backend: str = "auto",
     precision: str = "fp32",
@@ -176,8 +279,10 @@ def serve(
         name: the model's name in URLs (default: the file's stem, else ``"model"``).
         host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
         http_port, grpc_port: REST and gRPC ports (``grpc_port=None``: REST only).
-        max_batch_size: rows per engine call at most (1: no batching).
-        max_delay_ms: how long a request may wait for others to batch with.
+        max_batch_size: rows per engine call at most (1: no batching); ``None``: derived from the model and the
+            device (:mod:`amdinfer.serve._defaults`; docs/serving.md, "Defaults"), like ``batch_buckets`` (give
+            ``batch_buckets=()`` for none) and ``max_delay_ms``. The start line says what was chosen and why.
+        max_delay_ms: how long a request may wait for others to batch with (``None``: 2 ms).
         devices: GPU indices, one worker (engine) each.
         backend, precision: ``amdinfer.load``'s.
         warmup: run each engine (a recipe: its pipeline, decoding included) at its batch sizes before reporting ready.
@@ -211,8 +316,9 @@ def serve(
     """
     check_workers_per_device(workers_per_device)
     # every number against the one table of bounds, before anything loads or a child process starts
-    check_options({"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms,
-                   "max_request_bytes": max_request_bytes, **_bounded(load_options, "batch_buckets")})  # fmt: skip
+    given = {"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms, "max_request_bytes": max_request_bytes}
+    buckets = load_options.get("batch_buckets")
+    check_options({**_bounded(given, *given), **({"batch_buckets": buckets} if buckets else {})})
     _check_recipe(recipe, recipe_options)
     # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
     server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
@@ -225,12 +331,17 @@ def serve(
                        verify_sample=verify_sample, verify_reference=verify_reference, recipe=recipe,
                        recipe_options=recipe_options)  # fmt: skip
         return _serve_in_processes(model, workers_per_device, options, load_options)
-    target, reference = _target(model, recipe, recipe_options, rate, verify_reference, devices=devices,
-                                backend=backend, precision=precision, **load_options)  # fmt: skip
+    given = {"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms, "batch_buckets": buckets}
+    given["pipeline_threads"] = (recipe_options or {}).get("pipeline_threads")
+    target, reference, chosen = _served_target(model, recipe, recipe_options, rate, verify_reference, given,
+                                               devices=devices, backend=backend, precision=precision,
+                                               **load_options)  # fmt: skip
     if name is None:
         name = Path(model).stem if isinstance(model, (str, Path)) else "model"
-    server.start([build_model(name, target, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms,
-                              verify_sample=rate, verify_reference=reference)])  # fmt: skip
+    served = build_model(name, target, max_batch_size=chosen.max_batch_size, max_delay_ms=chosen.max_delay_ms,
+                         verify_sample=rate, verify_reference=reference)  # fmt: skip
+    served.batcher.chosen = chosen.batching_line()
+    server.start([served])
 
 
 def serve_repository(

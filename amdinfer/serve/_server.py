@@ -13,6 +13,7 @@ from kserve import ModelServer
 from kserve.protocol.rest.server import RESTServer
 
 from ..errors import OptionError
+from ._defaults import NOTE_ENV
 from ._grpc import GrpcServer
 from ._net import bound_socket, check_host, check_port, is_loopback
 from ._oip import AmdinferModel, FastDataPlane
@@ -249,14 +250,16 @@ class Server(ModelServer):
             >>> server._models = [build_model("tiny", amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"]))]
             >>> print(server.start_line({"tiny": [1, 32]}, None))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
             serving model 'tiny' on ort (CPUExecutionProvider), fp32, devices cpu; batches of up to 32
-            rows within 2 ms, warmed up at [1, 32]; REST http://127.0.0.1:8080, gRPC off, system shared memory on
-            (pid ...)
+            rows within 2 ms, no buckets (auto: CPU EP, dynamic batch axis 'N'), warmed up at [1, 32]; REST
+            http://127.0.0.1:8080, gRPC off, system shared memory on (pid ...)
         """
         repository = self.dataplane.repository
         models = [*self._models, *(repository.loaded if repository is not None else [])]
         parts = [_describe(m, warmed.get(m.name)) for m in models] or ["no model loaded"]
         if repository is not None:
             parts.append(f"model repository {repository.root}")
+        if os.environ.get(NOTE_ENV):  # amdinfer serve's processes and decode threads, and why
+            parts.append(os.environ[NOTE_ENV])
         shm = "on" if self.shared_memory else "off (not loopback; --shared-memory on allows it)"
         where = f"REST http://{self.host}:{self.http_port}, gRPC {grpc_address or 'off'}, system shared memory {shm}"
         slot = process_slot()
@@ -287,7 +290,8 @@ def _describe(model: AmdinferModel, warmed: list[int] | None) -> str:
         text += f"; one request per engine call ({reason})"
     else:
         delay = model.batcher.max_delay * 1000
-        text += f"; batches of up to {model.batcher.max_batch_size} rows within {delay:g} ms"
+        plain = f"batches of up to {model.batcher.max_batch_size} rows within {delay:g} ms"
+        text += f"; {model.batcher.chosen or plain}"  # chosen: the server's own choice, and why
     if warmed:
         text += f", warmed up at {warmed}"
     canary = model.batcher.canary
