@@ -16,6 +16,8 @@ alone with device tensors in and out:
 * fixed-size frames: ResNet-50 (the builder, 224) on 640x480 frames through ``amdinfer.classify`` and through
   ``Pipeline.fuse(image_size=...)``, and the trained YOLOv8n on 1920x1080 frames, against their engines.
 * parity: the fp16 and default paths against ``fuse=False`` and against Ultralytics' golden on the five pages.
+* first (unless ``--no-defaults``): issue 38's table, each line a user writes with its defaults beside its best
+  setting (``benchmarks/datapath_defaults.py``).
 
 Results: a table on stdout and ``datapath_gpu.md``/``.jsonl`` under ``--out`` (or ``$OUT``).
 
@@ -189,7 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="shorter timings, smaller frames (a smoke run)")
     p.add_argument("--out", default=os.environ.get("OUT"))
     p.add_argument("--frames-only", action="store_true", help="only the fixed-frame section")
+    p.add_argument("--defaults-only", action="store_true", help="only issue 38's table (datapath_defaults.py)")
+    p.add_argument("--no-defaults", action="store_true", help="leave out issue 38's table of defaults vs best")
     args = p.parse_args(argv)
+    if not args.no_defaults:  # issue 38: each row with its defaults and its best setting, side by side
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import datapath_defaults
+
+        datapath_defaults.run(
+            args.model, Path(args.out) if args.out else None, gpu=args.provider == "cuda", quick=args.quick
+        )
+        if args.defaults_only:
+            return 0
     gpu = args.provider == "cuda"
     out = Path(args.out) if args.out else None
     if out is not None:
