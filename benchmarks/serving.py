@@ -25,6 +25,15 @@ Three commands:
   client processes' CPU use (``client_cpu``, 1.0 = a core each); a no-op model with the same requests gives
   the ceiling of clients plus server. ``--cpu-smoke`` runs every row on the CPU with a tiny CNN.
 
+* ``defaults`` (issue 38): each served row with ``amdinfer serve``'s defaults (no batching flag: the server derives
+  them from the model and the device) and with the docs' ``--max-batch-size 64 --max-delay-ms 2 --batch-buckets
+  8,16,32,64`` side by side, 64 gRPC clients (a connection each) x 8 images, over the engine alone in the same run
+  (host batches of 64; with torch, device tensors too): the bare ResNet-50 fp16 (uint8 NHWC in), ``--recipe
+  classify`` on 640x480 JPEG files, and ``--recipe yolo`` on JPEG pages with ``--yolo PATH``. Models by path
+  (``--model``, ``--classifier``; default: ResNet-50 with random weights from ``amdinfer.testing.models``, no
+  download); ``--out DIR`` gets ``serving_defaults.md`` and ``serving_defaults.json``; each row keeps the
+  server's start line (what it chose and why).
+
 The load generator is asyncio over ``grpc.aio`` (KServe's v2 stubs) and ``aiohttp`` (Triton's binary
 tensor extension), in ``--client-procs`` processes (spawned once per run); the server runs in a subprocess
 (``python -m amdinfer serve``). Every result row is printed as Markdown and, with ``--out DIR`` (or
@@ -35,6 +44,8 @@ tensor extension), in ``--client-procs`` processes (spawned once per run); the s
     python benchmarks/serving.py gpu --out /tmp/out          # two GPUs, onnxruntime-gpu, torch
     python benchmarks/serving.py gpu1 --yolo yolov8n.onnx --client-procs 4 --out /tmp/out   # one GPU
     python benchmarks/serving.py gpu1 --cpu-smoke --seconds 1 --gpu-clients 2 4 --request-items 2
+    python benchmarks/serving.py defaults --client-procs 4 --out /tmp/out [--yolo yolov8n.onnx]   # one GPU, ~4 min
+    python benchmarks/serving.py defaults --cpu-smoke --seconds 1 --clients 4 --request-items 2
 """
 
 from __future__ import annotations
@@ -109,18 +120,22 @@ class ServerProcess:
         model_path: Path,
         name: str,
         *,
-        providers: str,
+        providers: str | None,
         precision: str,
         devices: str,
-        max_batch_size: int,
-        max_delay_ms: float,
+        max_batch_size: int | None,
+        max_delay_ms: float | None,
         preload_torch: bool = False,
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> None:
         self.http, self.grpc = free_port(), free_port()
-        args = ["serve", str(model_path), "--name", name, "--providers", providers, "--precision", precision]
-        args += ["--devices", devices, "--max-batch-size", str(max_batch_size), "--max-delay-ms", str(max_delay_ms)]
+        args = ["serve", str(model_path), "--name", name, "--precision", precision, "--devices", devices]
+        # None: the flag is not given (the server's own default)
+        for flag, value in (("--providers", providers), ("--max-batch-size", max_batch_size),
+                            ("--max-delay-ms", max_delay_ms)):  # fmt: skip
+            if value is not None:
+                args += [flag, str(value)]
         args += ["--http-port", str(self.http), "--grpc-port", str(self.grpc), *extra]
         pre = "import torch; " if preload_torch else ""
         code = pre + "import sys; from amdinfer.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -178,6 +193,12 @@ class ServerProcess:
             if line.startswith("amdinfer_batch_size_count") and f'model="{model}"' in line:
                 count += float(line.rsplit(" ", 1)[1])
         return total / count if count else float("nan")
+
+    def start_line(self) -> str:
+        """What the server logged it serves with (the start lines of its processes, the first one)."""
+        text = Path(self.log.name).read_text(errors="replace")
+        lines = [ln.split("amdinfer.serve: ", 1)[1] for ln in text.splitlines() if "amdinfer.serve: serving" in ln]
+        return lines[0] if lines else ""
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -1147,6 +1168,156 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
     print_table()
 
 
+#: the docs' flags: the "best" side of ``defaults`` (docs/serving.md, docs/performance.md)
+BEST_FLAGS = ("--max-batch-size", "64", "--max-delay-ms", "2", "--batch-buckets", "8,16,32,64")
+
+
+def _jpegs_sized(count: int, size: tuple[int, int], quality: int = 90) -> list[bytes]:
+    """JPEG files of the shipped document pages resized to ``size`` (width, height) exactly."""
+    import io
+
+    from PIL import Image
+
+    pages = sorted((Path(__file__).resolve().parents[1] / "tests" / "data").glob("doclayout_page*.png"))
+    files = []
+    for i in range(count):
+        buf = io.BytesIO()
+        Image.open(pages[i % len(pages)]).convert("RGB").resize(size).save(buf, "JPEG", quality=quality)
+        files.append(buf.getvalue())
+    return files
+
+
+def _input_shape(path: Path) -> tuple[str, list[Any], int]:
+    """(name, shape with symbols as str, elem type) of a model's first input, without its external data."""
+    value = onnx.load(path, load_external_data=False).graph.input[0]
+    shape = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+    return value.name, shape, value.type.tensor_type.elem_type
+
+
+def cmd_defaults(a: argparse.Namespace) -> None:
+    """Each served row with ``amdinfer serve``'s defaults and with the docs' flags (:data:`BEST_FLAGS`), side by side,
+    over the engine alone in the same run (issue 38, part 3). One GPU (device 0); ``--cpu-smoke``: a tiny CNN on
+    the CPU to check the script itself."""
+    smoke = a.cpu_smoke
+    if not smoke:
+        import torch  # noqa: F401  (before onnxruntime: its CUDA libraries)
+    import onnxruntime as ort
+
+    providers = "cpu" if smoke else a.serve_providers  # None: not given (the server's auto)
+    engine_providers = [providers] if providers else None
+    precision = "fp32" if smoke else "fp16"
+    folder = Path(tempfile.mkdtemp(prefix="amdinfer-defaults-"))
+    size = 32 if smoke else 224
+    if a.model:
+        cls_u8 = Path(a.model)
+    else:
+        cls_u8 = folder / "resnet50_u8.onnx"
+        onnx.save(uint8_front(models.tiny_cnn() if smoke else models.resnet50(), size), cls_u8)
+    size = int(_input_shape(cls_u8)[1][1])  # uint8 (N, H, W, 3)
+    if a.classifier:
+        cls_f = Path(a.classifier)
+    else:
+        cls_f = folder / "resnet50.onnx"
+        onnx.save(models.tiny_cnn() if smoke else models.resnet50(), cls_f)
+    env = {"case": "environment", "command": "defaults", "onnxruntime": ort.__version__, "cores": os.cpu_count()}
+    env.update(providers=providers or "auto", precision=precision, best_flags=" ".join(BEST_FLAGS))
+    env.update(clients=a.clients[-1], client_procs=a.client_procs, seconds=a.seconds, items=a.request_items)
+    record(env)
+    rng = np.random.default_rng(0)
+    items, clients = a.request_items, a.clients[-1]
+
+    def engine_rate(path: Path, shape: list[Any], dtype: Any, label: str) -> float:
+        batch = next((d for d in shape[:1] if isinstance(d, int) and d > 0), a.engine_batch)
+        dims = [batch] + [d if isinstance(d, int) and d > 0 else 640 for d in shape[1:]]
+        with amdinfer.load(path, providers=engine_providers, precision=precision, device=0) as e:
+            x = rng.integers(0, 255, dims).astype(dtype) if dtype == np.uint8 else rng.random(dims, np.float32)
+            rate = _rate(lambda: e.run(x), batch, a.engine_seconds, warm=5)
+            row = {"case": "engine", "model": label, "batch": batch, "img_s": round(rate, 1), "device": e.info.device}
+            if not smoke:  # the same batch already on the device (DLPack): the engine without the host copy
+                try:
+                    import torch
+
+                    xt = torch.from_numpy(x).to(f"cuda:{0}")
+                    row["device_tensor_img_s"] = round(_rate(lambda: e.run(xt), batch, a.engine_seconds, warm=5), 1)
+                except Exception as exc:
+                    row["device_tensor_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            record(row)
+            device_rates[label] = row.get("device_tensor_img_s")
+        return rate
+
+    device_rates: dict[str, Any] = {}
+
+    rows: list[tuple[str, Path, tuple[str, ...], Any, str, float]] = []
+    engine_u8 = engine_rate(cls_u8, _input_shape(cls_u8)[1], np.uint8, "classifier uint8 NHWC (bare)")
+    x_u8 = rng.integers(0, 255, (items, size, size, 3), dtype=np.uint8)
+    rows.append((f"bare model, {items} uint8 images/request", cls_u8, (), x_u8, "images", engine_u8))
+    _, cls_shape, _ = _input_shape(cls_f)
+    engine_f = engine_rate(cls_f, cls_shape, np.float32, "classifier float NCHW (recipe's engine)")
+    jpeg = _jpegs_sized(items, (640, 480))
+    rows.append((f"--recipe classify, {items} 640x480 JPEG/request", cls_f, ("--recipe", "classify"), jpeg, "images",
+                 engine_f))  # fmt: skip
+    if a.yolo:
+        yolo = Path(a.yolo)
+        _, yshape, _ = _input_shape(yolo)
+        engine_y = engine_rate(yolo, yshape, np.float32, "yolo")
+        imgsz = [d for d in yshape if isinstance(d, int) and d > 3]
+        flags = ("--recipe", "yolo", *(("--imgsz", str(imgsz[-1])) if imgsz else ()))
+        rows.append(("--recipe yolo, 1 JPEG page/request", yolo, flags, _jpegs(1, None), "images", engine_y))
+
+    table: list[dict[str, Any]] = []
+    engine_labels = ["classifier uint8 NHWC (bare)", "classifier float NCHW (recipe's engine)", "yolo"]
+    for (label, path, flags, x, input_name, engine), engine_label in zip(rows, engine_labels):
+        out: dict[str, Any] = {"row": label, "engine_img_s": round(engine, 1)}
+        if device_rates.get(engine_label):
+            out["engine_device_tensor_img_s"] = device_rates[engine_label]
+        for side, extra in (("default", ()), ("best", BEST_FLAGS)):
+            try:
+                server = ServerProcess(path, "m", providers=providers, precision=precision, devices="0",
+                                       max_batch_size=None, max_delay_ms=None, preload_torch=not smoke,
+                                       extra=(*flags, *extra))  # fmt: skip
+            except Exception as exc:
+                out[f"{side}_error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
+                continue
+            try:
+                got = load(server, "grpc", "m", x, input_name, clients, a.seconds, a.client_procs, a.warmup,
+                           conn_per_client=True)  # fmt: skip
+                out[f"{side}_img_s"] = got["items_s"]
+                out[f"{side}_ratio"] = round(got["items_s"] / engine, 2)
+                if out.get("engine_device_tensor_img_s"):
+                    out[f"{side}_ratio_device"] = round(got["items_s"] / out["engine_device_tensor_img_s"], 2)
+                out[f"{side}_p50_ms"], out[f"{side}_errors"] = got["p50_ms"], got["errors"]
+                out[f"{side}_mean_batch"] = round(server.mean_batch("m"), 1)
+                out[f"{side}_start_line"] = server.start_line()
+            except Exception as exc:
+                out[f"{side}_error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
+            finally:
+                server.stop()
+        record({"case": "defaults", **out})
+        table.append(out)
+    for pool in _POOLS.values():
+        pool.terminate()
+    md = ["| row | engine img/s (host batch; device tensors) | defaults img/s (÷ engine) | best img/s (÷ engine) "
+          "| defaults ÷ best |", "|---|---|---|---|---|"]  # fmt: skip
+    for r in table:
+
+        def cell(side: str, r: dict[str, Any] = r) -> str:
+            if f"{side}_img_s" not in r:
+                return str(r.get(f"{side}_error", ""))[:120]
+            return f"{r[side + '_img_s']:,.0f} ({r[side + '_ratio']:.2f})"
+
+        both = "default_img_s" in r and "best_img_s" in r and r["best_img_s"]
+        ratio = f"{r['default_img_s'] / r['best_img_s']:.2f}" if both else ""
+        dev = f"; {r['engine_device_tensor_img_s']:,.0f}" if r.get("engine_device_tensor_img_s") else ""
+        md.append(f"| {r['row']} | {r['engine_img_s']:,.0f}{dev} | {cell('default')} | {cell('best')} | {ratio} |")
+    md.append("")
+    md += [f"- {r['row']}, defaults: `{r.get('default_start_line', '')}`" for r in table]
+    text = "\n".join(md)
+    print("\n" + text, flush=True)
+    if OUT is not None:
+        (OUT / "serving_defaults.md").write_text(text + "\n")
+        (OUT / "serving_defaults.json").write_text(json.dumps({"environment": env, "rows": table}, indent=1))
+
+
 def print_table() -> None:
     """Every row as one Markdown table (served rows with their ratios; engine and decode rows as rates)."""
     keys = ["case", "config", "model", "what", "protocol", "clients", "items_per_request", "batch", "img_s", "items_s"]
@@ -1165,7 +1336,7 @@ def print_table() -> None:
 def main() -> None:
     global OUT
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["cpu", "decode", "gpu", "gpu1"])
+    p.add_argument("command", choices=["cpu", "decode", "gpu", "gpu1", "defaults"])
     p.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
     p.add_argument("--warmup", type=float, default=1.0, help="load before the measuring window (s)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -1192,12 +1363,15 @@ def main() -> None:
     )
     p.add_argument("--max-batch", type=int, default=64, help="gpu1: the server's --max-batch-size")
     p.add_argument("--engine-seconds", type=float, default=2.0, help="gpu1: seconds per engine-rate row")
+    p.add_argument("--model", help="defaults: the bare model (uint8 NHWC in; default: ResNet-50 with a uint8 front)")
+    p.add_argument("--classifier", help="defaults: the --recipe classify model (default: ResNet-50, float NCHW)")
+    p.add_argument("--serve-providers", help="defaults: --providers of the servers and engines (default: auto)")
     p.add_argument("--out", default=os.environ.get("OUT"))
     a = p.parse_args()
     if a.out:
         OUT = Path(a.out)
         OUT.mkdir(parents=True, exist_ok=True)
-    {"cpu": cmd_cpu, "decode": cmd_decode, "gpu": cmd_gpu, "gpu1": cmd_gpu1}[a.command](a)
+    {"cpu": cmd_cpu, "decode": cmd_decode, "gpu": cmd_gpu, "gpu1": cmd_gpu1, "defaults": cmd_defaults}[a.command](a)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@
 # unpacked in $HOME/site beforehand. Usage, from the repository root:
 #
 #   bash benchmarks/serving_h200.sh [--yolo .carry/yolov8n-doclaynet.onnx] [serving.py gpu1 options...]
+#   bash benchmarks/serving_h200.sh defaults --client-procs 4 [--yolo M.onnx] [--model M.onnx] [--classifier M.onnx]
+#
+# The second form (issue 38): each served row with `amdinfer serve`'s defaults and with the docs' flags side by
+# side, over the engine alone (ResNet-50 with random weights built by amdinfer.testing.models unless --model /
+# --classifier give files); it writes $OUT/serving_defaults.md and $OUT/serving_defaults.json too (about 3-4 min
+# for the two ResNet-50 rows, add about 1 min for --yolo).
 #
 # Writes $OUT/serving.jsonl and $OUT/serving_h200.log; prints one Markdown table at the end.
 set -euo pipefail
@@ -25,4 +31,6 @@ python3 -c "import torch, onnxruntime, kserve, fastapi, uvicorn, grpc, aiohttp, 
 print('torch', torch.__version__, torch.cuda.get_device_name(0), '| onnxruntime', onnxruntime.__version__,
       onnxruntime.get_available_providers(), '| kserve', kserve.__version__ if hasattr(kserve, '__version__') else '?')"
 python3 -m amdinfer serve --help | grep -E -- "--workers-per-device|--recipe|--verify-sample|--shared-memory" || true
-python3 benchmarks/serving.py gpu1 --out "$OUT" "$@" 2>&1 | tee "$OUT/serving_h200.log"
+command=gpu1
+case "${1:-}" in gpu1|defaults) command=$1; shift ;; esac
+python3 benchmarks/serving.py "$command" --out "$OUT" "$@" 2>&1 | tee "$OUT/serving_h200.log"
