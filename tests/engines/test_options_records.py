@@ -28,8 +28,8 @@ from amdinfer.testing import models
 BEFORE = {
     "ort": "providers device precision threads inter_op_threads spin_wait graph_optimization optimized_model_path "
     "exhaustive_tune tunable_ops memory_limit model_cache_dir gpu_graphs prefer_nhwc allow_cpu_nodes cache_dir "
-    "use_cache io_binding outputs_on tuning tf32 fp16_io ep_library transformer_fusion shape_sessions shapes "
-    "batch_buckets quantizer precision_quantizer",
+    "use_cache io_binding outputs_on tuning tf32 fp16_io ep_library transformer_fusion shape_sessions warm_shapes "
+    "shapes batch_buckets quantizer precision_quantizer",
     "migraphx": "target device precision shapes batch_buckets dynamic_shapes cache_dir use_cache fast_math "
     "exhaustive_tune offload_copy default_dim_value quantizer",
     "reference": "precision fast keep_fp64 device shapes batch_buckets quantizer",

@@ -76,7 +76,7 @@ def test_auto_is_off_on_the_cpu_and_for_batch_only_models() -> None:
     with amdinfer.load(_fcn(), providers=["cpu"]) as engine:
         engine.run(np.zeros((1, 3, 8, 8), np.float32))
         engine.run(np.zeros((1, 3, 8, 16), np.float32))
-        assert engine.info.settings["shape_sessions"] == {"limit": 0, "shapes": [], "overflow_calls": 0}
+        assert engine.info.settings["shape_sessions"] == {"limit": 0, "shapes": [], "overflow_calls": 0, "warmed": 0}
     # what "auto" means where it applies (no CUDA EP here: the rule itself)
     assert resolve_shape_sessions("auto", "CUDAExecutionProvider", ("x[2]", "x[3]")) == 8
     assert resolve_shape_sessions("auto", "CUDAExecutionProvider", ()) == 0  # only the batch axis varies

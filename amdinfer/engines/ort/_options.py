@@ -25,7 +25,7 @@ from ...errors import OptionError
 from .._options import EngineOptions, Flag, document_options, option_doc
 from ._iobinding import OUTPUTS_ON
 from ._providers import GPU_PROVIDERS, resolve_provider_name
-from ._shape_sessions import check_shape_sessions
+from ._shape_sessions import check_shape_sessions, check_warm_shapes
 from ._transformer import check_transformer_fusion
 
 __all__ = ["GRAPH_OPTIMIZATION_LEVELS", "KNOBS", "OrtOptions", "ProviderSpec"]
@@ -218,6 +218,15 @@ class OrtOptions(EngineOptions):
             "``info.settings['shape_sessions']``.",
         ),
     )
+    warm_shapes: tuple[Any, ...] = field(
+        default=(),
+        metadata=option_doc(
+            "input shapes built and run once at load, before the first request",
+            "(:meth:`OrtEngine.warm <amdinfer.engines.ort.OrtEngine.warm>`): one shape per entry, or ``{input: "
+            "shape}``; with ``shape_sessions`` each gets its own session, several built at once; recorded in "
+            "``info.settings['warm']``.",
+        ),
+    )
     exhaustive_tune: bool | None = field(default=None, metadata=option_doc("exhaustive kernel search", _KNOB + "."))
     tunable_ops: bool | None = field(default=None, metadata=option_doc("ONNX Runtime's TunableOp", _KNOB + "."))
     memory_limit: int | None = field(
@@ -268,6 +277,7 @@ class OrtOptions(EngineOptions):
         self._set("ep_library", _check_ep_libraries(self.ep_library))
         self._set("transformer_fusion", check_transformer_fusion(self.transformer_fusion))
         self._set("shape_sessions", check_shape_sessions(self.shape_sessions))
+        self._set("warm_shapes", check_warm_shapes(self.warm_shapes))
 
     @property
     def level_name(self) -> str:

@@ -17,6 +17,8 @@ import contextlib
 import logging
 import os
 import re
+import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,9 @@ class SessionBuilder:
         self.cache = optimized_model_cache(options.cache_dir, options.use_cache, options.optimized_model_path)
         #: ONNX Runtime's text for the last failed session creation (for error messages).
         self.last_error: str | None = None
+        self._optimized: bytes | None = None  # the engine's optimized graph, for the sessions of other shapes
+        self._optimized_entry: tuple[str, dict[str, Any]] | None = None  # its cache entry (key, parts), read lazily
+        self._like_lock = threading.Lock()
 
     def session_options(self) -> Any:
         """``onnxruntime.SessionOptions`` from the engine's options."""
@@ -158,11 +163,7 @@ class SessionBuilder:
         model_arg: Any = str(source.path) if by_path else source.to_bytes()
         self.last_error = None
         for attempt in range(3):
-            so = self.session_options()  # fresh each attempt: plugin EPs are added to it, once
-            if not self._options.allow_cpu_nodes and names[0] != CPU_EP:
-                # Any node the GPU provider does not take becomes a session-creation error instead of a
-                # silent CPU kernel with copies around it.
-                so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+            so = self._options_for(names)  # fresh each attempt: plugin EPs are added to it, once
             try:
                 ep_cache = self._ep_cache(names, opts, info)
                 if ep_cache is not None:
@@ -248,6 +249,7 @@ class SessionBuilder:
         session, hit = cache.get_or_build(
             key, parts=parts, build=build, load=load, suffix=".onnx", meta={"model": source.name}
         )
+        self._optimized_entry = (key, parts)
         info.cache_hit = hit
         info.settings["cache"] = {
             "dir": str(cache.root),
@@ -257,6 +259,71 @@ class SessionBuilder:
             "graph_optimization_on_load": "disable" if hit and turn_down else level,
         }
         return session
+
+    def like(self, source: ModelSource, names: list[str], opts: list[dict[str, str]], info: EngineInfo) -> Any:
+        """Another session like the engine's, for another input shape (``shape_sessions``), started from the
+        engine's optimized graph with ONNX Runtime's optimizations off (its offline mode: same process, providers
+        and options), so that no shape optimizes the model again.
+
+        The graph is the cache entry's or written by the first such session into a private folder; a provider
+        compiling its own programs (MIGraphX, plugin EPs), a model over 1.8 GB or a failed load: :meth:`create`.
+
+        Example:
+            >>> import onnxruntime as ort
+            >>> from amdinfer.testing.models import tiny_cnn
+            >>> builder = SessionBuilder(ort, OrtOptions(use_cache=False), precision="fp32", device=0, bounds={})
+            >>> src, info = ModelSource.from_any(tiny_cnn()), EngineInfo("ort")
+            >>> first, second = (builder.like(src, ["CPUExecutionProvider"], [{}], info) for _ in range(2))
+            >>> info.settings["shape_session_graph"]
+            'optimized once, loaded with optimizations off'
+        """
+        records = [(n, provider_record(n)) for n in names]
+        compiles = any(is_plugin_ep(n) or r is None or r.option_names("model_cache_dir") for n, r in records)
+        if compiles or len(source.to_bytes()) > 1_800_000_000:
+            return self.create(source, names, opts, info)[0]
+        info.settings["shape_session_graph"] = _LIKE
+        with self._like_lock:
+            graph = self._optimized_graph()
+            if graph is None:  # no cache entry: optimize once more, keeping the graph for the next shapes
+                with tempfile.TemporaryDirectory(prefix="amdinfer-shapes-") as folder:
+                    so = self._options_for(names)
+                    so.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+                    try:
+                        session = self.new_session(source.to_bytes(), so, names, opts)
+                    except Exception:  # ORT's own exception types: create() retries and translates
+                        return self.create(source, names, opts, info)[0]
+                    with contextlib.suppress(OSError):
+                        self._optimized = Path(so.optimized_model_filepath).read_bytes()
+                return session
+        so = self._options_for(names)
+        so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            return self.new_session(graph, so, names, opts)
+        except Exception as exc:  # ORT's own exception types
+            with self._like_lock:
+                self._optimized = None
+                info.settings["shape_session_graph"] = "built from the model (the optimized graph did not load)"
+                info.notes.append(f"shape sessions: the optimized graph did not load ({str(exc).strip()[:200]})")
+            return self.create(source, names, opts, info)[0]
+
+    def _optimized_graph(self) -> bytes | None:
+        """The engine's optimized graph (read once from its cache entry), or ``None`` (not built yet)."""
+        if self._optimized is None and self._optimized_entry is not None and self.cache is not None:
+            key, parts = self._optimized_entry
+            self._optimized_entry = None
+            path = self.cache.get(key, parts=parts)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    self._optimized = path.read_bytes()
+        return self._optimized
+
+    def _options_for(self, names: list[str]) -> Any:
+        """:meth:`session_options`; with ``allow_cpu_nodes=False`` a node the GPU provider does not take is a
+        session-creation error instead of a silent CPU kernel with copies around it."""
+        so = self.session_options()
+        if not self._options.allow_cpu_nodes and names[0] != CPU_EP:
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        return so
 
     def _ep_cache(self, names: list[str], opts: list[dict[str, str]], info: EngineInfo) -> Path | None:
         """The folder of the first provider that keeps its own compiled programs (the MIGraphX EP, built-in or
@@ -386,6 +453,9 @@ class SessionBuilder:
         opts = [without_graphs(settings["provider_options"].get(p, {})) for p in providers]
         return self.new_session(proto.SerializeToString(), so, providers, opts), names
 
+
+#: ``info.settings["shape_session_graph"]`` when the sessions of other shapes start from the engine's optimized graph
+_LIKE = "optimized once, loaded with optimizations off"
 
 #: Said once per process on stderr (logger ``amdinfer.ort``, WARNING); every such engine also carries it in its notes.
 _FP16_ON_CPU = (

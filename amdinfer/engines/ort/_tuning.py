@@ -44,10 +44,11 @@ import onnx
 from ..._support._validate import check_bool, check_optional_bool
 from ...errors import OptionError
 from ._options import OrtOptions
-from ._providers import GPU_PROVIDERS, PROVIDERS
+from ._providers import CUDA_EP, GPU_PROVIDERS, PROVIDERS
 
 __all__ = [
     "GPU_PROVIDERS",
+    "SEARCH_EACH_PROCESS",
     "TUNABLE_KNOBS",
     "KnobChoice",
     "TuningPlan",
@@ -139,6 +140,16 @@ def _has_subgraph(node: onnx.NodeProto) -> bool:
 
 
 _VARYING = "off: inputs vary beyond the batch axis ({}), a graph per shape; gpu_graphs=True captures them anyway"
+
+#: Providers whose exhaustive search is kept by no one across processes: cuDNN times every convolution algorithm
+#: again in each process for each new input shape (MIOpen keeps its results in its user database, the MIGraphX EP
+#: its compiled programs in the cache). For a model fed many shapes that search is the cold start (seconds per
+#: shape), so amdinfer's default there is cuDNN's HEURISTIC pick; fixed shapes keep the exhaustive search.
+SEARCH_EACH_PROCESS: frozenset[str] = frozenset({CUDA_EP})
+_SEARCH = (
+    "off: inputs vary beyond the batch axis ({}) and cuDNN's exhaustive search would run again in every process for "
+    "every new shape (seconds each on a cold start); HEURISTIC picks per shape at once; exhaustive_tune=True searches"
+)
 
 
 def varying_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -234,8 +245,8 @@ def plan_tuning(
             needs it, so without it ``gpu_graphs`` defaults to off.
         control_flow: the model's control-flow nodes (:func:`control_flow_nodes`); graph capture cannot
             serve them, so with any ``gpu_graphs`` defaults to off.
-        varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`); a graph per
-            shape, so with any ``gpu_graphs`` defaults to off (a caller's ``True`` still captures).
+        varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`): with any,
+            ``gpu_graphs`` defaults to off, and ``exhaustive_tune`` on :data:`SEARCH_EACH_PROCESS` providers.
 
     Returns:
         A :class:`TuningPlan` with one :class:`KnobChoice` per knob.
@@ -284,6 +295,8 @@ def plan_tuning(
         elif knob == "gpu_graphs" and control_flow:
             reason = f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
             choices[knob] = KnobChoice(False, "amdinfer", reason, options)
+        elif knob == "exhaustive_tune" and varying and provider in SEARCH_EACH_PROCESS:
+            choices[knob] = KnobChoice(False, "amdinfer", _SEARCH.format(_shown(varying)), options)
         elif knob == "gpu_graphs" and varying:
             choices[knob] = KnobChoice(False, "amdinfer", _VARYING.format(_shown(varying)), options)
         elif knob == "gpu_graphs" and not io_bound:

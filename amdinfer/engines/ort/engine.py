@@ -18,13 +18,14 @@ import logging
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import numpy as np
 
 from ..._certificate._io import show_certificate
-from ...errors import BackendUnavailableError, InputError, OptionError
+from ...errors import BackendUnavailableError, EngineClosedError, InputError, OptionError
 from ...model import ModelSource
 from ...types import TensorSpec
 from .._dlpack import device_feed, host_feeds
@@ -49,13 +50,20 @@ from ._providers import (
 from ._quant import migraphx_ep_options
 from ._runner import make_runner
 from ._session import SessionBuilder, compute_precision, note_fp16_on_cpu, specs_from_session
-from ._shape_sessions import ShapeSessions, resolve_shape_sessions
+from ._shape_sessions import ShapeSessions, resolve_shape_sessions, shape_key, warm_feeds
 from ._transformer import TransformerFusion
 from ._tuning import apply_tuning, control_flow_nodes, varying_inputs
 
 __all__ = ["OrtEngine"]
 
 log = logging.getLogger("amdinfer.ort")
+
+
+def _shown(feeds: dict[str, Any]) -> Any:
+    """A warmed shape as recorded: the input's shape for a single-input model, else ``{name: shape}``."""
+    if len(feeds) == 1:
+        return list(next(iter(feeds.values())).shape)
+    return {name: list(a.shape) for name, a in feeds.items()}
 
 
 class OrtEngine(Engine):
@@ -147,12 +155,16 @@ class OrtEngine(Engine):
         return inputs, outputs, info
 
     def _session_like(self) -> tuple[Any, Any]:
-        """Another session and runner like the engine's own (``shape_sessions``): same model, providers, options."""
+        """Another session and runner like the engine's own (``shape_sessions``): same model, providers, options,
+        started from the engine's optimized graph (:meth:`SessionBuilder.like`)."""
         info = EngineInfo(backend="ort")
         settings = self._info.settings["provider_options"]
         info.settings["provider_options"] = settings
         names, opts = list(settings), [dict(o) for o in settings.values()]
-        session, _ = self._builder.create(self._source, names, opts, info)
+        session = self._builder.like(self._source, names, opts, info)
+        record = self._info.settings["shape_sessions"]
+        record["graph"] = info.settings.get("shape_session_graph", "built from the model")
+        self._info.notes.extend(n for n in info.notes if n.startswith("shape sessions:") and n not in self._info.notes)
         used = list(session.get_providers())
         return session, make_runner(
             self._ort, session, used, self._device, self.inputs, self.outputs, self._options, info
@@ -291,6 +303,86 @@ class OrtEngine(Engine):
             info.skipped[name] = f"session did not register it: {self._builder.last_error or 'no device?'}"
         info.requested_providers = [CPU_EP]
         return self._new_session(source, [(CPU_EP, {})], info)
+
+    def _finish_init(self, inputs: list[TensorSpec], outputs: list[TensorSpec], info: EngineInfo) -> None:
+        super()._finish_init(inputs, outputs, info)
+        if self._options.warm_shapes:
+            try:
+                self.warm(self._options.warm_shapes)
+            except BaseException:
+                self.close()
+                raise
+            info.load_seconds = time.perf_counter() - self._t_start
+
+    def warm(self, shapes: Iterable[Any], *, workers: int | None = None) -> dict[str, Any]:
+        """Build and run once each input shape the engine will be fed, before the first request of it.
+
+        With a session per shape (``shape_sessions``: the CUDA EP and a model whose inputs vary beyond the
+        batch axis) every listed shape gets its session now, several built at once (``workers`` threads; each
+        from the engine's optimized graph, no second optimization), then each runs once on zeros, so that the
+        provider chooses its kernels (cuDNN's algorithm search) here and not on the first page. Warmed shapes do
+        not count against ``shape_sessions``' limit. With one session (the CPU) each shape just runs once, in turn.
+        Answers are unchanged. Also ``amdinfer.load(..., warm_shapes=[...])``. Recorded in
+        ``info.settings["warm"]``: ``{"shapes": [...], "seconds": s, "sessions": n, "workers": w}``
+        (a second call adds its shapes and seconds).
+
+        Args:
+            shapes: one shape per entry (a single-input model) or ``{input name: shape}``.
+            workers: threads building and running the shapes (``None``: up to 8, one per shape).
+
+        Returns:
+            The record.
+
+        Raises:
+            OptionError: a malformed list or ``workers``. InputError: a shape the model cannot take (wrong rank,
+                a fixed size, a ``shapes=`` bound, an unknown input), named by its index in the list.
+
+        Example:
+            >>> from amdinfer.testing.models import transformer_encoder
+            >>> engine = OrtEngine(transformer_encoder(), providers=["cpu"], shape_sessions=4)
+            >>> record = engine.warm([(1, 8, 64), (1, 16, 64)])
+            >>> record["shapes"], record["sessions"], engine.info.settings["shape_sessions"]["warmed"]
+            ([[1, 8, 64], [1, 16, 64]], 1, 1)
+        """
+        if self._closed:
+            raise EngineClosedError(f"{type(self).__name__} for model {self._source.name}: engine is closed")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise OptionError(f"workers: got {workers!r}, expected None or an int >= 1")
+        t0 = time.perf_counter()
+        feeds = warm_feeds(shapes, self.inputs)
+        checked = []
+        for k, f in enumerate(feeds):
+            try:
+                checked.append(self._check_feeds(f))
+            except InputError as exc:
+                shown = {n: list(v.shape) for n, v in f.items()}
+                raise InputError(f"warm_shapes[{k}]: {shown}: {exc}") from None
+        keys = [shape_key(f) for f in checked]
+        unique = [f for k, f in enumerate(checked) if keys[k] not in keys[:k]]
+        new = self._shapes.reserve(keys)
+        n = workers or max(1, min(8, len(unique)))
+        if n > 1 and self._shapes.active:  # each shape runs on a session of its own: build and run them at once
+            with ThreadPoolExecutor(n, thread_name_prefix="amdinfer-warm") as pool:
+                list(pool.map(self._shapes.build, new))
+                list(pool.map(self._warm_run, unique))
+        else:
+            for key in new:
+                self._shapes.build(key)
+            for f in unique:
+                self._warm_run(f)
+        record = self._info.settings.setdefault("warm", {"shapes": [], "seconds": 0.0, "sessions": 0})
+        record["shapes"] += [_shown(f) for f in unique]
+        record["seconds"] = round(record["seconds"] + time.perf_counter() - t0, 4)
+        record["sessions"] += len(new)
+        record["workers"] = n
+        return record
+
+    def _warm_run(self, feeds: dict[str, Any]) -> None:
+        """Run checked zero feeds once (not counted as a run of the caller's)."""
+        if self._buckets:
+            self._run_bucketed(feeds, None)
+        else:
+            self._run(feeds, None)
 
     # ------------------------------------------------------------------ running
     @property
