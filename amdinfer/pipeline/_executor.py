@@ -46,6 +46,7 @@ import numpy as np
 
 from ..engines._staging import PinnedStaging
 from ..errors import OptionError, StageError
+from ..preprocess._cv_threads import single_threaded_opencv
 from ._flow import Flow
 from ._windows import STOPPED, ByShape, Call, Locate, Slot, Stopped, Window, plan
 
@@ -287,8 +288,9 @@ class Executor(Generic[M, R]):
     ) -> tuple[np.ndarray, list[M]]:
         """Place ``items`` (in parallel) into a buffer from ``allocate(shape, dtype)`` that the caller keeps."""
         w = self.window(0, list(items), allocate=allocate)
-        self.place_on(w, self._shared_pool() if w.count > 1 else None)
-        self.plan(w)
+        with single_threaded_opencv(w.count > 1 and self.threads > 1):  # OpenCV's pool would fight the pool's
+            self.place_on(w, self._shared_pool() if w.count > 1 else None)
+            self.plan(w)
         if w.error is not None:
             raise w.error
         assert w.buffer is not None
@@ -303,8 +305,9 @@ class Executor(Generic[M, R]):
             return []
         workers = self.threads if workers is None else _count("workers", workers, 0)
         w = self.window(0, items, group)
-        self.place_on(w, self._shared_pool() if workers and w.count > 1 else None)
-        calls = self.plan(w)
+        with single_threaded_opencv(bool(workers) and w.count > 1 and self.threads > 1):  # (as in place_batch)
+            self.place_on(w, self._shared_pool() if workers and w.count > 1 else None)
+            calls = self.plan(w)
         if w.error is not None:
             for call in calls:
                 self.release(call)

@@ -36,6 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from ..errors import StageError
+from ..preprocess._cv_threads import single_threaded_opencv
 from ._windows import STOPPED, ByShape, Call, Window
 
 __all__ = ["Flow", "FlowSteps"]
@@ -91,6 +92,8 @@ class Flow(Generic[M, R]):
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.ex.name)
         self.thread = threading.Thread(target=self._drive, name=f"{self.ex.name}-engine", daemon=True)
         self.thread.start()
+        opencv = single_threaded_opencv(self.workers > 1)  # OpenCV's own pool would fight the placement threads
+        opencv.__enter__()
         try:
             while (w := self.windows.get()) is not None:
                 yield from self.ex.results(w)
@@ -99,6 +102,7 @@ class Flow(Generic[M, R]):
                     self.cond.notify_all()
         finally:
             self._shutdown()
+            opencv.__exit__(None, None, None)
 
     def _shutdown(self) -> None:
         with self.cond:

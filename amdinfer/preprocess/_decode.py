@@ -97,6 +97,12 @@ class LoadImage(Preprocessor):
             self._decoder()
 
     def _decoder(self) -> str:
+        resolved = self.__dict__.get("_resolved")
+        if resolved is None:  # once: each call would otherwise look the decoders up under the import lock
+            resolved = self.__dict__["_resolved"] = self._resolve()
+        return resolved
+
+    def _resolve(self) -> str:
         if self.backend == "nvjpeg":
             from ._nvjpeg import check_nvjpeg
 
@@ -141,6 +147,11 @@ class LoadImage(Preprocessor):
         meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
         return image
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_resolved", None)  # resolved again where it is unpickled (another process may lack a decoder)
+        return state
+
     def _check_pil_size(self, pil: Any) -> None:
         """A Pillow image (perhaps opened, not yet loaded) within ``max_pixels``."""
         width, height = pil.size
@@ -154,7 +165,7 @@ class LoadImage(Preprocessor):
     def _decode(self, raw: bytes, what: str) -> np.ndarray:
         decoder = self._decoder()
         try:  # from the header, before any decoder allocates what it declares
-            check_image_pixels(raw, self.max_pixels)
+            header = check_image_pixels(raw, self.max_pixels)
         except InputError as exc:
             raise InputError(f"LoadImage: {what}: {exc}") from None
         if decoder == "nvjpeg":
@@ -181,16 +192,23 @@ class LoadImage(Preprocessor):
                     f"LoadImage: {what}: refused as a decompression bomb by Pillow ({exc}); raise "
                     "PIL.Image.MAX_IMAGE_PIXELS too for images you trust"
                 ) from exc
-        cv2 = _import("cv2")
+        cv2 = sys.modules.get("cv2") or _import("cv2")
         # ANYDEPTH: 16-bit stays 16-bit, and _to_uint8 applies the one rule (OpenCV's own conversion rounds for
         # some formats, e.g. 16-bit TIFF, where Pillow takes the high byte).
-        flag = (cv2.IMREAD_GRAYSCALE if self.mode == "L" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
-        image = cv2.imdecode(np.frombuffer(raw, np.uint8), flag)
+        flag = cv2.IMREAD_GRAYSCALE if self.mode == "L" else cv2.IMREAD_COLOR
+        # A JPEG in RGB: libjpeg-turbo writes RGB itself (IMREAD_COLOR_RGB, OpenCV >= 4.10; the same pixels in the
+        # other order), so no channel swap follows. Other formats swap below (OpenCV 5.0's IMREAD_COLOR_RGB gives
+        # zeros for a 16-bit TIFF).
+        in_rgb = self.mode == "RGB" and header.format == "JPEG" and hasattr(cv2, "IMREAD_COLOR_RGB")
+        if in_rgb:
+            flag = cv2.IMREAD_COLOR_RGB
+        image = cv2.imdecode(np.frombuffer(raw, np.uint8), flag | cv2.IMREAD_ANYDEPTH)
         if image is None:
             raise InputError(f"LoadImage: {what}: not a decodable image (OpenCV could not decode it)")
         image = _to_uint8(image, what, f"OpenCV {image.dtype}")
-        if self.mode == "RGB" and image.ndim == 3:
-            # In place, SIMD, without the GIL: a NumPy copy of image[..., ::-1] cost as much as the decode.
+        if self.mode == "RGB" and image.ndim == 3 and not in_rgb:
+            # In place, SIMD, without the GIL: a NumPy copy of image[..., ::-1] cost as much as the decode. (It
+            # runs on OpenCV's own pool: see amdinfer.preprocess.opencv_threads.)
             return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=image)
         return image
 
