@@ -91,10 +91,10 @@ class Flow(Generic[M, R]):
     def run(self) -> Iterator[R]:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.ex.name)
         self.thread = threading.Thread(target=self._drive, name=f"{self.ex.name}-engine", daemon=True)
-        self.thread.start()
         opencv = single_threaded_opencv(self.workers > 1)  # OpenCV's own pool would fight the placement threads
         opencv.__enter__()
         try:
+            self.thread.start()
             while (w := self.windows.get()) is not None:
                 yield from self.ex.results(w)
                 with self.cond:
