@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -236,57 +239,77 @@ def test_processes_note_of_the_command_line():
     assert single == "1 process/device (--single-process)"
 
 
-# ---------------------------------------------------------------- in process: the prediction checked after load
-def test_a_wrong_prediction_is_loaded_again_with_the_devices_buckets(monkeypatch, caplog):
+# ---------------------------------------------------------------- the prediction checked after load
+# KServe is not imported in the test process: its gRPC protos and tritonclient's register the same names
+# ("inference.*"), so what imports it runs in a child process.
+def _python(code: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
+_LOAD = """if True:
+    import logging, sys
+    from amdinfer.serve import _models, _serve_api
+    from amdinfer.testing.models import tiny_cnn
+    CUDA = ("cuda:0", ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    _serve_api.expected_device = lambda *a: CUDA
+    given = dict.fromkeys(("max_batch_size", "max_delay_ms", "batch_buckets", "pipeline_threads"))
+    load = {"devices": [0], "backend": "auto", "precision": "fp32", "providers": ["cpu"]}
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log %(message)s")
+"""
+
+
+def test_a_wrong_prediction_is_loaded_again_with_the_devices_buckets():
     """An accelerator predicted (an accelerator runtime installed, say) but the engine on the CPU: loaded again
     without the accelerator's buckets."""
-    from amdinfer.serve import _serve_api
-
-    monkeypatch.setattr(_serve_api, "expected_device", lambda *a: CUDA)
-    given = dict.fromkeys(("max_batch_size", "max_delay_ms", "batch_buckets", "pipeline_threads"))
-    load = {"devices": [0], "backend": "auto", "precision": "fp32", "providers": ["cpu"]}
-    with caplog.at_level("INFO", logger="amdinfer.serve"):
-        target, _, chosen = _serve_api._served_target(tiny_cnn(), None, None, 0.0, "ort", given, **load)
-    try:
-        assert [w.engine.batch_buckets for w in target] == [()]
-        assert _values(chosen) == (32, (), 2.0) and "CPU EP" in chosen.why["batch_buckets"]
-        assert "expected buckets 8,16,32,64, but the engine runs on CPU EP" in caplog.text
-    finally:
-        for w in target:
-            w.engine.close()
-
-
-def test_a_right_prediction_loads_once_with_the_buckets(monkeypatch):
-    """The accelerator's buckets reach the engine at load when the engine lands where predicted (faked: the rule
-    told the CPU engine is an accelerator)."""
-    from amdinfer.serve import _models, _serve_api
-
-    monkeypatch.setattr(_serve_api, "expected_device", lambda *a: CUDA)
-    real = _models.served_defaults
-    monkeypatch.setattr(_models, "served_defaults", lambda device, providers, *a, **k: real(*CUDA, *a, **k))
-    given = dict.fromkeys(("max_batch_size", "max_delay_ms", "batch_buckets", "pipeline_threads"))
-    load = {"devices": [0], "backend": "auto", "precision": "fp32", "providers": ["cpu"]}
+    lines = _python(
+        _LOAD
+        + """
     target, _, chosen = _serve_api._served_target(tiny_cnn(), None, None, 0.0, "ort", given, **load)
-    try:
-        assert [w.engine.batch_buckets for w in target] == [ACCELERATOR_BUCKETS]
-        assert _values(chosen) == (64, ACCELERATOR_BUCKETS, 2.0)
-    finally:
-        for w in target:
-            w.engine.close()
+    why = chosen.why["batch_buckets"]
+    print([w.engine.batch_buckets for w in target], chosen.max_batch_size, chosen.batch_buckets, why)
+    """
+    )
+    assert "log expected buckets 8,16,32,64, but the engine runs on CPU EP, dynamic batch axis 'N': loading again " \
+        "with none" in lines  # fmt: skip
+    assert lines[-1] == "[()] 32 () auto: CPU EP, dynamic batch axis 'N'"
+
+
+def test_a_right_prediction_loads_once_with_the_buckets():
+    """The accelerator's buckets reach the engine at load when the engine lands where predicted (faked: the rule
+    is told the CPU engine is the accelerator predicted)."""
+    lines = _python(
+        _LOAD
+        + """
+    real = _models.served_defaults
+    _models.served_defaults = lambda device, providers, *a, **k: real(*CUDA, *a, **k)
+    target, _, chosen = _serve_api._served_target(tiny_cnn(), None, None, 0.0, "ort", given, **load)
+    print([w.engine.batch_buckets for w in target], chosen.max_batch_size, chosen.batch_buckets)
+    """
+    )
+    assert not any(line.startswith("log expected buckets") for line in lines), lines
+    assert lines[-1] == f"[{ACCELERATOR_BUCKETS}] 64 {ACCELERATOR_BUCKETS}"
 
 
 def test_build_model_without_values_takes_the_rule_and_the_engines_buckets():
-    from amdinfer.serve import build_model
-
-    engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"], batch_buckets=[2, 4])
-    try:
+    lines = _python(
+        """if True:
+        import amdinfer
+        from amdinfer.serve import build_model
+        from amdinfer.testing.models import tiny_cnn
+        engine = amdinfer.load(tiny_cnn(), providers=["CPUExecutionProvider"], batch_buckets=[2, 4])
         m = build_model("tiny", engine)
-        assert (m.batcher.max_batch_size, m.batcher.max_delay * 1000) == (4, 2.0)  # the largest bucket
-        assert m.batcher.chosen == "batches of up to 4 rows within 2 ms, buckets 2,4 (the engine's) (auto: CPU EP, " \
-            "dynamic batch axis 'N')"
-        assert build_model("tiny", engine, max_batch_size=8, max_delay_ms=1).batcher.chosen is None
-    finally:
-        engine.close()
+        print(m.batcher.max_batch_size, m.batcher.max_delay * 1000)
+        print(m.batcher.chosen)
+        print(build_model("tiny", engine, max_batch_size=8, max_delay_ms=1).batcher.chosen)
+    """
+    )
+    assert lines == [
+        "4 2.0",  # the largest of the engine's buckets
+        "batches of up to 4 rows within 2 ms, buckets 2,4 (the engine's) (auto: CPU EP, dynamic batch axis 'N')",
+        "None",
+    ]
 
 
 # ---------------------------------------------------------------- served on the CPU, no flag
