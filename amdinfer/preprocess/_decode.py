@@ -13,7 +13,7 @@ from .._support._files import read_regular
 from ..errors import BackendUnavailableError, InputError, OptionError
 from ..stages import Preprocessor
 from ._common import _have, _import, check_image
-from ._image_header import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels, check_max_image_pixels
+from ._image_header import DEFAULT_MAX_IMAGE_PIXELS, ImageHeader, check_image_pixels, check_max_image_pixels
 
 __all__ = ["LoadImage"]
 
@@ -52,8 +52,10 @@ class LoadImage(Preprocessor):
 
     Args:
         mode: ``"RGB"`` (``(H, W, 3)`` uint8), ``"BGR"`` (OpenCV's order) or ``"L"`` (grey ``(H, W)``).
-        backend: ``"pillow"``, ``"opencv"``, or ``"auto"`` (Pillow if installed, else OpenCV). Neither is a
-            dependency of amdinfer; install one (``pip install pillow`` or ``opencv-python-headless``).
+        backend: ``"pillow"``, ``"opencv"``, or ``"auto"`` (Pillow if installed, else OpenCV; but an 8-bit
+            grey or colour JPEG in ``"RGB"``/``"BGR"`` with OpenCV when installed: the same pixels, 3-4x Pillow's
+            rate). Neither is a dependency of amdinfer; install one (``pip install pillow`` or
+            ``opencv-python-headless``).
             ``"nvjpeg"``: JPEG files decoded on the NVIDIA GPU (nvJPEG through ``torchvision.io.decode_jpeg``;
             needs torch and torchvision with CUDA) and copied back to the host; other formats are decoded on the
             host (OpenCV if installed, else Pillow). nvJPEG's pixels differ from libjpeg-turbo's at sharp
@@ -147,9 +149,17 @@ class LoadImage(Preprocessor):
         meta.setdefault("orig_shape", (int(image.shape[0]), int(image.shape[1])))
         return image
 
+    def _auto_jpeg(self) -> str:
+        """``"auto"``'s decoder for a plain JPEG: OpenCV when installed (Pillow's pixels, 3-4x its rate)."""
+        resolved = self.__dict__.get("_resolved_jpeg")
+        if resolved is None:
+            resolved = self.__dict__["_resolved_jpeg"] = "opencv" if _have("cv2") else "pillow"
+        return resolved
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_resolved", None)  # resolved again where it is unpickled (another process may lack a decoder)
+        for key in ("_resolved", "_resolved_jpeg"):  # resolved again where it is unpickled (another process may
+            state.pop(key, None)  # lack a decoder)
         return state
 
     def _check_pil_size(self, pil: Any) -> None:
@@ -168,6 +178,8 @@ class LoadImage(Preprocessor):
             header = check_image_pixels(raw, self.max_pixels)
         except InputError as exc:
             raise InputError(f"LoadImage: {what}: {exc}") from None
+        if decoder == "pillow" and self.backend == "auto" and self.mode != "L" and _plain_jpeg(header):
+            decoder = self._auto_jpeg()
         if decoder == "nvjpeg":
             from ._nvjpeg import decode_jpeg_on_gpu, is_jpeg
 
@@ -222,6 +234,12 @@ class LoadImage(Preprocessor):
         else:
             image = np.asarray(pil.convert("L" if self.mode == "L" else "RGB"), dtype=np.uint8).copy()
         return image[..., ::-1].copy() if self.mode == "BGR" else image
+
+
+def _plain_jpeg(header: ImageHeader) -> bool:
+    """An 8-bit grey or colour JPEG: OpenCV and Pillow decode it to the same pixels (one libjpeg-turbo IDCT and
+    upsampling; both apply its EXIF orientation). CMYK and 12-bit JPEGs keep ``"auto"``'s Pillow."""
+    return header.format == "JPEG" and header.sample_bits == 8 and header.components in (1, 3)
 
 
 def _is_pil(data: Any) -> bool:

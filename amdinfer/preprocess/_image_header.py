@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, OptionError
@@ -64,6 +64,9 @@ def check_max_image_pixels(value: object, name: str = "max_pixels") -> int:
 class ImageHeader:
     """What an image's header declares: its format and its size in pixels (before any EXIF rotation).
 
+    For a JPEG also its frame's ``sample_bits`` (8 or 12) and ``components`` (1 grey, 3 colour, 4 CMYK), read
+    from the same SOF marker (``None`` for other formats; neither is shown nor compared).
+
     Example:
         >>> h = ImageHeader("PNG", 640, 480)
         >>> h.pixels, str(h)
@@ -73,6 +76,8 @@ class ImageHeader:
     format: str
     width: int
     height: int
+    sample_bits: int | None = field(default=None, repr=False, compare=False)
+    components: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def pixels(self) -> int:
@@ -129,7 +134,7 @@ _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _STANDALONE = frozenset([0x01, *range(0xD0, 0xD8)])  # TEM, RST0..7: no length
 
 
-def _jpeg(r: _Reader) -> tuple[int, int]:
+def _jpeg(r: _Reader) -> tuple[int, int, int, int]:
     # libjpeg's walk: SOI first; then markers, each 0xFF (any fill 0xFF bytes) and a code; bytes that are no
     # marker are skipped as libjpeg skips them ("extraneous bytes before marker"), so this finds its SOF.
     offset = 2
@@ -147,8 +152,8 @@ def _jpeg(r: _Reader) -> tuple[int, int]:
         if length < 2:
             raise _Malformed(f"marker 0xFF{code:02X} has length {length}")
         if code in _SOF:
-            _precision, height, width = r.unpack(">BHH", offset + 2)
-            return width, height
+            precision, height, width, components = r.unpack(">BHHB", offset + 2)
+            return width, height, precision, components
         offset += length
 
 
@@ -410,14 +415,14 @@ def read_image_header(raw: bytes | bytearray | memoryview) -> ImageHeader | None
         return None
     fmt = "JPEG 2000" if kind == "JP2" else kind
     try:
-        width, height = _READERS[kind](_Reader(raw))
+        width, height, *frame = _READERS[kind](_Reader(raw))  # a JPEG's: its precision and components too
     except _Truncated:
         raise InputError(
             f"a {fmt} image whose header is truncated ({len(raw)} bytes), so its size cannot be read"
         ) from None
     except _Malformed as exc:
         raise InputError(f"a {fmt} image whose header is malformed ({exc}), so its size cannot be read") from None
-    return ImageHeader(fmt, int(width), int(height))
+    return ImageHeader(fmt, int(width), int(height), *(int(v) for v in frame))
 
 
 def _pillow_header(raw: bytes | bytearray | memoryview) -> ImageHeader | None:

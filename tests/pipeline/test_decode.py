@@ -15,7 +15,7 @@ import pytest
 
 from amdinfer.errors import OptionError
 from amdinfer.pipeline._executor import Executor
-from amdinfer.preprocess import LoadImage, _cv_threads
+from amdinfer.preprocess import LoadImage, _cv_threads, read_image_header
 from amdinfer.preprocess._cv_threads import single_threaded_opencv
 
 cv2 = pytest.importorskip("cv2")
@@ -212,3 +212,28 @@ def test_map_left_early_and_run_batch_restore_the_count(opencv_threads) -> None:
     ex.run_batch([7])  # one item: placed here, OpenCV's pool as it was
     assert seen == [opencv_threads]
     ex.close()
+
+
+def test_auto_decodes_a_plain_jpeg_with_opencv_and_the_same_pixels_as_pillow() -> None:
+    raw = _jpeg(_page(7), orientation=8)
+    stage = LoadImage()  # "auto": Pillow first, but a plain JPEG with OpenCV
+    np.testing.assert_array_equal(stage(raw).data, _bare_pillow(raw))
+    assert stage.__dict__.get("_resolved_jpeg") == "opencv"
+    np.testing.assert_array_equal(LoadImage("BGR")(raw).data, _bare_cv2(raw, cv2.IMREAD_COLOR))
+    grey = LoadImage("L")  # "L" stays Pillow's (its luma, within 1 of OpenCV's)
+    grey(raw)
+    assert "_resolved_jpeg" not in grey.__dict__
+
+
+def test_auto_keeps_pillow_for_a_cmyk_jpeg() -> None:
+    buf = io.BytesIO()
+    Image.fromarray(_page(8, (20, 24, 3))).convert("CMYK").save(buf, "JPEG")
+    header = read_image_header(buf.getvalue())
+    assert (header.format, header.sample_bits, header.components) == ("JPEG", 8, 4)
+    stage = LoadImage()
+    np.testing.assert_array_equal(stage(buf.getvalue()).data, LoadImage(backend="pillow")(buf.getvalue()).data)
+    assert "_resolved_jpeg" not in stage.__dict__
+    colour = read_image_header(_jpeg(_page(9)))
+    assert (colour.sample_bits, colour.components) == (8, 3) and read_image_header(
+        _jpeg(_page(9, (8, 8)))
+    ).components == 1
