@@ -23,6 +23,8 @@ from ..pipeline import Pipeline, SubPipeline
 from ..preprocess import BgrToRgb, HwcToChw, LoadImage, Normalize, PadWidth
 from ._det import DbPostprocess, DetPad, DetResize, PageFit, ReadingOrder
 from ._text import AttachText, ClsRotate, CtcDecode, QuadCrop, TextResize, charset_from_model, fuse_ctc
+from ._threads import cascade_load_options
+from ._warm import WARM_PAGES, check_warm, ocr_warm_shapes, warm_cascade
 
 __all__ = ["OcrCalibration", "OcrPipeline", "ocr", "ocr_calibration"]
 
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 #: :func:`ocr`'s arguments that shape the cascade's stages (:func:`_build` reads them by these names).
 _CASCADE_OPTIONS: tuple[str, ...] = ("charset", "det_limit", "det_limit_type", "thresh", "box_thresh", "unclip_ratio")
 _CASCADE_OPTIONS += ("cls_threshold", "text_score", "batch_size", "rec_height", "rec_width", "cls_width")
-_CASCADE_OPTIONS += ("shape_buckets", "fuse_ctc", "page_fit")
+_CASCADE_OPTIONS += ("shape_buckets", "fuse_ctc", "page_fit", "warm")
 
 #: ``shape_buckets``: the detector's canvas multiple and the recogniser's width step (text lines are 48 high)
 DET_CANVAS_MULTIPLE = 256
@@ -58,6 +60,9 @@ class OcrPipeline(Pipeline):
     shape_buckets: dict[str, int] | None = None
     #: whether the recogniser's graph ends in greedy CTC's per-step argmax (``ocr(fuse_ctc=True)``)
     ctc_in_graph: bool = False
+    #: what ``warm`` did at load: ``{"seconds": s, "det": record, "cls": ..., "rec": ...}`` (each engine's
+    #: ``info.settings["warm"]``), or ``None`` (not warmed)
+    warmed: dict[str, Any] | None = None
 
     @property
     def steps(self) -> tuple[Pipeline, ...]:
@@ -91,6 +96,7 @@ def ocr(
     shape_buckets: bool | str = "auto",
     fuse_ctc: bool = True,
     page_fit: bool = True,
+    warm: bool | str | Sequence[tuple[int, int]] = "auto",
     calibration: Iterable[Any] | None = None,
     det_quantizer: Any = None,
     cls_quantizer: Any = None,
@@ -123,15 +129,14 @@ def ocr(
             steps and ``batch_size`` rows; docs/pipeline.md): ``"auto"`` (on a GPU), ``True``, ``False``.
         fuse_ctc: greedy CTC's argmax in the recogniser's graph (:func:`~amdinfer.text.fuse_ctc`; not int8).
         page_fit: RapidOCR's page rules first (:class:`~amdinfer.text.PageFit`); ``False``: pages as they are.
-        calibration: with ``precision="int8"``: pages (paths, arrays, ...) to calibrate all three models on.
-            The fp32 cascade runs on them first and every input its engines see becomes a calibration sample
-            (:func:`ocr_calibration`: pages of several sizes, text lines of several widths); each model gets
-            an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults.
+        warm: each bucketed shape built and run at load (:mod:`amdinfer.text._warm`; ``pipe.warmed``): ``"auto"``
+            (buckets on, off the CPU), ``True``, ``False``, or page sizes ``[(h, w), ...]`` to warm canvases of.
+        calibration: with ``precision="int8"``: pages (paths, arrays) to calibrate the three models on; each input
+            the fp32 cascade feeds its engines is a sample of its model's Int8Quantizer (:func:`ocr_calibration`).
         det_quantizer, cls_quantizer, rec_quantizer: a quantizer for one model (``quantizer=`` of its
             :func:`amdinfer.load`), e.g. from :meth:`OcrCalibration.quantizers`; not with ``calibration``.
-        backend, **load_options: :func:`amdinfer.load` options, applied to all three models (``threads=``,
-            ``providers=``, ``precision=`` ...). ``precision="int8"`` needs ``calibration=`` or the three
-            quantizers (``quantizer=`` would calibrate three models on one model's data, so it is refused).
+        backend, **load_options: :func:`amdinfer.load` options for all three models (``threads=``, ``providers=``
+            ...); ``precision="int8"`` needs ``calibration=`` or the three quantizers (one ``quantizer=`` is refused).
         keep_image: keep the page on each result (``plot()``); the crops are cut from it either way.
 
     Returns:
@@ -250,7 +255,7 @@ def _build(
     )
     order = ReadingOrder()
     line_pre = [BgrToRgb(), Normalize(mean=0.5, std=0.5, scale=1 / 255), HwcToChw(), PadWidth()]
-    common = {"backend": backend, **load_options}
+    common = {"backend": backend, **cascade_load_options(backend, load_options, (det, rec, cls))}
 
     def load_for(role: str) -> dict[str, Any]:
         q = quantizers.get(role)
@@ -298,7 +303,42 @@ def _build(
     pipe._inner = tuple(inner)
     pipe.ctc_in_graph = rec_model is not rec
     _shape_buckets(pipe, options["shape_buckets"], det_pad, line_resize, subs)
+    _warm(pipe, options, cls is not None)
     return pipe
+
+
+def _warm(pipe: OcrPipeline, options: dict[str, Any], has_cls: bool) -> None:
+    """``warm``: the bucketed shapes built and run once (``"auto"``: with buckets, off the CPU)."""
+    warm = options["warm"]
+    if warm is False or (warm == "auto" and (pipe.shape_buckets is None or _on_cpu(pipe.engine))):
+        return
+    if pipe.shape_buckets is None:
+        raise OptionError(
+            f"warm: got {warm!r} with shape_buckets=False; the shapes are known in advance only when pages and "
+            "lines are padded to buckets: pass shape_buckets=True or warm=False"
+        )
+    pages = WARM_PAGES if isinstance(warm, (bool, str)) else warm
+    shapes = ocr_warm_shapes(
+        batch_size=options["batch_size"],
+        pages=pages,
+        det_limit=options["det_limit"],
+        det_limit_type=options["det_limit_type"],
+        page_fit=options["page_fit"],
+        rec_height=options["rec_height"],
+        rec_width=options["rec_width"],
+        cls_width=options["cls_width"],
+    )
+    steps = pipe.steps
+    engines = {"det": pipe.engine, **({"cls": steps[0].engine} if has_cls else {}), "rec": steps[-1].engine}
+    try:
+        pipe.warmed = warm_cascade(engines, shapes)
+    except BaseException:
+        pipe.close()
+        raise
+
+
+def _on_cpu(engine: Any) -> bool:
+    return str(engine.info.device or "cpu").split(":")[0] == "cpu"
 
 
 def _check_switches(options: dict[str, Any]) -> None:
@@ -306,6 +346,7 @@ def _check_switches(options: dict[str, Any]) -> None:
         raise OptionError(f"shape_buckets: got {options['shape_buckets']!r}, expected 'auto', True or False")
     if not isinstance(options["page_fit"], bool):
         raise OptionError(f"page_fit: got {options['page_fit']!r}, expected True or False")
+    options["warm"] = check_warm(options["warm"])
 
 
 def _shape_buckets(
@@ -313,7 +354,7 @@ def _shape_buckets(
 ) -> None:
     """Turn ``shape_buckets`` on in the built cascade (``"auto"``: when the detector's engine is not on the CPU)."""
     if buckets == "auto":
-        buckets = str(pipe.engine.info.device or "cpu").split(":")[0] != "cpu"
+        buckets = not _on_cpu(pipe.engine)
     if buckets:
         det_pad.multiple, line_resize.width_step = DET_CANVAS_MULTIPLE, REC_WIDTH_STEP
         for sub in subs:
