@@ -275,3 +275,36 @@ class TestAccelerator:
         assert set(spied.rows) == {1}  # batch 1 every call
         _equal(got, want)
         _equal(again, want)
+
+    def test_batch_one_places_ahead_of_the_engine(self) -> None:
+        """A fixed-batch-1 model on an accelerator: while the engine runs item 0, the pool has placed several
+        items after it (the executor keeps 2 x workers windows in flight at batch 1)."""
+        import threading
+
+        placed: list[int] = []
+        ahead = threading.Event()
+
+        class Count(Preprocessor):
+            def process(self, data: Any, meta: dict[str, Any]) -> Any:
+                placed.append(1)
+                if len(placed) >= 4:
+                    ahead.set()
+                return data
+
+        model = _static_batch(models.tiny_cnn(), 1)
+        spied = Spied(model)
+        run = spied.engine.run
+        seen: list[bool] = []
+
+        def first_waits(feeds: Any, **kw: Any) -> Any:
+            if not seen:
+                seen.append(ahead.wait(30))  # a deadlock guard, not a timing: placement must get there
+            return run(feeds, **kw)
+
+        spied.engine.run = first_waits  # type: ignore[method-assign]
+        images = _images(12, seed=9)
+        with Pipeline(preprocess=[Count(), *_stages()], engine=spied.engine) as pipe:
+            got = list(pipe.map(images, workers=2))
+        assert seen == [True]
+        with Pipeline(preprocess=_stages(), engine=model, **CPU) as cpu:
+            _equal(got, [cpu(im) for im in images])
