@@ -308,3 +308,19 @@ class TestAccelerator:
         assert seen == [True]
         with Pipeline(preprocess=_stages(), engine=model, **CPU) as cpu:
             _equal(got, [cpu(im) for im in images])
+
+    def test_fused_map_of_mixed_canvases_groups_by_shape(self) -> None:
+        """A fused graph that takes any size (no geometry stage): the automatic batch groups each window by
+        shape, so mixed sizes run as they did at batch 1, with the same answers."""
+        shapes = [(32, 32), (40, 24)]
+        images = [_images(1, shapes[i % 2], seed=20 + i)[0] for i in range(10)]
+        stages = [Normalize(scale=1 / 255), HwcToChw()]
+        with Pipeline(preprocess=stages, engine=_any_size(models.tiny_cnn()), **CPU) as pipe, pipe.fuse() as fused:
+            want = list(fused.map(images, batch_size=1, workers=0))
+            spied = Spied(fused.model)
+            gpu = amdinfer.pipeline.FusedPipeline(fused.model, spied.engine, fused._host, image_size=None)
+            got = list(gpu.map(images))
+            gpu.close()
+        assert sorted(spied.rows) == [5, 5]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
