@@ -159,3 +159,14 @@ def test_exhaustive_search_is_off_by_default_only_for_shape_varying_models_on_th
     assert plan_tuning(CUDA, tuning=False, varying=["x[2]"]).knobs()["exhaustive_tune"] is None
     mapped = provider_options(CUDA, exhaustive_tune=varying.value)
     assert mapped["cudnn_conv_algo_search"] == "HEURISTIC"
+
+
+def test_with_batch_buckets_the_padded_shapes_are_warmed(model, counted) -> None:
+    with amdinfer.load(model, providers=["cpu"], shape_sessions=4, batch_buckets=[2, 4]) as engine:
+        engine.warm([(1, 8, 64), (3, 8, 64)])  # run as (2, 8, 64) and (4, 8, 64)
+        assert sorted(counted["runs"]) == [(2, 8, 64), (4, 8, 64)] and counted["made"] == 1
+        shapes = [s["input"] for s in engine.info.settings["shape_sessions"]["shapes"]]
+        assert shapes == [[2, 8, 64], [4, 8, 64]]
+        x = _x((3, 8, 64))
+        np.testing.assert_allclose(engine.run(x)["output"], oracle(model, {"input": x})["output"], rtol=1e-4, atol=1e-5)
+        assert counted["made"] == 1

@@ -321,7 +321,8 @@ class OrtEngine(Engine):
         batch axis) every listed shape gets its session now, several built at once (``workers`` threads; each
         from the engine's optimized graph, no second optimization), then each runs once on zeros, so that the
         provider chooses its kernels (cuDNN's algorithm search) here and not on the first page. Warmed shapes do
-        not count against ``shape_sessions``' limit. With one session (the CPU) each shape just runs once, in turn.
+        not count against ``shape_sessions``' limit. With one session (the CPU) each shape just runs once, in turn;
+        with ``batch_buckets`` each runs padded to its bucket, in turn (sessions made as on first use).
         Answers are unchanged. Also ``amdinfer.load(..., warm_shapes=[...])``. Recorded in
         ``info.settings["warm"]``: ``{"shapes": [...], "seconds": s, "sessions": n, "workers": w}``
         (a second call adds its shapes and seconds).
@@ -359,9 +360,10 @@ class OrtEngine(Engine):
                 raise InputError(f"warm_shapes[{k}]: {shown}: {exc}") from None
         keys = [shape_key(f) for f in checked]
         unique = [f for k, f in enumerate(checked) if keys[k] not in keys[:k]]
-        new = self._shapes.reserve(keys)
+        # with batch_buckets the runs are padded first: their sessions come on first use, one run after another
+        new = self._shapes.reserve(keys) if not self._buckets else []
         n = workers or max(1, min(8, len(unique)))
-        if n > 1 and self._shapes.active:  # each shape runs on a session of its own: build and run them at once
+        if n > 1 and self._shapes.active and not self._buckets:  # a session per shape: build and run them at once
             with ThreadPoolExecutor(n, thread_name_prefix="amdinfer-warm") as pool:
                 list(pool.map(self._shapes.build, new))
                 list(pool.map(self._warm_run, unique))
