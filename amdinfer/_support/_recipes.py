@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["DECODERS", "RECIPES", "SERVED_RECIPES", "Recipe", "RecipeOption", "get_recipe"]
+__all__ = ["DECODERS", "GEOMETRIES", "RECIPES", "SERVED_RECIPES", "Recipe", "RecipeOption", "get_recipe"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,13 @@ _FUSE = RecipeOption(
     "fuse", (bool, str), "the fused graph (true), stage by stage (false) or auto (fused on an accelerator)",
     choices=(True, False, "auto"), flag=False,
 )  # fmt: skip
+#: where the vision recipes resize and crop equal frames (``auto``: in the graph on an accelerator, one fused
+#: engine per frame size; ``host``; ``graph``; see :mod:`amdinfer.recipes._frames`)
+GEOMETRIES = ("auto", "host", "graph")
+_GEOMETRY = RecipeOption(
+    "geometry", (str,), "where equal frames are resized and cropped: auto (in the graph on an accelerator), host "
+    "or graph", choices=GEOMETRIES, flag=False,
+)  # fmt: skip
 #: what every image recipe's server options are: its decode threads and the pixel limit of its images
 _IMAGE_SERVER = ("pipeline_threads", "max_image_pixels")
 
@@ -200,6 +207,7 @@ RECIPES: dict[str, Recipe] = {
                 _DECODER,
                 RecipeOption("agnostic", (bool,), "class-agnostic NMS (default false)", flag=False),
                 _FUSE,
+                _GEOMETRY,
             ),
             _IMAGE_SERVER,
         ),
@@ -208,7 +216,7 @@ RECIPES: dict[str, Recipe] = {
             "amdinfer.recipes:classify",
             "amdinfer.classify, an image classifier",
             "classify",
-            (RecipeOption("topk", (int,), "classes per image (default 5)"), _DECODER, _FUSE),
+            (RecipeOption("topk", (int,), "classes per image (default 5)"), _DECODER, _FUSE, _GEOMETRY),
             _IMAGE_SERVER,
         ),
         Recipe(

@@ -22,21 +22,36 @@ def _check_fuse(fuse: Any) -> None:
         raise OptionError(f"fuse: got {fuse!r}, expected True, False or 'auto'")
 
 
-def _finish(pipe: Any, fuse: bool | str, load_options: dict[str, Any]) -> Any:
-    """The recipe's result: ``pipe`` itself (stage by stage) or its fused form (``pipe`` closed)."""
+def _finish(pipe: Any, fuse: bool | str, load_options: dict[str, Any], geometry: str = "auto") -> Any:
+    """The recipe's result: ``pipe`` itself (stage by stage), its fused form, or, where equal frames get the
+    geometry in the graph, a :class:`~amdinfer.recipes._frames.FramePipeline` (``pipe`` closed; it fuses from it)."""
+    from ._frames import MIN_FRAMES, FramePipeline, geometry_plan
+
     pipe._owns_engine = True
     pipe._load_options = dict(load_options)  # the fused engine is loaded with the caller's options too
     device = str(pipe.engine.info.device).split(":")[0]
-    if fuse is False or (fuse == "auto" and device == "cpu"):
+    try:
+        plan = geometry_plan(geometry, fuse, device)
+    except OptionError:
+        pipe.close()
+        raise
+    if not plan.fuse:
         return pipe
     try:
-        return pipe.fuse()
+        fused = pipe.fuse()
     except OptionError as exc:
+        pipe.close()
         if fuse != "auto":
             raise
         raise OptionError(f"{exc} (fuse='auto' fuses on {device}; fuse=False runs stage by stage)") from exc
-    finally:
-        pipe.close()
+    pipe.close()
+    if not plan.graph:
+        return fused
+    try:
+        return FramePipeline(fused, pipe, plan, minimum=1 if geometry == "graph" else MIN_FRAMES)
+    except BaseException:
+        fused.close()
+        raise
 
 
 def class_names(model: ModelLike) -> tuple[str, ...] | None:
@@ -88,10 +103,12 @@ def _recipe(
     from .._load import load as load_model
     from ..pipeline import Pipeline
     from ..pipeline._source_images import check_keep
+    from ._frames import geometry_plan
 
     if channels not in _CHANNELS:
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
     _check_fuse(fuse)
+    geometry_plan(args.get("geometry", "auto"), fuse, "cpu")  # a bad geometry is refused before the model loads
     keep = check_keep(args["keep_image"])
     from ..quantize._data import check_calibration
 
@@ -105,7 +122,7 @@ def _recipe(
     except Exception:
         engine.close()
         raise
-    return _finish(pipe, fuse, load)
+    return _finish(pipe, fuse, load, args.get("geometry", "auto"))
 
 
 def _calibrated(source: ModelSource, stages: Any, args: dict[str, Any], channels: str) -> Any:

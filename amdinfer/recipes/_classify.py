@@ -34,6 +34,7 @@ def classify(
     channels: str = "RGB",
     softmax: bool | None = None,
     fuse: bool | str = "auto",
+    geometry: str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
     calibration: Any = None,
@@ -71,7 +72,7 @@ def classify(
         labels: class names.
         channels: the channel order of the arrays you pass, ``"RGB"`` or ``"BGR"`` (``cv2.imread``); the model gets RGB.
         softmax: see above.
-        fuse: ``"auto"``, ``True`` or ``False`` as for :func:`yolo` (fused on an accelerator); the same top-k.
+        fuse, geometry: as for :func:`yolo` (fused, equal frames' geometry in the graph on an accelerator); same top-k.
         decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
         keep_image: results keep the picture they answer (see :func:`yolo`).
         calibration: with ``precision="int8"``: images that this recipe's preprocessing turns into int8
@@ -104,7 +105,7 @@ def classify(
     """
     _check_softmax(softmax)
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
-    args["decoder"], args["keep_image"], args["calibration"] = _decoder(decoder), keep_image, calibration
+    args.update(decoder=_decoder(decoder), keep_image=keep_image, calibration=calibration, geometry=geometry)
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
 
 

@@ -31,6 +31,7 @@ def yolo(
     agnostic: bool = False,
     classes: Any = None,
     fuse: bool | str = "auto",
+    geometry: str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
     calibration: Any = None,
@@ -54,11 +55,12 @@ def yolo(
         channels: the channel order of the arrays you pass, ``"RGB"`` (amdinfer's and Pillow's decoders) or
             ``"BGR"`` (``cv2.imread``); paths are decoded in this order too. Never guessed: a BGR array
             passed as RGB changes the answers, so say which you have.
-        agnostic: class-agnostic NMS.
-        classes: keep only these class indices.
+        agnostic, classes: class-agnostic NMS; keep only these class indices.
         fuse: ``"auto"`` (the default): compiled into one ONNX graph (:meth:`amdinfer.Pipeline.fuse`, the
             letterbox on the host, NMS in the graph) when the engine runs on an accelerator, stage by stage on
             the CPU (the reference, and as fast there); ``True``/``False`` force one form. Same detections.
+        geometry: ``"auto"`` (equal frames letterboxed in the graph on an accelerator: docs/pipeline.md), ``"host"``,
+            ``"graph"``; same detections (the resize is OpenCV's in both). See :mod:`amdinfer.recipes._frames`.
         decoder: how paths and encoded bytes are decoded: ``"auto"`` (OpenCV when installed, else Pillow),
             ``"opencv"``, ``"pillow"``, or ``"nvjpeg"`` (JPEG files on the NVIDIA GPU, then geometry on the host;
             see :class:`~amdinfer.preprocess.LoadImage`).
@@ -69,8 +71,7 @@ def yolo(
             into calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults (on a
             YOLO, the decode head kept in float: ``docs/quantization.md#int8-on-detectors``). For other int8
             settings pass ``quantizer=`` instead (not both).
-        backend: :func:`amdinfer.load`'s backend.
-        **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...), fused too.
+        backend, **load_options: :func:`amdinfer.load`'s backend and other arguments (``providers=``, ...), fused too.
 
     Returns:
         A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.pipeline.fuse.FusedPipeline` when fused, whose results
@@ -102,7 +103,7 @@ def yolo(
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
-    args = {"keep_image": keep_image, "calibration": calibration}
+    args = {"keep_image": keep_image, "calibration": calibration, "geometry": geometry}
     return _recipe(model, stages, args, channels, fuse, backend, load_options)
 
 
