@@ -2,8 +2,11 @@
 
 Both run the shipped pages ``tests/data/ocr_page*.png`` (``--repeat`` times), with ONNX Runtime's CPU EP and
 ``--threads`` intra-op threads each; RapidOCR runs in a subprocess of its own interpreter (``--rapidocr-python``,
-which needs rapidocr 3.10.0 with its dependencies) so the two never share a process. amdinfer is timed
-page by page (``__call__``) and streamed (``map``: the next page's detector overlaps this page's recogniser).
+which needs rapidocr 3.10.0 with its dependencies) so the two never share a process; it waits while amdinfer
+runs. Each of ``--repeat`` rounds times one pass over the pages per side, in alternating order (amdinfer page by
+page (``__call__``), streamed (``map``: the next page's detector overlaps this page's recogniser), RapidOCR; then
+the reverse), so that a noisy machine meets every side alike; the median of the per-round ratios is printed
+beside the totals, with RapidOCR's own seconds per stage. ``--options``: extra options for amdinfer's side.
 Before timing, both are checked to give the same lines. Prints one JSON object (``--json`` also writes it,
 ``--markdown`` appends a table row). ``--providers cuda``: both on ONNX Runtime's CUDA EP (RapidOCR through its
 ``EngineConfig.onnxruntime.use_cuda``, which it honours when ``onnxruntime.get_device()`` is ``"GPU"``; the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -29,23 +33,12 @@ sys.path.insert(0, str(ROOT / "tests" / "ocr"))
 RAPID = r"""
 import json, sys, time
 from rapidocr import RapidOCR
-paths, threads, repeat, cuda = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "cuda"
+paths, threads, cuda = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "cuda"
 eng = RapidOCR(params={"Global.log_level": "error", "EngineConfig.onnxruntime.intra_op_num_threads": threads,
                        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
                        "EngineConfig.onnxruntime.use_cuda": cuda})
 texts = [list(eng(p).txts or ()) for p in paths]  # also the warm-up (CUDA: cuDNN's algorithm search per shape)
-t = time.perf_counter()
-for _ in range(repeat):
-    for p in paths:
-        eng(p)
-seconds = time.perf_counter() - t
-providers = sorted({str(s.get_providers()[0]) for s in _sessions(eng)}) if "_sessions" in dir() else []
-print(json.dumps({"seconds": seconds, "texts": texts, "providers": providers}))
-"""
-# the ORT sessions RapidOCR made (to report the EP they really run on)
-RAPID = RAPID.replace(
-    "seconds = time",
-    """def _sessions(obj, seen=None, depth=0):
+def _sessions(obj, seen=None, depth=0):
     import onnxruntime
     seen = set() if seen is None else seen
     if id(obj) in seen or depth > 6:
@@ -57,26 +50,80 @@ RAPID = RAPID.replace(
     for v in getattr(obj, "__dict__", {}).values():
         out += _sessions(v, seen, depth + 1)
     return out
-seconds = time""",
-    1,
-)
+providers = sorted({str(s.get_providers()[0]) for s in _sessions(eng)})
+print(json.dumps({"texts": texts, "providers": providers}), flush=True)
+for line in sys.stdin:  # one line per timed pass over the pages (the parent alternates passes with amdinfer's)
+    if line.strip() != "pass":
+        break
+    elapse = [0.0, 0.0, 0.0]
+    t = time.perf_counter()
+    for p in paths:
+        r = eng(p)
+        if len(r.elapse_list or ()) == 3:  # an empty output (a page whose lines were all dropped) has none
+            elapse = [a + (b or 0.0) for a, b in zip(elapse, r.elapse_list)]
+    print(json.dumps({"seconds": time.perf_counter() - t, "elapse": elapse}), flush=True)
+"""
 
 
-def _time_cascade(pipe: Any, paths: list[str], repeat: int) -> dict[str, Any]:
+class _Rapid:
+    """RapidOCR in its own interpreter, timing one pass over the pages per :meth:`timed_pass` (the parent waits)."""
+
+    def __init__(self, python: str, paths: list[str], threads: int, providers: str) -> None:
+        args = [python, "-c", RAPID, json.dumps(paths), str(threads), providers]
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"RapidOCR's process ended (exit {self.proc.wait()}); see its stderr above")
+        return json.loads(line)
+
+    def timed_pass(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("pass\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def _time_cascade(pipe: Any, paths: list[str], repeat: int, rapid: _Rapid | None = None) -> dict[str, Any]:
+    """A warm-up pass (its lines), then ``repeat`` rounds of one pass each: ``__call__`` page by page, ``map``, and
+    with ``rapid`` RapidOCR's, in alternating order (ABC, CBA, ...) so that each side meets the same machine."""
     t = time.perf_counter()
     texts = [pipe(p).texts for p in paths]  # also the warm-up (on a GPU: each new shape's first call)
     first_s = time.perf_counter() - t
-    t = time.perf_counter()
-    for _ in range(repeat):
-        for p in paths:
-            pipe(p)
-    call_s = time.perf_counter() - t
-    t = time.perf_counter()
-    with pipe.map(paths * repeat, batch_size=1, workers=2) as results:
-        for _ in results:
-            pass
-    map_s = time.perf_counter() - t
-    return {"texts": texts, "call_s": call_s, "map_s": map_s, "first_pass_s": first_s}
+    passes: dict[str, list[float]] = {"call": [], "map": [], "rapid": []}
+    rapid_elapse = [0.0, 0.0, 0.0]
+    for r in range(repeat):
+        sides = ["call", "map"] + (["rapid"] if rapid is not None else [])
+        for side in sides[::-1] if r % 2 else sides:
+            t = time.perf_counter()
+            if side == "rapid":
+                assert rapid is not None
+                answer = rapid.timed_pass()
+                passes["rapid"].append(answer["seconds"])
+                rapid_elapse = [x + y for x, y in zip(rapid_elapse, answer["elapse"])]
+                continue
+            if side == "call":
+                for p in paths:
+                    pipe(p)
+            else:
+                with pipe.map(paths, batch_size=1, workers=2) as results:
+                    for _ in results:
+                        pass
+            passes[side].append(time.perf_counter() - t)
+    out = {"texts": texts, "call_s": sum(passes["call"]), "map_s": sum(passes["map"]), "first_pass_s": first_s}
+    out["passes"] = passes
+    if rapid is not None:
+        out["rapid_s"] = sum(passes["rapid"])
+        out["rapid_stages_s_per_page"] = [round(x / (repeat * len(paths)), 4) for x in rapid_elapse]
+    return out
 
 
 #: --variants: amdinfer's tuned GPU defaults turned off one at a time (and all at once), to find what costs time
@@ -141,6 +188,11 @@ def main() -> None:
         action="store_true",
         help="also amdinfer.ocr with fuse_ctc=False (the recogniser's probabilities decoded on the host)",
     )
+    ap.add_argument(
+        "--options",
+        default="{}",
+        help="JSON object of extra amdinfer.ocr/load options for amdinfer's side (e.g. '{\"spin_wait\": false}')",
+    )
     args = ap.parse_args()
 
     from _models import DATA, PAGES, models  # tests/ocr/_models.py: the wheel's model files
@@ -152,9 +204,11 @@ def main() -> None:
         sys.exit("needs the models of rapidocr==3.10.0: pip install --no-deps rapidocr==3.10.0")
     paths = [str(DATA / p) for p in PAGES]
     ep = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}[args.providers]
-    load = {"providers": [ep], "threads": args.threads}
+    load = {"providers": [ep], "threads": args.threads, **json.loads(args.options)}
+    # RapidOCR in its own process, started first (its warm-up then does not overlap amdinfer's timing)
+    rapid = _Rapid(args.rapidocr_python, paths, args.threads, args.providers) if args.rapidocr_python else None
     pipe = amdinfer.ocr(m["det"], m["rec"], m["cls"], **load)
-    ours = _time_cascade(pipe, paths, args.repeat)
+    ours = _time_cascade(pipe, paths, args.repeat, rapid)
     engines = [pipe.engine, *(s.engine for s in pipe.steps)]
     n = len(paths) * args.repeat
     out: dict[str, Any] = {
@@ -165,6 +219,7 @@ def main() -> None:
         "amdinfer_call_pages_s": n / ours["call_s"],
         "amdinfer_map_pages_s": n / ours["map_s"],
         "amdinfer_first_pass_s": round(ours["first_pass_s"], 2),
+        "options": load,
         "shape_buckets": pipe.shape_buckets,
         "shape_sessions": [e.info.settings.get("shape_sessions") for e in engines],
     }
@@ -192,27 +247,28 @@ def main() -> None:
         out["int8_call_pages_s"] = n / int8["call_s"]
         out["int8_map_pages_s"] = n / int8["map_s"]
         out["int8_same_lines_as_fp32"] = int8["texts"] == ours["texts"]
-    if args.rapidocr_python:
-        proc = subprocess.run(
-            [args.rapidocr_python, "-c", RAPID, json.dumps(paths), str(args.threads), str(args.repeat), args.providers],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        rapid = json.loads(proc.stdout.strip().splitlines()[-1])
-        out["rapidocr_providers"] = rapid["providers"]
-        out["rapidocr_pages_s"] = n / rapid["seconds"]
-        out["same_lines"] = rapid["texts"] == ours["texts"]
+    if rapid is not None:
+        rapid.close()
+        out["rapidocr_providers"] = rapid.ready["providers"]
+        out["rapidocr_pages_s"] = n / ours["rapid_s"]
+        out["rapidocr_stages_s_per_page"] = dict(zip(("det", "cls", "rec"), ours["rapid_stages_s_per_page"]))
+        out["same_lines"] = rapid.ready["texts"] == ours["texts"]
         if not out["same_lines"]:  # how far: exact lines and character error rate against RapidOCR's
             from test_ocr_int8 import accuracy  # tests/ocr: the one definition of both figures
 
-            exact, cer = accuracy(rapid["texts"], ours["texts"])
+            exact, cer = accuracy(rapid.ready["texts"], ours["texts"])
             out["exact_line_rate_vs_rapidocr"], out["cer_vs_rapidocr"] = round(exact, 3), round(cer, 4)
             out["lines_differing"] = [
-                [a, b] for ra, rb in zip(rapid["texts"], ours["texts"]) for a, b in zip(ra, rb) if a != b
+                [a, b] for ra, rb in zip(rapid.ready["texts"], ours["texts"]) for a, b in zip(ra, rb) if a != b
             ]
-        out["time_ratio_call"] = ours["call_s"] / rapid["seconds"]
-        out["time_ratio_map"] = ours["map_s"] / rapid["seconds"]
+        out["time_ratio_call"] = ours["call_s"] / ours["rapid_s"]
+        out["time_ratio_map"] = ours["map_s"] / ours["rapid_s"]
+        # each round's passes ran back to back: the median of the per-round ratios is the least noisy figure
+        per_round = ours["passes"]
+        for side in ("call", "map"):
+            ratios = [a / b for a, b in zip(per_round[side], per_round["rapid"])]
+            out[f"time_ratio_{side}_median_of_rounds"] = statistics.median(ratios)
+        out["seconds_per_pass"] = {k: [round(x, 3) for x in v] for k, v in per_round.items()}
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
