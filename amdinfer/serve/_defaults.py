@@ -56,6 +56,7 @@ __all__ = [
     "ServedDefaults",
     "default_workers_per_device",
     "expected_device",
+    "is_accelerator",
     "model_batch",
     "pipeline_threads_per_process",
     "served_defaults",
@@ -304,8 +305,9 @@ def expected_device(
 ) -> tuple[str, list[str]]:
     """The ``(info.device, info.providers)`` that ``amdinfer.load(model, backend=..., providers=...)`` is expected to
     give, without loading: the first provider named; else MIGraphX when its module imports (``backend="auto"`` or
-    ``"migraphx"``); else ONNX Runtime's first available provider in ``backend="auto"``'s order; the CPU for the
-    reference backend or without ONNX Runtime. The server checks the guess against the engine it loaded.
+    ``"migraphx"``); else ONNX Runtime's first available built-in provider in ``backend="auto"``'s order (MIGraphX,
+    ROCm, CUDA, CPU); the CPU for the reference backend or without ONNX Runtime. The server checks the guess against
+    the engine it loaded.
 
     Example:
         >>> expected_device(providers=["cpu"]), expected_device("reference")
@@ -313,7 +315,7 @@ def expected_device(
         >>> expected_device(providers=["cuda"], device=1)
         ('cuda:1', ['CUDAExecutionProvider'])
     """
-    from ..engines.ort._providers import CPU_EP, provider_record, resolve_provider_name
+    from ..engines.ort import CPU_EP, PROVIDER_ORDER, import_ort, provider_record, resolve_provider_name
 
     def record(name: str) -> tuple[str, list[str]]:
         rec = provider_record(name)
@@ -332,10 +334,8 @@ def expected_device(
         if backend == "migraphx" or probe() is None:
             return f"rocm:{device}", []
     try:
-        from ..engines.ort._plugins import auto_provider_order
-        from ..engines.ort._providers import import_ort
-
         available = list(import_ort().get_available_providers())
     except ImportError:
         return "cpu", []
-    return record(next((n for n in auto_provider_order(available) if n in available), CPU_EP))
+    # the built-in EPs in auto's order (a plugin EP is not predicted: the engine loaded says, and is checked)
+    return record(next((n for n in PROVIDER_ORDER if n in available), CPU_EP))

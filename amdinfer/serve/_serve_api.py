@@ -205,7 +205,8 @@ def _served_target(
     given: dict[str, Any],
     **load: Any,
 ) -> tuple[Any, Any, ServedDefaults]:
-    """:func:`_target`, with the batching derived from the model and the device where ``given`` has ``None``.
+    """:func:`_target`, with the batching derived from the model and the device where ``given`` (and
+    ``load["batch_buckets"]``) has ``None``.
 
     The buckets are an engine option, so they are chosen before loading, for the device :func:`expected_device`
     predicts; the rule is applied again to the engine loaded, and when that disagrees on the buckets (the device
@@ -216,8 +217,9 @@ def _served_target(
     from ..pipeline.fuse import FusedPipeline
 
     ready = isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple))
-    buckets_auto = given.get("batch_buckets") is None and not ready
-    load.pop("batch_buckets", None)
+    threads = (recipe_options or {}).get("pipeline_threads")
+    given = {**given, "batch_buckets": load.pop("batch_buckets", None), "pipeline_threads": threads}
+    buckets_auto = given["batch_buckets"] is None and not ready
     if given.get("batch_buckets"):
         load["batch_buckets"] = given["batch_buckets"]
     predicted: tuple[int, ...] = ()
@@ -247,6 +249,14 @@ def _served_target(
             load["batch_buckets"] = chosen.batch_buckets
         target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
     return target, ref, chosen
+
+
+def _built(name: str, target: Any, chosen: ServedDefaults, rate: float, reference: Any) -> Any:
+    """:func:`build_model` with the batching ``chosen``, which the start line names."""
+    served = build_model(name, target, max_batch_size=chosen.max_batch_size, max_delay_ms=chosen.max_delay_ms,
+                         verify_sample=rate, verify_reference=reference)  # fmt: skip
+    served.batcher.chosen = chosen.batching_line()
+    return served
 
 
 def serve(
@@ -279,10 +289,9 @@ def serve(
         name: the model's name in URLs (default: the file's stem, else ``"model"``).
         host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
         http_port, grpc_port: REST and gRPC ports (``grpc_port=None``: REST only).
-        max_batch_size: rows per engine call at most (1: no batching); ``None``: derived from the model and the
-            device (:mod:`amdinfer.serve._defaults`; docs/serving.md, "Defaults"), like ``batch_buckets`` (give
-            ``batch_buckets=()`` for none) and ``max_delay_ms``. The start line says what was chosen and why.
-        max_delay_ms: how long a request may wait for others to batch with (``None``: 2 ms).
+        max_batch_size, max_delay_ms: rows per engine call at most (1: no batching), how long a request may wait
+            for others; ``None``: from the model and the device like ``batch_buckets`` (``()``: none), named in the
+            start line (:mod:`amdinfer.serve._defaults`).
         devices: GPU indices, one worker (engine) each.
         backend, precision: ``amdinfer.load``'s.
         warmup: run each engine (a recipe: its pipeline, decoding included) at its batch sizes before reporting ready.
@@ -318,7 +327,7 @@ def serve(
     # every number against the one table of bounds, before anything loads or a child process starts
     given = {"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms, "max_request_bytes": max_request_bytes}
     buckets = load_options.get("batch_buckets")
-    check_options({**_bounded(given, *given), **({"batch_buckets": buckets} if buckets else {})})
+    check_options({**_bounded(given, *given), **_bounded({"batch_buckets": buckets or None}, "batch_buckets")})
     _check_recipe(recipe, recipe_options)
     # The server's options are checked before a model is loaded: a bad port fails in a second, not after it.
     server = Server(host=host, http_port=http_port, grpc_port=grpc_port, warmup=warmup, reuse_port=reuse_port,
@@ -331,17 +340,10 @@ def serve(
                        verify_sample=verify_sample, verify_reference=verify_reference, recipe=recipe,
                        recipe_options=recipe_options)  # fmt: skip
         return _serve_in_processes(model, workers_per_device, options, load_options)
-    given = {"max_batch_size": max_batch_size, "max_delay_ms": max_delay_ms, "batch_buckets": buckets}
-    given["pipeline_threads"] = (recipe_options or {}).get("pipeline_threads")
-    target, reference, chosen = _served_target(model, recipe, recipe_options, rate, verify_reference, given,
-                                               devices=devices, backend=backend, precision=precision,
-                                               **load_options)  # fmt: skip
-    if name is None:
-        name = Path(model).stem if isinstance(model, (str, Path)) else "model"
-    served = build_model(name, target, max_batch_size=chosen.max_batch_size, max_delay_ms=chosen.max_delay_ms,
-                         verify_sample=rate, verify_reference=reference)  # fmt: skip
-    served.batcher.chosen = chosen.batching_line()
-    server.start([served])
+    load = dict(devices=devices, backend=backend, precision=precision, **load_options)
+    target, reference, chosen = _served_target(model, recipe, recipe_options, rate, verify_reference, given, **load)
+    name = name or (Path(model).stem if isinstance(model, (str, Path)) else "model")
+    server.start([_built(name, target, chosen, rate, reference)])
 
 
 def serve_repository(
