@@ -178,7 +178,7 @@ class FramePipeline(FusedPipeline):
     ``(H, W)`` (:func:`frame_size`) and :func:`route` says so, they run on
     ``base.fuse(image_size=(H, W), resize="exact")``, built once per size (at most :data:`MAX_SIZES`) and closed
     by :meth:`close`; other windows run on the host geometry. Answers equal the host geometry's (the exact
-    in-graph resize is bit-exact with ``cv2.resize``).
+    in-graph resize is bit-exact with ``cv2.resize`` when shrinking; enlarging, edge rows may differ by 1).
     :attr:`geometry` (also ``engine.info.settings["geometry"]``) records which geometry ran for which size, and
     each size's choice is logged once on INFO (``amdinfer.recipes``).
 
