@@ -183,10 +183,10 @@ class Pipeline(PipelineSteps):
         """Run many inputs, one engine call per preprocessed shape, and return their results in order.
 
         The items run through the pipeline's executor: with the engine on the CPU (and for a short list) in the
-        caller's thread, with no thread at all; on an accelerator a list of 16 items or more runs as sub-batches
-        streamed through the executor's ``map`` (:func:`~amdinfer.pipeline._auto.split_size`: a quarter of the
-        list, 8 to 64 items, raised to a batch bucket), so that placing one sub-batch overlaps the engine on the
-        last. Each item is preprocessed, the items (of each sub-batch) are grouped by shape and dtype (pages of
+        caller's thread, with no thread at all; on an accelerator a list of two automatic batches or more runs as
+        such batches streamed through the executor's ``map`` (:func:`~amdinfer.pipeline._auto.split_size`), so
+        that placing one overlaps the engine on the last; a shorter list is one call. Each item is
+        preprocessed, the items (of each sub-batch) are grouped by shape and dtype (pages of
         different sizes, crops of different widths) and each group is stacked into one buffer for one engine call
         (groups in order of their first item), so items of different shapes never need a common canvas. A model
         with a dynamic batch axis gets a whole group at once; an engine with ``batch_buckets`` gets it padded to
@@ -334,6 +334,7 @@ class Pipeline(PipelineSteps):
         """
         from .._load import load
         from .fuse import FusedPipeline, _labels, fuse_model, split_host_stages
+        from .fuse._graph import fix_canvas, host_canvas
 
         size = None if image_size is None else _hw("image_size", image_size)
         host, _ = split_host_stages(self._preprocess, size)
@@ -345,6 +346,9 @@ class Pipeline(PipelineSteps):
         resize = _auto_resize(load_options) if resize == "auto" else resize
         modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
+        canvas = host_canvas(host) if size is None else None
+        if canvas is not None:  # one canvas for every image: the engine tunes for fixed shapes
+            model = fix_canvas(model, canvas)
         engine = load(model, **load_options)
         post: dict[str, Any] = {
             "labels": _labels(self._postprocess),

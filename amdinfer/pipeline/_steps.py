@@ -287,10 +287,13 @@ class PipelineSteps:
 
     def _run_call(self, items: Iterable[Any], group: ByShape) -> list[Any]:
         """One call on a list (``run_batch``): on an accelerator, sub-batches streamed through the executor's
-        ``map`` (placing sub-batch k+1 while the engine runs sub-batch k; each grouped by shape); otherwise (and
-        for short lists) :meth:`_run_items`. The same answers, in order, and the first failing item's error."""
+        ``map`` (placing sub-batch k+1 while the engine runs sub-batch k; each grouped by shape), or for a list
+        of less than two automatic batches one call with its items placed on the executor's threads; on the CPU
+        :meth:`_run_items`. The same answers, in order, and the first failing item's error."""
         items = list(items)
         sub = self._sub_batch(len(items), group)
+        if sub is None and self._on_accelerator() and group.tags is None:  # one call, its items placed in parallel
+            return self._executor.run_batch(items, group=group)
         if sub is None:
             return self._run_items(items, group)
         split = ByShape(size=min(group.size or sub, sub), pad_to=group.pad_to)

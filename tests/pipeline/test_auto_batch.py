@@ -120,11 +120,11 @@ class TestRule:
         assert auto_batch_size(GPU, [], (), None, free_memory_bytes=10, item_bytes=None)[0] == 64
 
     def test_split_size(self) -> None:
-        # max(8, ceil(n / 4)), at most the batch, split only into two sub-batches or more
-        assert [split_size(n, 64) for n in (8, 15, 16, 64, 100, 256, 1024)] == [None, None, 8, 16, 25, 64, 64]
-        assert split_size(64, 64, (8, 32)) == 32  # raised to the bucket that holds 16
-        assert split_size(64, 64, (8, 12)) == 12  # the largest bucket below it
-        assert split_size(64, 4) == 4  # a small automatic batch caps the sub-batch
+        # the automatic batch, split only into two sub-batches or more (a call of 64 on a GPU stays one batch)
+        assert [split_size(n, 64) for n in (8, 15, 16, 64, 100, 127, 128, 1024)] == [None] * 6 + [64, 64]
+        assert split_size(64, 64, (8, 32)) == 32  # at most the largest bucket
+        assert split_size(64, 64, (8, 12)) == 12
+        assert split_size(64, 4) == 4 and split_size(7, 4) is None
         assert split_size(3, 1, fixed_batch=1) == 1 and split_size(1, 1, fixed_batch=1) is None
 
     def test_map_options_take_auto(self) -> None:
@@ -192,7 +192,8 @@ class TestAccelerator:
         assert spied.rows == [16, 4]
         assert spied.engine.info.settings["map_batch_size"]["size"] == 16
 
-    def test_run_batch_of_64_is_split_with_the_serial_answers(self) -> None:
+    def test_run_batch_of_64_is_split_with_the_serial_answers(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(amdinfer.pipeline._auto, "ACCELERATOR_BATCH", 16)  # 64 items: four automatic batches
         images = _images(64, seed=5)
         with Pipeline(preprocess=_stages(), engine=models.tiny_cnn(), **CPU) as cpu:
             want = cpu.run_batch(images)  # the engine on the CPU: one call, in the caller's thread
@@ -206,7 +207,8 @@ class TestAccelerator:
             assert spied.rows == [10]  # a short list stays one call
         _equal(got, want)
 
-    def test_run_batch_groups_by_shape_within_sub_batches(self) -> None:
+    def test_run_batch_groups_by_shape_within_sub_batches(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(amdinfer.pipeline._auto, "ACCELERATOR_BATCH", 12)  # 48 items: four automatic batches
         shapes = [(32, 32), (40, 24), (48, 48)]
         images = [_images(1, shapes[i % 3], seed=i)[0] for i in range(48)]
         model = _any_size(models.tiny_cnn())
@@ -218,7 +220,7 @@ class TestAccelerator:
             assert sorted(spied.rows) == [4] * 12  # windows of 12, one call per shape in each
             spied.rows.clear()
             mapped = list(pipe.map(images))  # the automatic map batch groups its window by shape too
-            assert sorted(spied.rows) == [16, 16, 16]
+            assert sorted(spied.rows) == [4] * 12
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
         _equal(mapped, got)
@@ -243,7 +245,8 @@ class TestAccelerator:
             messages.append(str(e.value))
         assert messages[0] == messages[1]
 
-    def test_fused_run_batch_is_split_with_the_same_answers(self) -> None:
+    def test_fused_run_batch_is_split_with_the_same_answers(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(amdinfer.pipeline._auto, "ACCELERATOR_BATCH", 16)
         images = _images(64, (40, 48), seed=7)
         stages = [Resize((32, 32)), Normalize(scale=1 / 255), HwcToChw()]
         with Pipeline(preprocess=stages, engine=models.tiny_cnn(), **CPU) as pipe, pipe.fuse() as fused:

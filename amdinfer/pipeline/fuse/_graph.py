@@ -65,3 +65,48 @@ class _Graph:
 
     def gather(self, x: str, index: Any, axis: int) -> str:
         return self.op("Gather", x, self.const(np.asarray(index, np.int64)), axis=axis)
+
+
+# ---------------------------------------------------------------------------------------------- a fixed canvas
+def host_canvas(host: Sequence[Any]) -> tuple[int, int] | None:
+    """The ``(height, width)`` every image's canvas has when the last host stage is geometry with a fixed output
+    (``Letterbox`` without ``auto``, ``Resize`` to a ``(h, w)``, ``CenterCrop``), else ``None``.
+
+    Example:
+        >>> host_canvas([Letterbox(640)]), host_canvas([Letterbox(640, auto=True)]), host_canvas([])
+        ((640, 640), None, None)
+    """
+    last = host[-1] if host else None
+    hw: Any = None
+    if isinstance(last, Letterbox):
+        hw = None if last.auto else last.new_shape
+    elif isinstance(last, Resize):
+        hw = last.size if isinstance(last.size, tuple) else None
+    elif isinstance(last, CenterCrop):
+        hw = last.size
+    return None if hw is None else (int(hw[0]), int(hw[1]))
+
+
+def fix_canvas(model: onnx.ModelProto, hw: tuple[int, int], name: str = "images") -> onnx.ModelProto:
+    """``model`` with the height and width of its ``(N, H, W, C)`` input ``name`` declared as ``hw`` (where they
+    are symbolic): the engine then sees one canvas, not an input varying beyond the batch axis, and keeps the
+    tuning of fixed shapes (one session, cuDNN's exhaustive search).
+
+    Example:
+        >>> from onnx import TensorProto
+        >>> x = helper.make_tensor_value_info("images", TensorProto.UINT8, ["N", "H", "W", 3])
+        >>> y = helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", "H", "W", 3])
+        >>> m = helper.make_model(helper.make_graph([helper.make_node("Identity", ["images"], ["y"])], "g", [x], [y]))
+        >>> [d.dim_value or d.dim_param for d in fix_canvas(m, (64, 48)).graph.input[0].type.tensor_type.shape.dim]
+        ['N', 64, 48, 3]
+    """
+    for value in model.graph.input:
+        if value.name != name:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) == 4:
+            for axis, size in zip((1, 2), hw):
+                if not dims[axis].HasField("dim_value"):
+                    dims[axis].Clear()
+                    dims[axis].dim_value = int(size)
+    return model
