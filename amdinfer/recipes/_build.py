@@ -103,6 +103,7 @@ def _recipe(
     from .._load import load as load_model
     from ..pipeline import Pipeline
     from ..pipeline._source_images import check_keep
+    from ..pipeline.fuse._model import check_fixed_buckets
     from ._frames import geometry_plan
 
     if channels not in _CHANNELS:
@@ -117,12 +118,20 @@ def _recipe(
         load = {**load, "quantizer": _calibrated(model, stages, args, channels)}
     engine = load_model(model, backend=backend, **load)
     try:
+        check_fixed_buckets(_fixed_batch(engine), engine.batch_buckets)
         preprocess, postprocess = stages(engine, args, channels)
         pipe = Pipeline(preprocess=preprocess, engine=engine, postprocess=postprocess, keep_image=keep)
     except Exception:
         engine.close()
         raise
     return _finish(pipe, fuse, load, args.get("geometry", "auto"))
+
+
+def _fixed_batch(engine: Any) -> int | None:
+    """The model's fixed batch: axis 0 of its first input when that is a number (a batch-1 export), else ``None``."""
+    shape = engine.inputs[0].shape if engine.inputs else ()
+    first = shape[0] if shape else None
+    return int(first) if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 def _calibrated(source: ModelSource, stages: Any, args: dict[str, Any], channels: str) -> Any:

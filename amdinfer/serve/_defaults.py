@@ -25,7 +25,10 @@ compile): four buckets cover 1..64 rows with at most 2x padding above 8. ``1,2,4
 for batches that a loaded server rarely forms. On a CPU the work grows with the rows, so padding costs its full
 share and there are no buckets. 64 rows with a 2 ms window was the setting that took ResNet-50 fp16 served over
 gRPC from 0.58x to 0.91x of the engine on an H200 (docs/performance.md). A recipe over a fixed-batch engine keeps the
-accelerator's 64 (the pipeline runs chunks of ``B`` while its decode threads work on the whole batch).
+accelerator's 64 (the pipeline runs chunks of ``B`` while its decode threads work on the whole batch), and never
+buckets: its graph holds ``B`` (a batch-1 export's Reshapes), so a chunk padded to a bucket fails inside it. Its
+``B`` is the model's (``FusedPipeline.fixed_batch``), not the fused graph's input axis, which is ``N``; buckets
+given for it are refused at load.
 
 Processes (``--workers-per-device``) and decode threads (``--pipeline-threads``) depend on the host only:
 ``max(1, min(4, cores // (2 x devices)))`` processes per device, and each recipe process decodes on all usable
@@ -219,6 +222,9 @@ def served_defaults(
         >>> d = served_defaults("cuda:0", ["CUDAExecutionProvider"], 1, cores=16)
         >>> d.max_batch_size, d.batch_buckets, d.why["max_batch_size"]
         (1, (), 'auto: CUDA EP, fixed batch 1')
+        >>> d = served_defaults("cuda:0", ["CUDAExecutionProvider"], 1, cores=16, recipe="yolo")
+        >>> d.max_batch_size, d.batch_buckets  # a recipe runs chunks of 1: 64 rows a batch, no buckets
+        (64, ())
     """
     given = {k: v for k, v in (given or {}).items() if v is not None}
     label = _provider_label(device, providers)

@@ -168,7 +168,8 @@ def served_defaults_for(
     engine_buckets: bool = False,
 ) -> ServedDefaults:
     """:func:`~amdinfer.serve._defaults.served_defaults` for loaded workers (one per device): the first one's
-    engine device, providers and batch axis, the host's usable cores, ``given`` values kept. ``engine_buckets``:
+    engine device, providers and batch axis (a pipeline's ``fixed_batch`` when it has one: a fused graph's input
+    axis is ``N`` even over a batch-1 export), the host's usable cores, ``given`` values kept. ``engine_buckets``:
     the buckets are the engine's own (loaded by the caller), whatever the rule would pick.
 
     Example:
@@ -184,7 +185,9 @@ def served_defaults_for(
     first = workers[0]
     pipeline = isinstance(first, PipelineWorker)
     engine = first.pipeline.engine if pipeline else first.engine
-    batch = model_batch(engine.inputs, engine.outputs, recipe or ("pipeline" if pipeline else None))
+    # a fused graph's input axis is N even when the model inside has a fixed batch: that one decides (no buckets)
+    fixed = getattr(first.pipeline, "fixed_batch", None) if pipeline else None
+    batch = fixed or model_batch(engine.inputs, engine.outputs, recipe or ("pipeline" if pipeline else None))
     info = engine.info
     given = dict(given or {})
     if engine_buckets:

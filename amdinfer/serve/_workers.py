@@ -411,7 +411,8 @@ class PipelineWorker:
             return []
         engine = self.pipeline.engine
         spec = engine.inputs[0]
-        fixed = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None
+        fixed = getattr(self.pipeline, "fixed_batch", None)  # a fused graph's axis 0 is N even then
+        fixed = fixed or (spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None)
         sizes = warm_sizes(engine.batch_buckets, max_rows, fixed)
         height, width = self._picture_size(spec.shape)
         item: Any = _png(height, width)

@@ -29,6 +29,30 @@ def _dims(vi: onnx.ValueInfoProto) -> list[Any]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
 
 
+def check_fixed_buckets(fixed: int | None, buckets: Sequence[int], what: str = "the model") -> None:
+    """Refuse ``batch_buckets`` on a model with a fixed batch ``fixed``: its graph holds the batch (a batch-1
+    Ultralytics export's Reshapes hold the 1), so a batch padded to a bucket other than ``fixed`` fails inside
+    the graph; recipes and fused pipelines run chunks of ``fixed`` rows instead. ``(fixed,)`` itself is fine.
+
+    Raises:
+        OptionError: a bucket other than ``fixed``, naming the buckets and the fixed batch.
+
+    Example:
+        >>> check_fixed_buckets(None, (8, 16)); check_fixed_buckets(1, ()); check_fixed_buckets(2, (2,))
+        >>> check_fixed_buckets(1, (8, 16))
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: batch_buckets: got [8, 16], expected none for the model, which has a fixed \
+batch of 1 (it runs in chunks of 1; export it with a dynamic batch axis to batch more)
+    """
+    if fixed is None or all(int(b) == fixed for b in buckets):
+        return
+    raise OptionError(
+        f"batch_buckets: got {[int(b) for b in buckets]}, expected none for {what}, which has a fixed batch of "
+        f"{fixed} (it runs in chunks of {fixed}; export it with a dynamic batch axis to batch more)"
+    )
+
+
 def split_host_stages(
     preprocess: Sequence[Preprocessor], image_size: tuple[int, int] | None
 ) -> tuple[list[Preprocessor], list[Preprocessor]]:

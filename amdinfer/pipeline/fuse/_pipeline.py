@@ -21,6 +21,7 @@ from .._executor import ByShape, Executor, Slot, default_threads
 from .._map import PipelineMap, map_options
 from .._source_images import attach, call, check_keep, preprocess
 from ._graph import _GEOMETRY, _META_KEY
+from ._model import check_fixed_buckets
 
 log = logging.getLogger("amdinfer")
 
@@ -128,7 +129,14 @@ class FusedPipeline:
             last if image_size is None and isinstance(last, _GEOMETRY) else None
         )
         batch = self._fuse_info.get("batch")
+        # the batch of the model inside (fuse_model's input axis is N, its Reshapes may still hold the 1)
         self._fixed_batch: int | None = int(batch) if isinstance(batch, int) and batch >= 1 else None
+        try:  # an engine padding chunks of B rows up to a bucket would fail in the graph
+            check_fixed_buckets(self._fixed_batch, getattr(engine, "batch_buckets", ()) or (), "the fused model")
+        except OptionError:
+            if owns_engine:
+                engine.close()
+            raise
         self._chunk_logged = False
         self._executor: Executor[dict[str, Any], Any] = Executor(
             self._place,
