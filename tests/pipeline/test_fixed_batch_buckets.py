@@ -112,3 +112,28 @@ def test_run_batch_and_map_of_many_images_equal_one_at_a_time(fixed: onnx.ModelP
         assert len(got) == 64
         assert [_rows(g) for g in got[:10]] == want
         assert [_rows(g) for g in list(pipe.map(iter(images), batch_size=16))[:10]] == want
+
+
+@pytest.mark.parametrize("n", [1, 5, 64])
+def test_on_an_accelerator_every_engine_call_has_the_fixed_batch(fixed: onnx.ModelProto, n: int) -> None:
+    """The accelerator's paths (sub-batches streamed, placed in parallel) on the CPU: the fused engine's
+    ``info.device`` reads ``cuda:0``. Every engine call has 1 row, whatever the list's length; answers are the
+    CPU pipeline's."""
+    images = (_images(10) * 7)[:n]
+    with amdinfer.yolo(fixed, imgsz=SIZE, fuse=True, conf=0.01, **CPU) as cpu:
+        want = [_rows(r) for r in cpu.run_batch(images)]
+        engine = amdinfer.load(cpu.model, **CPU)
+    engine.info.device = "cuda:0"
+    rows: list[int] = []
+    run = engine.run  # run_many on the CPU runs each batch through run
+
+    def spy(feeds: dict, **kw: object) -> object:
+        rows.append(int(feeds["images"].shape[0]))
+        return run(feeds, **kw)
+
+    engine.run = spy  # type: ignore[method-assign]
+    with FusedPipeline(cpu.model, engine, cpu._host, image_size=cpu.image_size, labels=cpu._labels) as gpu:
+        assert gpu.fixed_batch == 1
+        assert [_rows(r) for r in gpu.run_batch(images)] == want
+        assert [_rows(r) for r in gpu.map(iter(images))] == want
+    assert rows and set(rows) == {1}
