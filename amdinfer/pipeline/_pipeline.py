@@ -346,9 +346,7 @@ class Pipeline(PipelineSteps):
         resize = _auto_resize(load_options) if resize == "auto" else resize
         modes: dict[str, Any] = {"nms_mode": nms_mode, "max_candidates": max_candidates, "resize": resize}
         model = fuse_model(proto, self._preprocess, self._postprocess, image_size=size, **modes)
-        canvas = host_canvas(host) if size is None else None
-        if canvas is not None:  # one canvas for every image: the engine tunes for fixed shapes
-            model = fix_canvas(model, canvas)
+        model = fix_canvas(model, canvas) if size is None and (canvas := host_canvas(host)) else model  # one canvas
         engine = load(model, **load_options)
         post: dict[str, Any] = {
             "labels": _labels(self._postprocess),

@@ -207,11 +207,9 @@ def served_defaults(
         providers: its ONNX Runtime providers, first one used (``engine.info.providers``; empty: a native backend).
         batch: the model's batch axis: a symbol name (``"N"``: dynamic), an int (a fixed batch size), ``None`` (no
             axis 0 that requests can share; each request is its own engine call).
-        cores: the host's usable cores.
-        devices: the devices served.
+        cores, devices: the host's usable cores; the devices served.
         recipe: the served recipe (``None``: the bare model; a recipe gets ``pipeline_threads``).
-        given: the values the user set, by key (``max_batch_size``, ``batch_buckets``, ``max_delay_ms``,
-            ``workers_per_device``, ``pipeline_threads``); ``None`` values are not given.
+        given: the values the user set, by key (``max_batch_size``, ``batch_buckets``, ``max_delay_ms``, ...).
 
     Example:
         >>> d = served_defaults("cuda:0", ["CUDAExecutionProvider"], "N", cores=16, given={"max_batch_size": 48})
