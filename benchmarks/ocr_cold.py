@@ -94,13 +94,19 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         m["det"], m["rec"], m["cls"], providers=[PROVIDERS[args.providers]], cache_dir=args.cache, **extra
     )
     load_s = time.perf_counter() - t0
+    print(f"  [{args.config} / {args.label}] loaded in {load_s:.2f} s", file=sys.stderr, flush=True)
     passes, texts = [], []
-    for _ in range(2):
+    for n in range(2):
         per_page, got = [], []
         for page in pages:
             t = time.perf_counter()
             got.append(pipe(page).texts)
             per_page.append(round(time.perf_counter() - t, 4))
+            print(
+                f"  [{args.config} / {args.label}] pass {n + 1}: {Path(page).name} {per_page[-1]:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         passes.append(per_page)
         texts.append(got)
     gold = golden()
@@ -144,6 +150,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the JSON object here too")
     ap.add_argument("--providers", choices=sorted(PROVIDERS), default="cuda")
     ap.add_argument("--configs", default="default,no_warm", help=f"comma-separated among {list(CONFIGS)}")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds one process may take (then reported)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", default="default", help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)
@@ -184,9 +191,15 @@ def main() -> None:
                 json.dumps(pages),
             ]
             t = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            try:  # the child's progress (stderr) goes straight to ours: a timed-out run still shows how far it got
+                proc = subprocess.run(
+                    cmd, stdout=subprocess.PIPE, text=True, env=env, check=False, timeout=args.timeout
+                )
+            except subprocess.TimeoutExpired:
+                print(f"{config:>10} {label:>10}: over --timeout {args.timeout:.0f} s", flush=True)
+                continue
             if proc.returncode != 0:
-                sys.exit(f"{config} ({label}) failed:\n{proc.stderr[-4000:]}")
+                sys.exit(f"{config} ({label}) failed with exit status {proc.returncode} (its stderr is above)")
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             row["process_s"] = round(time.perf_counter() - t, 3)
             runs.append(row)
