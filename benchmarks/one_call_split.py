@@ -36,6 +36,7 @@ import amdinfer
 from amdinfer.pipeline.fuse import _pipeline as fused_module
 from amdinfer.testing.models import batch_dynamic
 
+
 def forms(batch: int) -> dict[str, int | None]:
     """The forms timed for one call of ``batch`` items: the sub-batch each forces (``None``: the rule as shipped)."""
     return {"one batch": None, f"2 x {batch // 2}": batch // 2, f"4 x {batch // 4}": batch // 4}
