@@ -10,6 +10,9 @@
 #   PARTS="setup datapath" bash benchmarks/issue38_h200.sh     # datapath_defaults.py, decode.py, classify_frames.py
 #   PARTS="serving" bash benchmarks/issue38_h200.sh            # serving.py defaults (bare, classify and yolo rows)
 #   PARTS="ocr" bash benchmarks/issue38_h200.sh                # ocr_cold.py (cold and warm cache, warm-up on/off)
+#   PARTS="split" bash benchmarks/issue38_h200.sh              # one_call_split.py (one call of 64: one batch or split)
+#   PARTS="ocr16" bash benchmarks/issue38_h200.sh              # ocr.py on all the host's cores, CPU EP, vs RapidOCR
+#   PARTS="decode" bash benchmarks/issue38_h200.sh             # decode.py on a few files (the rates, not a long run)
 #
 # Writes under $OUT: one file per part and issue38_h200.log.
 set -uo pipefail
@@ -43,14 +46,25 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         ;;
     datapath)
         python3 benchmarks/datapath_defaults.py --model "$MODEL" --out "$OUT" 2>&1 | tail -40
-        python3 benchmarks/decode.py --count 2048 --out "$OUT/decode.json" 2>&1 | tail -30
         python3 benchmarks/classify_frames.py --out "$OUT" 2>&1 | tail -20
         ;;
     serving)
         python3 benchmarks/serving.py defaults --client-procs 4 --yolo "$MODEL" --out "$OUT" 2>&1 | tail -40
         ;;
     ocr)
-        python3 benchmarks/ocr_cold.py --out "$OUT/ocr_cold.json" 2>&1 | tail -40
+        python3 benchmarks/ocr_cold.py --configs "${OCR_CONFIGS:-default}" --timeout "${OCR_TIMEOUT:-200}" \
+            --out "$OUT/ocr_cold.json" 2>&1 | tail -60
+        ;;
+    split)
+        python3 benchmarks/one_call_split.py --model "$MODEL" --out "$OUT" 2>&1 | tail -20
+        ;;
+    ocr16)
+        n=$(nproc)
+        python3 benchmarks/ocr.py --rapidocr-python python3 --threads "$n" --repeat 3 --providers cpu \
+            --json "$OUT/ocr_cpu_all_cores.json" 2>&1 | tail -20
+        ;;
+    decode)
+        python3 benchmarks/decode.py --count "${DECODE_COUNT:-256}" --repeats 2 --out "$OUT/decode.json" 2>&1 | tail -30
         ;;
     *) echo "unknown part $part" ;;
     esac
