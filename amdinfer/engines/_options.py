@@ -30,6 +30,7 @@ from .._support._quant_protocol import Quantizer
 from .._support._validate import check_int
 from ..errors import OptionError
 from ..types import PRECISIONS, ShapeBounds, normalize_precision, parse_shapes
+from ._new_shapes import ON_NEW_SHAPE, check_on_new_shape
 
 __all__ = [
     "EngineOptions",
@@ -202,6 +203,16 @@ class EngineOptions:
             "batch sizes inputs are padded to", "(kept sorted; a batch above the largest is split; ``None``: none)."
         ),
     )
+    on_new_shape: str = field(
+        default="compile",
+        metadata=option_doc(
+            "what a shape the engine was not prepared for does: compile (on first use), pad (to a prepared shape) "
+            "or error",
+            "(prepared: ``batch_buckets``, static ``shapes=``, warmed shapes; recorded in "
+            "``info.settings['new_shapes']``; see docs/engines.md).",
+            flag=Flag(choices=ON_NEW_SHAPE),
+        ),
+    )
     quantizer: Quantizer | None = field(
         default=None,
         metadata=option_doc(
@@ -216,6 +227,7 @@ class EngineOptions:
         self._set("device", check_int("device", self.device, minimum=0, what="a GPU index >= 0"))
         self._set("shapes", parse_shapes(self.shapes))
         self._set("batch_buckets", _parse_buckets(self.batch_buckets))
+        self._set("on_new_shape", check_on_new_shape(self.on_new_shape))
         if self.quantizer is not None and not isinstance(self.quantizer, Quantizer):
             raise OptionError(
                 f"quantizer: got a {type(self.quantizer).__name__}, expected an amdinfer.quantize.Quantizer "
@@ -239,7 +251,7 @@ class EngineOptions:
 
         Example:
             >>> EngineOptions.option_names()
-            ('batch_buckets', 'device', 'precision', 'quantizer', 'shapes')
+            ('batch_buckets', 'device', 'on_new_shape', 'precision', 'quantizer', 'shapes')
         """
         return tuple(sorted(f.name for f in fields(cls) if f.init))
 
@@ -303,7 +315,7 @@ def flagged_fields(records: Sequence[tuple[str, type[EngineOptions]]]) -> list[t
 
     Example:
         >>> [(f.name, owners) for f, owners in flagged_fields([("toy", EngineOptions)])]
-        [('precision', ['toy']), ('device', ['toy'])]
+        [('precision', ['toy']), ('device', ['toy']), ('on_new_shape', ['toy'])]
     """
     out: dict[str, tuple[Field[Any], list[str]]] = {}
     for backend, record in records:

@@ -32,6 +32,7 @@ from ..types import ShapeBounds, TensorSpec, normalize_precision
 from ._buckets import bucket_rows, padded
 from ._checks import FeedChecks, Feeds, OutputSelection
 from ._info import EngineInfo
+from ._new_shapes import NewShapes, new_shapes_for
 from ._options import EngineOptions
 from ._prepared import BoundFeeds, PreparedRun, check_bound_in_place
 
@@ -180,6 +181,7 @@ class Engine(FeedChecks, abc.ABC):
         # Sequence and optional inputs are checked after the tensors, only on models that have them.
         self._value_checks = [(s, self._bounds.get(s.name)) for s in inputs if not s.is_tensor]
         self._info = info
+        self._new_shapes: NewShapes = new_shapes_for(self, inputs, outputs, info.settings)
         info.options = self._options
         info.precision = self._precision
         info.load_seconds = time.perf_counter() - self._t_start
@@ -254,7 +256,7 @@ class Engine(FeedChecks, abc.ABC):
         names = self._select_outputs(outputs)
         if self._buckets:
             return self._run_bucketed(checked, names)
-        result = self._run(checked, names)
+        result = self._run_shaped(checked, names)
         self._n_runs += 1
         if len(result) != len(names if names is not None else self._output_names):
             self._check_result(result, names)
@@ -331,6 +333,11 @@ class Engine(FeedChecks, abc.ABC):
         given = feeds if isinstance(feeds, Mapping) else dict(zip(self._input_names[:1], [feeds]))
         checked = self._check_feeds(feeds)
         check_bound_in_place(given, checked)
+        if not self._buckets and self._new_shapes.route(checked) is not None:
+            raise InputError(
+                f"prepare(): {list(given)} would be padded to a prepared shape (on_new_shape='pad'), but prepare() "
+                "binds the buffers as given; give it a prepared shape, or call run()"
+            )
         names = self._select_outputs(outputs)
         return PreparedRun(self, self._prepared_call(checked, names), list(checked), names or list(self._output_names))
 
@@ -341,7 +348,7 @@ class Engine(FeedChecks, abc.ABC):
         (:class:`~amdinfer.engines._prepared.BoundFeeds`): the run would read the wrong number of bytes.
         """
         bound = BoundFeeds(feeds)
-        run = self._run_bucketed if self._buckets else self._run
+        run = self._run_bucketed if self._buckets else self._run_shaped
 
         def call() -> dict[str, Any]:
             bound.check()
@@ -413,7 +420,14 @@ class Engine(FeedChecks, abc.ABC):
 
     # ------------------------------------------------------------------ checks
 
-    # ------------------------------------------------------------------ buckets
+    # ------------------------------------------------------------------ buckets and new shapes
+    def _run_shaped(self, feeds: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+        """``_run`` under the ``on_new_shape`` policy (:mod:`._new_shapes`): as given, padded and cut, or refused."""
+        plan = self._new_shapes.route(feeds)
+        if plan is None:
+            return self._run(feeds, names)
+        return plan.crop(self._run(plan.feeds, names))
+
     def _run_bucketed(self, feeds: dict[str, Any], names: list[str] | None) -> dict[str, np.ndarray]:
         batch = {name: arr.shape[0] for name, arr in feeds.items() if arr.ndim > 0}
         n = next(iter(batch.values()), 1)
@@ -437,7 +451,7 @@ class Engine(FeedChecks, abc.ABC):
                         f"input {k!r}: shape {v.shape} (padded to bucket {bucket}) is outside the bounds "
                         f"{b.min}..{b.max} given in shapes="
                     )
-            res = self._run(part, names)
+            res = self._run_shaped(part, names)
             self._n_runs += 1
             cut = {k for k, v in res.items() if k not in fixed and getattr(v, "ndim", 0) and v.shape[0] == bucket}  # type: ignore[arg-type]
             chunks.append({k: (v[:size] if k in cut else v) for k, v in res.items()})

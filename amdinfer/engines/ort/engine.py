@@ -308,7 +308,7 @@ class OrtEngine(Engine):
         super()._finish_init(inputs, outputs, info)
         if self._options.warm_shapes:
             try:
-                self.warm(self._options.warm_shapes)
+                self.warm(self._options.warm_shapes)  # its shapes are the prepared ones (on_new_shape)
             except BaseException:
                 self.close()
                 raise
@@ -380,11 +380,12 @@ class OrtEngine(Engine):
         return record
 
     def _warm_run(self, feeds: dict[str, Any]) -> None:
-        """Run checked zero feeds once (not counted as a run of the caller's)."""
-        if self._buckets:
-            self._run_bucketed(feeds, None)
-        else:
-            self._run(feeds, None)
+        """Run checked zero feeds once (not counted as a run of the caller's); its shape is prepared."""
+        with self._new_shapes.warm():
+            if self._buckets:
+                self._run_bucketed(feeds, None)
+            else:
+                self._run_shaped(feeds, None)
 
     # ------------------------------------------------------------------ running
     @property
@@ -419,10 +420,17 @@ class OrtEngine(Engine):
             [(4, 10), (4, 10), (4, 10)]
         """
         names = self._check_run_many(outputs, prefetch)
-        if self._runner is None or self._buckets or self._intermediate(names) or self._shapes.active:
+        plain = self._buckets or self._intermediate(names) or self._shapes.active or self._new_shapes.policy == "pad"
+        if self._runner is None or plain:
             # a session per shape (shape_sessions): each batch goes to its shape's session, in turn
             return (self.run(batch, outputs=outputs) for batch in batches)
-        return self._runner.run_many(batches, self._check_feeds, names, self._options.outputs_on, int(prefetch))
+        return self._runner.run_many(batches, self._checked_routed, names, self._options.outputs_on, int(prefetch))
+
+    def _checked_routed(self, feeds: Feeds) -> dict[str, Any]:
+        """:meth:`_check_feeds`, then the ``on_new_shape`` policy (compile: recorded; error: refused)."""
+        checked = self._check_feeds(feeds)
+        self._new_shapes.route(checked)
+        return checked
 
     def _intermediate(self, outputs: list[str] | None) -> TypeGuard[list[str]]:
         """Whether ``outputs`` asks for intermediate tensors (served by a separate session, not IO binding)."""
