@@ -20,6 +20,7 @@ from ._repository_grpc import repository_handlers
 from ._shm import SharedMemoryRegistry
 from ._shm_grpc import SERVICE, add_shared_memory_rpcs
 from ._statuses import answer_error, log_error
+from ._stream import stream_handlers
 
 __all__ = ["GrpcServer"]
 
@@ -144,6 +145,7 @@ class GrpcServer:
         servicer = _Servicer(dataplane, repository_extension)
         handlers = _kserve_handlers(servicer)
         handlers.update(repository_handlers(dataplane))  # Triton's wire forms, in place of KServe's
+        handlers.update(stream_handlers(servicer.ModelInfer))  # Triton's ModelStreamInfer (amdinfer.serve._stream)
         from grpc import method_handlers_generic_handler
 
         self._server.add_generic_rpc_handlers((method_handlers_generic_handler(SERVICE, handlers),))
