@@ -97,6 +97,8 @@ def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> li
         argv.append("--no-warmup")
     if args.log_level:
         argv += ["--log-level", args.log_level]
+    if args.shape_log:
+        argv += ["--shape-log", args.shape_log]
     if args.verify_sample:
         argv += ["--verify-sample", repr(args.verify_sample), "--verify-reference", args.verify_reference]
     if args.recipe:
@@ -288,6 +290,10 @@ def run(args: argparse.Namespace) -> int:
     n, why = _processes_per_device(args)
     if n > 1 or (len(args.devices) > 1 and not args.single_process):
         return _run_processes(args, n, why)
+    if args.shape_log:  # a process of several on the same ports (reuse_port) writes its own file
+        from ._shapes import configure_shape_log
+
+        configure_shape_log(args.shape_log, per_process=args.reuse_port)
     if not args.reuse_port:  # a child has its supervisor's note
         os.environ[NOTE_ENV] = _processes_note(args, n)
     api = _kserve_module("_serve_api")

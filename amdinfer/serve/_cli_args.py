@@ -205,6 +205,13 @@ def _add_served_arguments(p: argparse.ArgumentParser) -> None:
         help="amdinfer's log level (default info: one start line, one line per refused request); debug adds "
         "KServe's and uvicorn's lines and per-request access lines",
     )
+    p.add_argument(
+        "--shape-log",
+        default=None,
+        metavar="FILE",
+        help="write the request and engine-call shapes per model and input (JSON histogram, every few seconds and "
+        "at exit; FILE.<pid> per process when there are several) for amdinfer compile --shapes-from FILE",
+    )
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for the per-GPU processes
 
 

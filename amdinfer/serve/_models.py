@@ -15,6 +15,7 @@ from ._canary import Canary, check_rate, load_reference
 from ._defaults import ServedDefaults, model_batch, served_defaults
 from ._metrics import ServingMetrics
 from ._oip import AmdinferModel
+from ._shapes import watch_model
 from ._workers import EngineWorker, PipelineWorker
 
 __all__ = ["build_model", "load_recipe_workers", "load_workers", "served_defaults_for"]
@@ -261,6 +262,7 @@ def build_model(
     if isinstance(first, EngineWorker) and not first.batchable:
         max_batch_size = 1  # no shared batch axis: each request is its own engine call
     canary = _canary(name, workers, verify_sample, verify_reference)
+    watch_model(name, workers)  # the shape log, and a WARNING for each compile outside warm-up
     metrics = ServingMetrics(name)
     batcher = DynamicBatcher(
         workers, max_batch_size=max_batch_size, max_delay_ms=max_delay_ms, observer=metrics, canary=canary

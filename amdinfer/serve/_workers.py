@@ -6,7 +6,7 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from ..results import batch_tensors
 from ..types import TensorSpec
 from ._answers import result_tensors, row_tensor
 from ._images import image_items
+from ._shapes import warming
 
 __all__ = [
     "EngineWorker",
@@ -218,6 +219,8 @@ class EngineWorker:
         gpu = str(engine.info.device or "cpu") != "cpu"
         # batch buffers, leased per engine call and given back after it (one worker thread: one in flight)
         self._staging = PinnedStaging(depth=2, pinned=None if gpu else False)
+        #: counts each engine call's requests (the shape log, :mod:`._shapes`; set by ``build_model``)
+        self.shape_log: Callable[[Sequence[Tensors]], None] | None = None
 
     def check(self, feeds: Tensors) -> None:
         """:func:`check_request` against this engine's inputs, and equal row counts when requests are batched."""
@@ -238,12 +241,14 @@ class EngineWorker:
         if not self.batchable or any(not isinstance(d, int) for s in self.inputs for d in s.shape[1:]):
             return []
         sizes = warm_sizes(self.engine.batch_buckets, max_rows)
-        for n in sizes:
-            feeds = {
-                s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype) for s in self.inputs
-            }
-            for _ in range(runs):
-                self.engine.run(feeds)
+        with warming(self.engine):  # these are the engine's prepared shapes (on_new_shape)
+            for n in sizes:
+                feeds = {
+                    s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype)
+                    for s in self.inputs
+                }
+                for _ in range(runs):
+                    self.engine.run(feeds)
         return sizes
 
     def key(self, feeds: Tensors) -> Hashable:
@@ -255,6 +260,8 @@ class EngineWorker:
         return request_rows(feeds) if self.batchable else int(np.shape(next(iter(feeds.values())))[0])
 
     def run(self, requests: Sequence[Tensors]) -> list[Tensors]:
+        if self.shape_log is not None:
+            self.shape_log(requests)
         if len(requests) == 1:
             return [dict(self.engine.run(requests[0]))]
         if not self.batchable:
@@ -421,9 +428,10 @@ class PipelineWorker:
         except BackendUnavailableError as exc:  # no decoder: requests can only send arrays, so warm with those
             log.info("%s: warming up with uint8 arrays, not PNG files (%s)", self.name, exc)
             item = np.zeros((height, width, 3), np.uint8)
-        for n in sizes:
-            for _ in range(runs):
-                self.pipeline.run_batch([item] * n)
+        with warming(engine):  # these are the engine's prepared shapes (on_new_shape)
+            for n in sizes:
+                for _ in range(runs):
+                    self.pipeline.run_batch([item] * n)
         return sizes
 
     def _picture_size(self, shape: Sequence[Any]) -> tuple[int, int]:
