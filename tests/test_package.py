@@ -41,6 +41,7 @@ PUBLIC_MODULES = [
     "amdinfer.engines.reference",
     "amdinfer.engines.migraphx",
     "amdinfer.testing.conformance",
+    "amdinfer.metrics",
 ]
 
 
@@ -204,7 +205,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "types"),
     ("_support", "model", "reference", "results", "cache", "_certificate"),
     ("engines", "stages"),
-    ("preprocess", "postprocess", "pool", "bench", "profile", "doctor"),
+    ("preprocess", "postprocess", "pool", "bench", "profile", "doctor", "metrics"),
     ("quantize",),
     ("_load", "verify", "testing"),
     ("pipeline",),
