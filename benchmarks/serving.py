@@ -34,6 +34,11 @@ Three commands:
   download); ``--out DIR`` gets ``serving_defaults.md`` and ``serving_defaults.json``; each row keeps the
   server's start line (what it chose and why).
 
+* ``stream``: Triton's ``ModelStreamInfer`` (one stream, ``W`` requests in flight) against unary ``ModelInfer``
+  calls (``W`` callers) on one server, the same model and ``--requests`` requests each way, for each window ``W``
+  of ``--clients``, and the ratio of their requests/s (``benchmarks/serving_stream.py``): ``--models tiny``
+  (or ``resnet50``), ``--provider`` (``cpu`` here, ``cuda`` or ``migraphx`` on a GPU), ``--request-items``.
+
 The load generator is asyncio over ``grpc.aio`` (KServe's v2 stubs) and ``aiohttp`` (Triton's binary
 tensor extension), in ``--client-procs`` processes (spawned once per run); the server runs in a subprocess
 (``python -m amdinfer serve``). Every result row is printed as Markdown and, with ``--out DIR`` (or
@@ -46,6 +51,7 @@ tensor extension), in ``--client-procs`` processes (spawned once per run); the s
     python benchmarks/serving.py gpu1 --cpu-smoke --seconds 1 --gpu-clients 2 4 --request-items 2
     python benchmarks/serving.py defaults --client-procs 4 --out /tmp/out [--yolo yolov8n.onnx]   # one GPU, ~4 min
     python benchmarks/serving.py defaults --cpu-smoke --seconds 1 --clients 4 --request-items 2
+    python benchmarks/serving.py stream --provider cpu --models tiny --request-items 1 --clients 1 8 64 --requests 2000
 """
 
 from __future__ import annotations
@@ -1336,7 +1342,7 @@ def print_table() -> None:
 def main() -> None:
     global OUT
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["cpu", "decode", "gpu", "gpu1", "defaults"])
+    p.add_argument("command", choices=["cpu", "decode", "gpu", "gpu1", "defaults", "stream"])
     p.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
     p.add_argument("--warmup", type=float, default=1.0, help="load before the measuring window (s)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -1366,11 +1372,17 @@ def main() -> None:
     p.add_argument("--model", help="defaults: the bare model (uint8 NHWC in; default: ResNet-50 with a uint8 front)")
     p.add_argument("--classifier", help="defaults: the --recipe classify model (default: ResNet-50, float NCHW)")
     p.add_argument("--serve-providers", help="defaults: --providers of the servers and engines (default: auto)")
+    p.add_argument("--requests", type=int, default=2000, help="stream: requests of each unary and stream row")
     p.add_argument("--out", default=os.environ.get("OUT"))
     a = p.parse_args()
     if a.out:
         OUT = Path(a.out)
         OUT.mkdir(parents=True, exist_ok=True)
+    if a.command == "stream":  # benchmarks/serving_stream.py: ModelStreamInfer against unary calls
+        import serving_stream
+
+        serving_stream.run(a, ServerProcess, record)
+        return
     {"cpu": cmd_cpu, "decode": cmd_decode, "gpu": cmd_gpu, "gpu1": cmd_gpu1, "defaults": cmd_defaults}[a.command](a)
 
 
