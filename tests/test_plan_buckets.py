@@ -13,8 +13,9 @@ from amdinfer.errors import OptionError
 
 
 def test_batch_sizes_1_1_3_7_8_with_two_buckets() -> None:
-    # 8 must be a bucket (it holds 8). The other: 1 -> 3 + 1 + 0 waste... by hand:
-    #   {1, 8}: 3->8 (5) + 7->8 (1) = 6;  {3, 8}: 1->3 twice (4) + 7->8 (1) = 5;  {7, 8}: 1->7 twice (12) + 3->7 (4) = 16
+    # 8 must be a bucket (only it holds 8); by hand, for the other one:
+    #   {1, 8}: 3->8 (5) + 7->8 (1) = 6;  {3, 8}: 1->3 twice (4) + 7->8 (1) = 5;
+    #   {7, 8}: 1->7 twice (12) + 3->7 (4) = 16
     plan = plan_buckets([1, 1, 3, 7, 8], max_buckets=2)
     assert plan.shapes == ((3,), (8,)) and plan.batch_sizes == (3, 8)
     assert plan.waste == 5 and plan.fed == 20 and plan.overhead == 0.25
