@@ -14,6 +14,7 @@ from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
 from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
 from kserve.protocol.grpc.servicer import InferenceServicer
 
+from ._config import model_config_handlers
 from ._net import bound_socket
 from ._oip import request_from_grpc, version_error
 from ._repository_grpc import repository_handlers
@@ -90,8 +91,10 @@ class _Servicer(InferenceServicer):
         if request.version:
             from kserve.errors import InvalidInput
 
-            await self._data_plane.get_model(request.name)  # NOT_FOUND for an unknown model first
-            raise InvalidInput(version_error(request.name, request.version))
+            model = await self._data_plane.get_model(request.name)  # NOT_FOUND for an unknown model first
+            served = getattr(model, "version", "")
+            if request.version != served:  # a Triton-layout model's own version is its unversioned answer
+                raise InvalidInput(version_error(request.name, request.version, served))
 
 
 def _kserve_handlers(servicer: Any) -> dict[str, Any]:
@@ -145,6 +148,7 @@ class GrpcServer:
         servicer = _Servicer(dataplane, repository_extension)
         handlers = _kserve_handlers(servicer)
         handlers.update(repository_handlers(dataplane))  # Triton's wire forms, in place of KServe's
+        handlers.update(model_config_handlers(dataplane))  # Triton's ModelConfig (amdinfer.serve._config)
         handlers.update(stream_handlers(servicer.ModelInfer))  # Triton's ModelStreamInfer (amdinfer.serve._stream)
         from grpc import method_handlers_generic_handler
 

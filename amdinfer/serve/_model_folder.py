@@ -16,6 +16,7 @@ from typing import Any
 from .._support._recipes import SERVED_RECIPES, get_recipe
 from ..errors import InputError, OptionError
 from ._bounds import BOUNDS, MAX_BUCKETS, check, check_buckets, check_finite
+from ._triton_layout import LAYOUTS, is_triton_folder, read_triton_model
 
 __all__ = [
     "CONFIG_FILES",
@@ -54,10 +55,16 @@ class ModelConfig:
     recipe: str | None = None
     recipe_options: dict[str, Any] = field(default_factory=dict)
     load: bool = True
+    #: a Triton-layout model's (:mod:`amdinfer.serve._triton_layout`): its version folder, ``instance_group``
+    #: gpus and ``config.pbtxt`` tensors ``(kind, name, datatype, dims)`` to check at load
+    version: str = ""
+    gpus: tuple[int, ...] = ()
+    tensors: tuple[tuple[str, str, str, tuple[int, ...]], ...] = ()
 
     def describe(self) -> str:
         providers = f", providers {','.join(self.providers)}" if self.providers else ""
         recipe = f", recipe {self.recipe}" if self.recipe else ""
+        recipe += f", version {self.version}" if self.version else ""
         return (
             f"{self.path.name}: backend {self.backend}{providers}, {self.precision}{recipe}, batches of "
             f"{self.max_batch_size} within {self.max_delay_ms:g} ms"
@@ -229,6 +236,8 @@ def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = Non
     found.update({p.parent.name: p for p in sorted(root.glob("*/model.onnx"))})
     config = _read_config_file(root)
     where = str(config.get("file", root))
+    triton = model_folders(root, found, config.get("models", {}))
+    found.update({name: path for name, (path, _, _) in triton.items()})
     base = _options(f"{where}: [defaults]", config.get("defaults", {}), allow=[k for k in _OPTIONS if k != "path"])
     server = _options("server defaults", dict(defaults or {}), allow=[k for k in _OPTIONS if k != "path"])
     tables = config.get("models", {})
@@ -238,15 +247,45 @@ def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = Non
     for name in sorted({*found, *tables}):
         table = _options(f"{where}: [models.{name}]", tables.get(name, {}))
         if "path" not in table and name not in found:
-            raise OptionError(f"{where}: [models.{name}] has no path, and the folder has no {name}.onnx or {name}/")
+            raise OptionError(f"{where}: [models.{name}] has no path, and the folder has no model {name}: {LAYOUTS}")
         try:
             check_name(name)
             path = inside(root, root / table.pop("path", found.get(name)), f"model {name!r}")
-            merged = ModelConfig(name, path, **{**server, **base, **table})
+            _, pbtxt, extras = triton.get(name, (None, {}, {}))
+            merged = ModelConfig(name, path, **{**server, **base, **pbtxt, **table}, **extras)
             models[name] = check_recipe(root, merged, f"{where}: [models.{name}]")
         except InputError as exc:  # a path out of the folder: this model cannot load, the others can
             models[name] = str(exc)
     return models
+
+
+def model_folders(root: Path, found: Mapping[str, Path], tables: Any) -> dict[str, tuple[Path, dict[str, Any], Any]]:
+    """The Triton-layout folders of ``root`` (:func:`~amdinfer.serve._triton_layout.read_triton_model`: model file,
+    options, extras). A sub-folder with ``.onnx`` files in neither layout, and not named by a model of the config
+    file (a ``path`` or recipe model inside it), is refused naming both layouts.
+
+    Raises:
+        OptionError: such a folder, a folder in both layouts, or a ``config.pbtxt`` that cannot be honoured.
+    """
+    from ._supervisor import process_slot
+
+    used: set[str] = set()
+    for table in tables.values() if isinstance(tables, dict) else ():
+        values = [table.get("path"), *(table.get("recipe_options") or {}).values()] if isinstance(table, dict) else []
+        used.update(Path(v).parts[0] for v in values if isinstance(v, str) and len(Path(v).parts) > 1)
+    slot = process_slot()
+    out: dict[str, tuple[Path, dict[str, Any], Any]] = {}
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        triton = is_triton_folder(sub)
+        if (sub / "model.onnx").is_file():
+            if triton:
+                raise OptionError(f"{sub}: holds model.onnx and Triton's version folders or config.pbtxt; {LAYOUTS}")
+        elif triton:
+            path, options, extras = read_triton_model(sub, processes=slot[1] if slot else 1)
+            out[sub.name] = (path, _options(str(sub / "config.pbtxt"), options), extras)
+        elif sub.name not in used and any(sub.glob("*.onnx")):
+            raise OptionError(f"{sub}: has .onnx files but no model in a layout this server reads; expected {LAYOUTS}")
+    return out
 
 
 def check_recipe(root: Path, config: ModelConfig, where: str) -> ModelConfig:

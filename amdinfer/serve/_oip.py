@@ -79,13 +79,16 @@ def json_length(header: str | None, body_length: int) -> int | None:
     return int(text)
 
 
-def version_error(model_name: str, version: str) -> str:
-    """The answer to a request naming a model version, the same over REST and gRPC.
+def version_error(model_name: str, version: str, served: str = "") -> str:
+    """The answer to a request naming a model version other than ``served`` (a Triton-layout model's), the same over
+    REST and gRPC.
 
     Example:
         >>> version_error("det", "99")
         "model 'det': got version '99', but this server keeps one unversioned model per name; send no version"
     """
+    if served:
+        return f"model {model_name!r}: got version {version[:40]!r}, but this server serves version {served} only"
     return (
         f"model {model_name!r}: got version {version[:40]!r}, but this server keeps one unversioned model per name; "
         "send no version"
@@ -369,7 +372,10 @@ class FastDataPlane(DataPlane):
         model = await self.get_model(model_name)
         meta = await super().model_metadata(model_name)
         if isinstance(model, AmdinferModel):
-            meta["platform"] = platform(model.batcher.workers[0])
+            from ._config import recipe_outputs  # a pipeline's outputs: those of its answer
+
+            meta.update(platform=platform(model.batcher.workers[0]), outputs=(await recipe_outputs(model))[0])
+            meta.update({"versions": [model.version]} if model.version else {})
         return meta
 
     def decode_inference_request(self, body: Any, headers: Mapping[str, str], model_name: str) -> InferRequest:
@@ -435,6 +441,7 @@ class AmdinferModel(Model):
         self._check = check
         self.metrics = metrics or ServingMetrics(name)
         self.ready = True
+        self.version = ""  # a Triton-layout model's version folder: requests may name it
         #: counts the requests running on this model; :meth:`aclose` closes it and waits for them
         self.gate = RequestGate(name)
 
@@ -473,9 +480,9 @@ class AmdinferModel(Model):
         if not isinstance(payload, InferRequest):
             self.metrics.request("invalid")
             raise InvalidInput(f"model {self.name!r}: expected an Open Inference Protocol v2 request")
-        if payload.model_version:
+        if payload.model_version and str(payload.model_version) != self.version:
             self.metrics.request("invalid")
-            raise InvalidInput(version_error(self.name, str(payload.model_version)))
+            raise InvalidInput(version_error(self.name, str(payload.model_version), self.version))
         request_id = payload.id or uuid.uuid4().hex  # named in the canary's log lines and carried by the answer
         try:
             feeds: dict[str, np.ndarray] = {}

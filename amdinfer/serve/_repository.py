@@ -53,6 +53,7 @@ from ._model_folder import (
     parse_load_config,
     read_repository,
 )
+from ._triton_layout import LAYOUTS, check_tensors
 
 __all__ = ["REPOSITORY_STATE_ENV", "ModelRepository"]
 
@@ -302,7 +303,9 @@ class ModelRepository:
         self._rescan()
         entry = self._configs.get(name)
         if entry is None:
-            raise InputError(f"load {name!r}: not a model of the repository {self.root}; it has {self._names()}")
+            raise InputError(
+                f"load {name!r}: not a model of the repository {self.root}; it has {self._names()} (expected {LAYOUTS})"
+            )
         if isinstance(entry, str):
             raise InputError(f"load {name!r}: {entry}")
         if not overrides:
@@ -363,7 +366,13 @@ class ModelRepository:
             options["providers"] = list(config.providers)
         if config.batch_buckets:
             options["batch_buckets"] = list(config.batch_buckets)
-        common = dict(devices=self.devices, backend=config.backend, precision=config.precision, **options)
+        devices = [d for d in self.devices if d in config.gpus] if config.gpus else self.devices
+        if not devices:
+            raise OptionError(f"config.pbtxt: instance_group gpus {list(config.gpus)}, but this server process runs "
+                              f"on devices {self.devices}; every process serves every model: list them")  # fmt: skip
+        if config.recipe and config.tensors:
+            raise OptionError("config.pbtxt: input/output given for a recipe model; its tensors are the recipe's")
+        common = dict(devices=devices, backend=config.backend, precision=config.precision, **options)
         workers: list[Any]
         if config.recipe:  # its options checked and its further models found inside the folder (check_recipe)
             workers = list(load_recipe_workers(str(config.path), config.recipe, recipe_options=config.recipe_options,
@@ -371,9 +380,12 @@ class ModelRepository:
         else:
             workers = list(load_workers(str(config.path), **common))
         try:
-            return build_model(
+            check_tensors(config.tensors, workers[0])
+            model = build_model(
                 config.name, workers, max_batch_size=config.max_batch_size, max_delay_ms=config.max_delay_ms
             )
+            model.version = model.metrics.version = config.version
+            return model
         except BaseException:
             for w in workers:
                 (getattr(w, "engine", None) or w.pipeline).close()

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._config import install_config_routes
 from ._oip import INFERENCE_HEADER, decode_rest, json_length, to_numpy, version_error
 from ._shm import REGION, SharedMemoryRegistry, uses_shm
 from ._statuses import HANDLED, answer_error, log_error
@@ -171,7 +172,8 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
     - ``GET /v2/models/{name}/versions/{v}[/ready]``: the same answer for a version as gRPC gives;
     - errors answered by the error table (:func:`amdinfer.errors.error_status`, KServe's protocol errors):
       the request's (``InvalidInput``, ``InputError``) with their message, logged in one line; 413, 422;
-    - Triton's repository routes (:func:`install_repository_routes`).
+    - Triton's repository routes (:func:`install_repository_routes`) and model configuration
+      (:func:`~amdinfer.serve._config.install_config_routes`).
 
     Example:
         >>> from fastapi import FastAPI
@@ -179,8 +181,9 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
         >>> from amdinfer.serve import FastDataPlane
         >>> app = FastAPI()
         >>> install_routes(app, FastDataPlane(model_registry=ModelRepository()), max_request_bytes=1 << 20)
-        >>> [r.path for r in app.router.routes][:4]  # doctest: +NORMALIZE_WHITESPACE
-        ['/v2/repository/index', '/v2/repository/models/{model_name}/load',
+        >>> [r.path for r in app.router.routes][:6]  # doctest: +NORMALIZE_WHITESPACE
+        ['/v2/models/{model_name}/config', '/v2/models/{model_name}/versions/{model_version}/config',
+         '/v2/repository/index', '/v2/repository/models/{model_name}/load',
          '/v2/repository/models/{model_name}/unload', '/v2/models/{model_name}/infer']
     """
     from fastapi.exceptions import RequestValidationError
@@ -210,9 +213,15 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
             return Response(response, media_type="application/octet-stream", headers=response_headers)
         return Response(orjson.dumps(response), media_type="application/json", headers=response_headers)
 
-    async def versioned(model_name: str, model_version: str) -> Response:
-        await dataplane.get_model(model_name)  # 404 for an unknown model, as without a version
-        raise InvalidInput(version_error(model_name, model_version))
+    async def versioned(request: Request, model_name: str, model_version: str) -> Response:
+        served = getattr(await dataplane.get_model(model_name), "version", "")  # 404 for an unknown model first
+        if model_version != served:
+            raise InvalidInput(version_error(model_name, model_version, served))
+        if request.url.path.endswith("/ready"):  # the served version: the answers without a version
+            if not await dataplane.model_ready(model_name):
+                raise ModelNotReady(model_name, dataplane.unavailable_reason(model_name))
+            return JsonResponse({"name": model_name, "ready": True})
+        return JsonResponse({**await dataplane.model_metadata(model_name), "versions": [served]})
 
     routes = [
         ("/v2/models/{model_name}/infer", infer, ["POST"]),
@@ -224,6 +233,7 @@ def install_routes(app: Any, dataplane: Any, *, max_request_bytes: int) -> None:
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
         app.router.routes.insert(i, app.router.routes.pop())  # ahead of KServe's routes for the same paths
     install_repository_routes(app, dataplane)
+    install_config_routes(app, dataplane)  # Triton's model configuration (amdinfer.serve._config)
     for kind in HANDLED:
         app.add_exception_handler(kind, _error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -34,9 +34,11 @@ def _multiprocess_metrics_route() -> None:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
     from starlette.responses import Response
 
+    from ._metrics import relabelled
+
     async def metrics() -> Response:
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        registry = CollectorRegistry()  # KServe's model_name label read as amdinfer's model, version
+        registry.register(relabelled(multiprocess.MultiProcessCollector(None)))
         return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.add_api_route("/metrics", metrics, methods=["GET"])
