@@ -12,7 +12,9 @@ and on the shipped pages equal to RapidOCR's (tests/data/ocr_rapidocr.json).
 
 Configurations: ``default`` (what ``amdinfer.ocr`` does), ``no_warm`` (``warm=False``: shapes built on first
 use, the old cold start), ``exhaustive`` (``exhaustive_tune=True``: cuDNN's exhaustive search, amdinfer's previous
-default for these models). Pages: the five shipped ``tests/data/ocr_page*.png`` and five text pages drawn here
+default for these models), and, to find what a new shape costs on the CUDA EP, the same without warm-up and with
+one knob changed each: ``one_session`` (``shape_sessions=0``), ``nchw`` (``prefer_nhwc=False``),
+``nchw_one_session``, ``nchw_no_graphs`` (also ``gpu_graphs=False``), ``no_graphs``. Pages: the five shipped ``tests/data/ocr_page*.png`` and five text pages drawn here
 (letter portrait and landscape, A4, a 720p screen, a 480x640 photo size; Pillow's bundled font, fixed seed).
 Models: the PP-OCR files of the installed ``rapidocr==3.10.0`` wheel (tests/ocr/_models.py). Nothing is
 downloaded. Prints one JSON object and writes it to ``--out``.
@@ -43,6 +45,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "no_warm": {"warm": False},
     "exhaustive": {"exhaustive_tune": True},
+    # what a new shape costs on the CUDA EP, knob by knob (no warm-up: each shape built on first use)
+    "one_session": {"warm": False, "shape_sessions": 0},
+    "nchw": {"warm": False, "prefer_nhwc": False},
+    "nchw_one_session": {"warm": False, "prefer_nhwc": False, "shape_sessions": 0},
+    "nchw_no_graphs": {"warm": False, "prefer_nhwc": False, "gpu_graphs": False, "shape_sessions": 0},
+    "no_graphs": {"warm": False, "gpu_graphs": False},
 }
 PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 #: generated pages: (height, width, font size)
@@ -151,6 +159,7 @@ def main() -> None:
     ap.add_argument("--providers", choices=sorted(PROVIDERS), default="cuda")
     ap.add_argument("--configs", default="default,no_warm", help=f"comma-separated among {list(CONFIGS)}")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one process may take (then reported)")
+    ap.add_argument("--cold-only", action="store_true", help="one process per configuration, on an empty cache")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", default="default", help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)
@@ -174,7 +183,7 @@ def main() -> None:
     runs = []
     for config in configs:
         cache = work / f"cache-{config}"
-        for label in ("cold cache", "warm cache"):
+        for label in ("cold cache", "warm cache")[: 1 if args.cold_only else 2]:
             cmd = [
                 sys.executable,
                 __file__,
