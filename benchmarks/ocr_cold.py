@@ -14,10 +14,11 @@ Configurations: ``default`` (what ``amdinfer.ocr`` does), ``no_warm`` (``warm=Fa
 use, the old cold start), ``exhaustive`` (``exhaustive_tune=True``: cuDNN's exhaustive search, amdinfer's previous
 default for these models), and, to find what a new shape costs on the CUDA EP, the same without warm-up and with
 one knob changed each: ``one_session`` (``shape_sessions=0``), ``nchw`` (``prefer_nhwc=False``),
-``nchw_one_session``, ``nchw_no_graphs`` (also ``gpu_graphs=False``), ``no_graphs``. Pages: the five shipped ``tests/data/ocr_page*.png`` and five text pages drawn here
-(letter portrait and landscape, A4, a 720p screen, a 480x640 photo size; Pillow's bundled font, fixed seed).
-Models: the PP-OCR files of the installed ``rapidocr==3.10.0`` wheel (tests/ocr/_models.py). Nothing is
-downloaded. Prints one JSON object and writes it to ``--out``.
+``nchw_one_session``, ``nchw_no_graphs`` (also ``gpu_graphs=False``), ``no_graphs``.
+Pages: the five shipped ``tests/data/ocr_page*.png`` and five text pages drawn here (letter portrait and landscape,
+A4, a 720p screen, a 480x640 photo size; Pillow's bundled font, fixed seed). Models: the PP-OCR files of the
+installed ``rapidocr==3.10.0`` wheel (tests/ocr/_models.py). Nothing is downloaded. Prints one JSON object and
+writes it to ``--out``.
 
     python benchmarks/ocr_cold.py --out /tmp/ocr_cold.json                # CUDA EP, default and no_warm
     python benchmarks/ocr_cold.py --configs default,exhaustive --providers cuda --out ...
