@@ -51,7 +51,9 @@ SERVER = RECIPE + textwrap.dedent(
     """
     import sys
     from amdinfer.serve import PipelineWorker, Server, build_model
+    from amdinfer.serve._cli import configure_logging
 
+    configure_logging("info")  # as `amdinfer serve` logs: a refused request in one line
     tiny, http, grpc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     models = [
         build_model("tiny", amdinfer.load(tiny, providers=["CPUExecutionProvider"]), max_batch_size=16,
@@ -74,6 +76,10 @@ def server(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with running_server([*argv, str(tiny_path), str(http), str(grpc_port)], http, grpc_port, folder / "log") as s:
         yield s
         assert s.stop() == 0, s.log.read_text()
+        log = s.log.read_text()
+        # refused streamed requests are one INFO line each, as unary ones; no traceback (a cancelled stream too)
+        assert "INVALID_ARGUMENT ModelStreamInfer: input 'input': got shape" in log
+        assert "NOT_FOUND ModelStreamInfer:" in log and "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +179,30 @@ class TestAnswers:
         assert _sample(changed, "amdinfer_requests_total", "tiny", outcome="ok") == 32
         assert _sample(changed, "amdinfer_batch_size_sum", "tiny") == 32
         assert _sample(changed, "amdinfer_batch_size_count", "tiny") < 32
+
+    def test_more_requests_than_the_in_flight_bound_are_all_answered(self, server, engine):
+        """300 requests, past the 256 a stream may have read and not answered: the server stops reading
+        until answers are written, and every request is answered, in order."""
+        x = _x(1, seed=8)
+        got = _stream(server, [("tiny", [_input(x)], f"n-{i}") for i in range(300)])
+        assert [(r.get_response().id, e) for r, e in got] == [(f"n-{i}", None) for i in range(300)]
+        want = engine.run(x)["logits"]
+        for result, _ in got:
+            np.testing.assert_allclose(result.as_numpy("logits"), want, rtol=1e-5, atol=1e-6)
+
+    def test_a_cancelled_stream_leaves_the_server_serving(self, server, engine):
+        client = grpcclient.InferenceServerClient(server.grpc)
+        client.start_stream(callback=lambda result, error: None)
+        for i in range(20):
+            client.async_stream_infer("tiny", [_input(_x(2, seed=i))], request_id=f"x-{i}")
+        client.stop_stream(cancel_requests=True)  # the client goes away with requests in flight
+        client.close()
+        x = _x(2, seed=9)
+        got = _stream(server, [("tiny", [_input(x)], "after")])
+        assert got[0][1] is None and got[0][0].get_response().id == "after"
+        np.testing.assert_allclose(got[0][0].as_numpy("logits"), engine.run(x)["logits"], rtol=1e-5, atol=1e-6)
+        unary = grpcclient.InferenceServerClient(server.grpc).infer("tiny", [_input(x)])
+        np.testing.assert_allclose(unary.as_numpy("logits"), engine.run(x)["logits"], rtol=1e-5, atol=1e-6)
 
     def test_empty_final_response_option_is_taken_and_every_answer_is_final(self, server, engine):
         x = _x(2, seed=7)
