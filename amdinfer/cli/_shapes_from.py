@@ -123,6 +123,10 @@ def shapes_from(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]] | 
     specs = [s for s in source.inputs if s.is_tensor]
     name, hist = read_shapes(args.shapes_from, Path(str(args.model)).stem)
     spec = next((s for s in specs if s.name == name), specs[0])
+    if spec.rank > 1 and {len(s) for s in hist} == {1}:  # batch sizes: plan them, every input gets them
+        plan = plan_buckets(hist, max_buckets=args.max_buckets)
+        args.shapes_plan, args.batch = plan, list(plan.batch_sizes)
+        return plan_feeds(args, args.batch)
     bad = sorted({len(s) for s in hist} - {spec.rank})
     if bad:
         raise OptionError(

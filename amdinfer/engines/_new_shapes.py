@@ -195,7 +195,8 @@ class NewShapes:
         self.listeners: list[Listener] = []
         fixed_rest = all(isinstance(d, int) for s in tensors for d in s.shape[1:])
         for b in buckets if batch and fixed_rest else ():
-            self._prepared.add(tuple((s.name, (int(b), *map(int, s.shape[1:]))) for s in sorted(tensors, key=_name)))
+            rows = [(s.name, (int(b), *(int(d) for d in s.shape[1:] if isinstance(d, int)))) for s in tensors]
+            self._prepared.add(tuple(sorted(rows)))
         for shapes in static:
             self._prepared.add(tuple(sorted((n, tuple(map(int, s))) for n, s in shapes.items())))
         self.record = record
@@ -358,10 +359,6 @@ def new_shapes_for(
         policy, inputs, outputs, buckets=engine._buckets, static=static, pad_axes=pad_axes_from(metadata, inputs),
         record=settings.setdefault("new_shapes", {}),
     )  # fmt: skip
-
-
-def _name(spec: TensorSpec) -> str:
-    return spec.name
 
 
 def _output_axes(
