@@ -18,6 +18,8 @@ SUBCOMMANDS: list[str] = [
     "amdinfer.cli._doctor",
     "amdinfer.cli._inspect",
     "amdinfer.cli._run",
+    "amdinfer.cli._predict",
+    "amdinfer.cli._val",
     "amdinfer.cli._bench",
     "amdinfer.cli._profile",
     "amdinfer.cli._verify",

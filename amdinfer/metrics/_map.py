@@ -220,7 +220,6 @@ def _evaluate(
     dataset: DetectionSet, rows: Sequence[np.ndarray], max_dets: int, seconds: float | None
 ) -> DetectionMetrics:
     try:
-        import pycocotools
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     except ImportError:
@@ -252,8 +251,17 @@ def _evaluate(
     valid = [c for c in per_class if c.map50 is not None]
     map50 = float(np.mean([c.map50 for c in valid]))
     map50_95 = float(np.mean([c.map50_95 for c in valid]))
-    library = f"pycocotools {getattr(pycocotools, '__version__', '')}".strip()
+    library = f"pycocotools {_version('pycocotools')}"
     return DetectionMetrics(map50, map50_95, tuple(per_class), len(dataset), sum(instances), seconds, library)
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def _coco_dicts(dataset: DetectionSet, rows: Sequence[np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
