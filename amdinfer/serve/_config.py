@@ -14,14 +14,13 @@ shapes; ``dynamic_batching`` is there whenever the server batches requests (``ma
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import numpy as np
-
+from ._answer_specs import engine_of as _engine
+from ._answer_specs import recipe_outputs
 from ._oip import AmdinferModel, version_error
 
-__all__ = ["TRITON_DATATYPES", "install_config_routes", "model_config", "model_config_handlers", "recipe_outputs"]
+__all__ = ["TRITON_DATATYPES", "install_config_routes", "model_config", "model_config_handlers"]
 
 #: OIP v2 datatype -> Triton's ``DataType`` name
 TRITON_DATATYPES = {
@@ -29,63 +28,6 @@ TRITON_DATATYPES = {
     "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
     "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING", "BF16": "TYPE_BF16",
 }  # fmt: skip
-_PROBE_ROWS = 2
-
-
-def _engine(worker: Any) -> Any:
-    return getattr(worker, "engine", None) or worker.pipeline.engine
-
-
-async def recipe_outputs(model: AmdinferModel) -> tuple[list[dict[str, Any]], bool]:
-    """The outputs a pipeline model answers with (OIP metadata: name, datatype, shape with ``-1`` on axis 0) and
-    whether they have one row per request item; an engine model's own outputs otherwise; ``[]`` for a pipeline
-    that does not start with ``LoadImage``.
-
-    A pipeline's tensors are those of its results (``Detections``: ``boxes``, ``scores``, ``classes``, ``labels``
-    when it has names, ``boxes_batch_index``), known by answering once: the first call sends one request of
-    two black pictures through the model's batcher (as any request goes) and keeps what it answered.
-
-    Example:
-        >>> import asyncio, amdinfer
-        >>> from amdinfer.serve import build_model
-        >>> from amdinfer.testing.models import yolov8
-        >>> model = build_model("det", amdinfer.yolo(yolov8(image_size=64), imgsz=64, providers=["cpu"]))
-        >>> async def main():
-        ...     await model.batcher.start()
-        ...     try:
-        ...         return await recipe_outputs(model)
-        ...     finally:
-        ...         await model.aclose()
-        >>> outputs, rows = asyncio.run(main())
-        >>> sorted((o["name"], o["datatype"], o["shape"]) for o in outputs)[:3], rows
-        ([('boxes', 'FP32', [-1, 4]), ('boxes_batch_index', 'INT64', [-1]), ('classes', 'INT64', [-1])], False)
-    """
-    first: Any = model.batcher.workers[0]
-    if not hasattr(first, "pipeline"):
-        return model.get_output_types(), bool(first.batchable)
-    if not first.takes_images:  # what it takes is not known (only a pipeline that starts with LoadImage is probed)
-        return [], False
-    cached = model.__dict__.get("_answer_outputs")
-    if cached is not None:
-        return cached
-    lock = model.__dict__.setdefault("_answer_lock", asyncio.Lock())
-    async with lock:
-        if (cached := model.__dict__.get("_answer_outputs")) is not None:
-            return cached
-        height, width = first._picture_size(_engine(first).inputs[0].shape)
-        probe = np.zeros((_PROBE_ROWS, height, width, 3), np.uint8)
-        outs = await model.batcher.submit({first.input_name: probe}, request_id="amdinfer-outputs")
-        from kserve.utils.numpy_codec import from_np_dtype
-
-        specs = [
-            {"name": n, "datatype": from_np_dtype(a.dtype), "shape": [-1, *(int(d) for d in a.shape[1:])]}
-            for n, a in outs.items()
-        ]
-        rows = all(a.shape[:1] == (_PROBE_ROWS,) for a in outs.values()) and not any(
-            n.endswith("_batch_index") for n in outs
-        )
-        model.__dict__["_answer_outputs"] = (specs, rows)
-        return specs, rows
 
 
 def _tensor(spec: dict[str, Any], batched: bool, dims_field: str = "dims") -> dict[str, Any]:

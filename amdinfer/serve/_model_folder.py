@@ -208,12 +208,15 @@ def inside(root: Path, path: Path, where: str) -> Path:
     return resolved
 
 
-def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = None) -> dict[str, ModelConfig | str]:
+def read_repository(
+    folder: str | Path, defaults: Mapping[str, Any] | None = None, *, processes: int = 1
+) -> dict[str, ModelConfig | str]:
     """The models of a repository folder: their configs, or why one cannot load (a path out of the folder).
 
     Args:
         folder: the repository.
         defaults: options for every model (the server's flags), overridden by the file's.
+        processes: the server processes per device (what a ``config.pbtxt``'s ``instance_group`` count must say).
 
     Raises:
         OptionError: a folder that does not exist, a config file that does not parse or has unknown options,
@@ -236,7 +239,7 @@ def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = Non
     found.update({p.parent.name: p for p in sorted(root.glob("*/model.onnx"))})
     config = _read_config_file(root)
     where = str(config.get("file", root))
-    triton = model_folders(root, found, config.get("models", {}))
+    triton = model_folders(root, found, config.get("models", {}), processes)
     found.update({name: path for name, (path, _, _) in triton.items()})
     base = _options(f"{where}: [defaults]", config.get("defaults", {}), allow=[k for k in _OPTIONS if k != "path"])
     server = _options("server defaults", dict(defaults or {}), allow=[k for k in _OPTIONS if k != "path"])
@@ -259,7 +262,9 @@ def read_repository(folder: str | Path, defaults: Mapping[str, Any] | None = Non
     return models
 
 
-def model_folders(root: Path, found: Mapping[str, Path], tables: Any) -> dict[str, tuple[Path, dict[str, Any], Any]]:
+def model_folders(
+    root: Path, found: Mapping[str, Path], tables: Any, processes: int = 1
+) -> dict[str, tuple[Path, dict[str, Any], Any]]:
     """The Triton-layout folders of ``root`` (:func:`~amdinfer.serve._triton_layout.read_triton_model`: model file,
     options, extras). A sub-folder with ``.onnx`` files in neither layout, and not named by a model of the config
     file (a ``path`` or recipe model inside it), is refused naming both layouts.
@@ -267,13 +272,10 @@ def model_folders(root: Path, found: Mapping[str, Path], tables: Any) -> dict[st
     Raises:
         OptionError: such a folder, a folder in both layouts, or a ``config.pbtxt`` that cannot be honoured.
     """
-    from ._supervisor import process_slot
-
     used: set[str] = set()
     for table in tables.values() if isinstance(tables, dict) else ():
         values = [table.get("path"), *(table.get("recipe_options") or {}).values()] if isinstance(table, dict) else []
         used.update(Path(v).parts[0] for v in values if isinstance(v, str) and len(Path(v).parts) > 1)
-    slot = process_slot()
     out: dict[str, tuple[Path, dict[str, Any], Any]] = {}
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         triton = is_triton_folder(sub)
@@ -281,7 +283,7 @@ def model_folders(root: Path, found: Mapping[str, Path], tables: Any) -> dict[st
             if triton:
                 raise OptionError(f"{sub}: holds model.onnx and Triton's version folders or config.pbtxt; {LAYOUTS}")
         elif triton:
-            path, options, extras = read_triton_model(sub, processes=slot[1] if slot else 1)
+            path, options, extras = read_triton_model(sub, processes=processes)
             out[sub.name] = (path, _options(str(sub / "config.pbtxt"), options), extras)
         elif sub.name not in used and any(sub.glob("*.onnx")):
             raise OptionError(f"{sub}: has .onnx files but no model in a layout this server reads; expected {LAYOUTS}")

@@ -33,6 +33,7 @@ from kserve.utils.numpy_codec import from_np_dtype, to_np_dtype
 
 from ..errors import InputError
 from ..types import TensorSpec
+from ._answer_specs import recipe_outputs
 from ._batcher import DynamicBatcher
 from ._gate import RequestGate, platform
 from ._images import bytes_tensor
@@ -372,8 +373,6 @@ class FastDataPlane(DataPlane):
         model = await self.get_model(model_name)
         meta = await super().model_metadata(model_name)
         if isinstance(model, AmdinferModel):
-            from ._config import recipe_outputs  # a pipeline's outputs: those of its answer
-
             meta.update(platform=platform(model.batcher.workers[0]), outputs=(await recipe_outputs(model))[0])
             meta.update({"versions": [model.version]} if model.version else {})
         return meta

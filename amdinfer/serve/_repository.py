@@ -107,8 +107,13 @@ class ModelRepository:
         state: str | Path | None = None,
         warmup: bool = True,
     ) -> None:
+        from ._supervisor import process_slot
+
         self.defaults = dict(defaults or {})
-        self._configs = read_repository(folder, self.defaults)  # a broken folder fails before anything loads
+        slot = process_slot()
+        self.processes = slot[1] if slot else 1  # the server's processes per device (instance_group count)
+        # a broken folder fails before anything loads
+        self._configs = read_repository(folder, self.defaults, processes=self.processes)
         self.root = Path(folder).resolve()
         self.devices = list(devices)
         self.warmup = bool(warmup)
@@ -295,7 +300,7 @@ class ModelRepository:
 
     def _rescan(self) -> None:
         try:
-            self._configs = read_repository(self.root, self.defaults)
+            self._configs = read_repository(self.root, self.defaults, processes=self.processes)
         except OptionError as exc:
             raise InputError(f"model repository {self.root}: {exc}") from None
 
