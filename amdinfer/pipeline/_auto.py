@@ -19,7 +19,9 @@ placed in parallel (measured on an H200, 2026-12-02: a call of 64 pages split in
 as one batch 0.54x: smaller engine batches and a stream started per call cost more than the overlap gains). The
 pipelines record what ``map`` chose in
 ``engine.info.settings["map_batch_size"]`` (``{"size": n, "why": "..."}``, :func:`record`) and say once per
-engine, on an accelerator, how to export a dynamic batch when the model's batch is fixed (:func:`hint_fixed`).
+engine, on an accelerator, how to export a dynamic batch when the model's batch is fixed (:func:`hint_fixed`; the
+recipes first make a batch-1 model dynamic when that is proven, ``dynamic_batch="auto"``: the hint then says why
+it was not).
 
 Example:
     >>> auto_batch_size("cpu", ["CPUExecutionProvider"], (), None)[0]
@@ -185,16 +187,20 @@ def record(info: Any, size: int, why: str) -> None:
         settings.setdefault("map_batch_size", {"size": int(size), "why": why})
 
 
-def export_hint(fixed_batch: int) -> str:
-    """What to do about a model whose batch axis is fixed: how to export a dynamic one.
+def export_hint(fixed_batch: int, refused: str | None = None) -> str:
+    """What to do about a model whose batch axis is fixed: how to export a dynamic one; ``refused``: why the
+    recipes' automatic rewrite (``dynamic_batch``, ``engine.info.settings["dynamic_batch"]``) did not apply.
 
     Example:
         >>> "dynamic=True" in export_hint(1)
         True
+        >>> export_hint(1, "dynamic_batch=False").split("; ")[1]
+        'it was not made dynamic (dynamic_batch=False)'
     """
+    why = f"; it was not made dynamic ({refused})" if refused else ""
     return (
         f"the model's batch axis is fixed at {fixed_batch}, so on this device every engine call takes "
-        f"{fixed_batch} item(s); to batch more, export it with a dynamic batch axis: Ultralytics "
+        f"{fixed_batch} item(s){why}; to batch more, export it with a dynamic batch axis: Ultralytics "
         '`model.export(format="onnx", dynamic=True)`, torch.onnx.export(..., dynamic_axes={"images": {0: "batch"}}) '
         "(your input's name); amdinfer.load(..., batch_buckets=...) cannot help a fixed axis"
     )
@@ -202,7 +208,8 @@ def export_hint(fixed_batch: int) -> str:
 
 def hint_fixed(info: Any, fixed_batch: int | None) -> bool:
     """On an accelerator, log :func:`export_hint` once per engine (INFO, logger ``amdinfer.pipeline``) and keep it
-    in ``info.notes``; returns whether it logged now.
+    in ``info.notes``; returns whether it logged now. When ``info.settings["dynamic_batch"]`` records a rewrite
+    that did not apply, the hint says why.
 
     Example:
         >>> from amdinfer.engines import EngineInfo
@@ -213,7 +220,9 @@ def hint_fixed(info: Any, fixed_batch: int | None) -> bool:
     if fixed_batch is None or not on_accelerator(getattr(info, "device", "cpu")):
         return False
     notes = getattr(info, "notes", None)
-    hint = export_hint(fixed_batch)
+    record = (getattr(info, "settings", None) or {}).get("dynamic_batch")
+    refused = record.get("why") if isinstance(record, dict) and not record.get("applied") else None
+    hint = export_hint(fixed_batch, refused)
     if not isinstance(notes, list) or hint in notes:
         return False
     notes.append(hint)

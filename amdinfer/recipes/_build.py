@@ -25,6 +25,7 @@ def _check_fuse(fuse: Any) -> None:
 def _finish(pipe: Any, fuse: bool | str, load_options: dict[str, Any], geometry: str = "auto") -> Any:
     """The recipe's result: ``pipe`` itself (stage by stage), its fused form, or, where equal frames get the
     geometry in the graph, a :class:`~amdinfer.recipes._frames.FramePipeline` (``pipe`` closed; it fuses from it)."""
+    from ._dynamic_batch import carry_record
     from ._frames import MIN_FRAMES, FramePipeline, geometry_plan
 
     pipe._owns_engine = True
@@ -45,6 +46,7 @@ def _finish(pipe: Any, fuse: bool | str, load_options: dict[str, Any], geometry:
             raise
         raise OptionError(f"{exc} (fuse='auto' fuses on {device}; fuse=False runs stage by stage)") from exc
     pipe.close()
+    carry_record(pipe.engine, fused.engine)  # settings["dynamic_batch"] on the engine the user holds
     if not plan.graph:
         return fused
     try:
@@ -99,16 +101,19 @@ def _decoder(choice: str = "auto") -> str:
 def _recipe(
     model: ModelLike, stages: Any, args: dict[str, Any], channels: str, fuse: Any, backend: str, load: dict[str, Any]
 ) -> Any:
-    """Load ``model``, build the pipeline of ``stages(engine, args, channels)``, fuse it when asked."""
-    from .._load import load as load_model
+    """Load ``model`` (its batch axis made dynamic as ``args["dynamic_batch"]`` says:
+    :mod:`amdinfer.recipes._dynamic_batch`), build the pipeline of ``stages(engine, args, channels)``, fuse it when
+    asked."""
     from ..pipeline import Pipeline
     from ..pipeline._source_images import check_keep
     from ..pipeline.fuse._model import check_fixed_buckets
+    from ._dynamic_batch import check_dynamic_batch, load_engine
     from ._frames import geometry_plan
 
     if channels not in _CHANNELS:
         raise OptionError(f"channels: got {channels!r}, expected one of {_CHANNELS}")
     _check_fuse(fuse)
+    check_dynamic_batch(args.get("dynamic_batch", "auto"))
     geometry_plan(args.get("geometry", "auto"), fuse, "cpu")  # a bad geometry is refused before the model loads
     keep = check_keep(args["keep_image"])
     from ..quantize._data import check_calibration
@@ -116,7 +121,7 @@ def _recipe(
     if check_calibration(args["calibration"], load):
         model = ModelSource.from_any(model)  # read once: the calibration's stages and the engine share it
         load = {**load, "quantizer": _calibrated(model, stages, args, channels)}
-    engine = load_model(model, backend=backend, **load)
+    engine = load_engine(model, args.get("dynamic_batch", "auto"), backend, load)
     try:
         check_fixed_buckets(_fixed_batch(engine), engine.batch_buckets)
         preprocess, postprocess = stages(engine, args, channels)

@@ -35,6 +35,7 @@ def classify(
     softmax: bool | None = None,
     fuse: bool | str = "auto",
     geometry: str = "auto",
+    dynamic_batch: bool | str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
     calibration: Any = None,
@@ -68,17 +69,16 @@ def classify(
         size: the shorter side to resize to (int), or an exact ``(height, width)``.
         crop: the centre crop ``(height, width)`` (an int for a square).
         mean, std: per-channel normalisation in fractions of 255 (one number or three).
-        topk: how many classes each result keeps (all of them when the model has fewer, as Ultralytics' ``top5``).
-        labels: class names.
+        topk, labels: how many classes each result keeps (all when the model has fewer, as ``top5``); class names.
         channels: the channel order of the arrays you pass, ``"RGB"`` or ``"BGR"`` (``cv2.imread``); the model gets RGB.
         softmax: see above.
-        fuse, geometry: as for :func:`yolo` (fused, equal frames' geometry in the graph on an accelerator); same top-k.
+        fuse, geometry, dynamic_batch: as for :func:`yolo` (on an accelerator: fused, equal frames' geometry in
+            the graph, a batch-1 export's batch made dynamic when proven); same top-k.
         decoder: ``"auto"``, ``"opencv"``, ``"pillow"`` or ``"nvjpeg"`` (see :func:`yolo`).
         keep_image: results keep the picture they answer (see :func:`yolo`).
         calibration: with ``precision="int8"``: images that this recipe's preprocessing turns into int8
             calibration samples (resized, cropped, normalised; see :func:`yolo`).
-        backend: :func:`amdinfer.load`'s backend.
-        **load_options: other :func:`amdinfer.load` arguments (``providers=``, ``precision=``, ...).
+        backend, **load_options: :func:`amdinfer.load`'s backend and other arguments (``providers=``, ``precision=``).
 
     Returns:
         A :class:`~amdinfer.Pipeline` (or its :class:`~amdinfer.pipeline.fuse.FusedPipeline`) whose results are
@@ -86,9 +86,8 @@ def classify(
         a list, glob or folder of them as :func:`yolo`'s does.
 
     Raises:
-        OptionError: a bad argument (``calibration`` as for :func:`yolo`), or a model that is not a one-input,
-            one-output classifier.
-        ModelError: the model's ``mean``/``std`` metadata is not a list of numbers or is out of range.
+        OptionError: a bad argument (``calibration`` as for :func:`yolo`), or not a one-input, one-output classifier.
+        ModelError: the ``mean``/``std`` metadata is not a list of numbers in range; see :func:`yolo`.
 
     Example:
         >>> import numpy as np
@@ -106,6 +105,7 @@ def classify(
     _check_softmax(softmax)
     args = {"size": size, "crop": crop, "mean": mean, "std": std, "labels": labels, "softmax": softmax, "topk": topk}
     args.update(decoder=_decoder(decoder), keep_image=keep_image, calibration=calibration, geometry=geometry)
+    args.update(dynamic_batch=dynamic_batch)
     return _recipe(model, _classify_stages, args, channels, fuse, backend, load_options)
 
 

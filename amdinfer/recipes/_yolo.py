@@ -32,6 +32,7 @@ def yolo(
     classes: Any = None,
     fuse: bool | str = "auto",
     geometry: str = "auto",
+    dynamic_batch: bool | str = "auto",
     decoder: str = "auto",
     keep_image: bool = True,
     calibration: Any = None,
@@ -48,9 +49,7 @@ def yolo(
 
     Args:
         model: the ONNX model (path, bytes, ``onnx.ModelProto``).
-        conf: confidence threshold (strict ``>``).
-        iou: NMS IoU threshold.
-        max_det: most detections per image.
+        conf, iou, max_det: the confidence threshold (strict ``>``), NMS IoU threshold, most detections per image.
         imgsz: the inference size of a dynamic model (int or ``(height, width)``).
         channels: the channel order of the arrays you pass, ``"RGB"`` (amdinfer's and Pillow's decoders) or
             ``"BGR"`` (``cv2.imread``); paths are decoded in this order too. Never guessed: a BGR array
@@ -61,11 +60,11 @@ def yolo(
             the CPU (the reference, and as fast there); ``True``/``False`` force one form. Same detections.
         geometry: ``"auto"`` (equal frames letterboxed in the graph on an accelerator: docs/pipeline.md), ``"host"``,
             ``"graph"``; same detections (the resize is OpenCV's in both). See :mod:`amdinfer.recipes._frames`.
-        decoder: how paths and encoded bytes are decoded: ``"auto"`` (OpenCV when installed, else Pillow),
-            ``"opencv"``, ``"pillow"``, or ``"nvjpeg"`` (JPEG files on the NVIDIA GPU, then geometry on the host;
-            see :class:`~amdinfer.preprocess.LoadImage`).
-        keep_image: results keep the picture they answer (``result.image``: the decoded image, or your array,
-            not a copy), for ``plot()``/``save()``; ``False`` for bulk runs that hold many results (Ray).
+        dynamic_batch: ``"auto"``: a batch-1 export gets a dynamic batch on an accelerator when proven, kept on the CPU
+            (docs/pipeline.md, ``engine.info.settings["dynamic_batch"]``); ``True``: on any device; ``False``: never.
+        decoder: how paths and bytes are decoded: ``"auto"`` (OpenCV when installed, else Pillow), ``"opencv"``,
+            ``"pillow"``, or ``"nvjpeg"`` (JPEG on the NVIDIA GPU; see :class:`~amdinfer.preprocess.LoadImage`).
+        keep_image: results keep the picture they answer (``result.image``, not a copy: ``plot()``); ``False``: not.
         calibration: with ``precision="int8"``: images (``(H, W, 3)`` uint8 arrays in ``channels`` order, paths,
             anything ``LoadImage`` reads) that this recipe's own preprocessing (the letterbox, ``/ 255``, CHW) turns
             into calibration samples for an :class:`~amdinfer.quantize.Int8Quantizer` with its defaults (on a
@@ -81,6 +80,7 @@ def yolo(
 
     Raises:
         OptionError: a bad argument (``calibration`` without ``precision="int8"``, or with ``quantizer=``).
+        ModelError: ``dynamic_batch=True`` and the model's batch cannot be made dynamic (the proof's reason).
         StageError: the preprocessing failed on a calibration image (the message names it).
 
     Example:
@@ -103,7 +103,7 @@ def yolo(
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
-    args = {"keep_image": keep_image, "calibration": calibration, "geometry": geometry}
+    args = {"keep_image": keep_image, "calibration": calibration, "geometry": geometry, "dynamic_batch": dynamic_batch}
     return _recipe(model, stages, args, channels, fuse, backend, load_options)
 
 

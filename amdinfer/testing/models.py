@@ -952,7 +952,9 @@ def batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
 
     Such exports hold the 1 inside: every ``Reshape`` whose constant shape starts with 1 gets 0 there (copy the
     input's batch), inputs and outputs get ``N`` on axis 0, and the intermediate shapes recorded at batch 1 are
-    dropped. Checked against per-image runs on the trained YOLOv8n by the tests (tests/pipeline/test_executor.py).
+    dropped. The product's rewrite, :func:`amdinfer._support._dynamic_batch.make_batch_dynamic` (what the recipes'
+    ``dynamic_batch`` applies after proving it), without the proof; checked against per-image runs on the trained
+    YOLOv8n by the tests (tests/pipeline/test_executor.py, tests/pipeline/test_dynamic_batch.py).
 
     Example:
         >>> m = helper.make_model(helper.make_graph(
@@ -964,16 +966,6 @@ def batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
         >>> d.graph.input[0].type.tensor_type.shape.dim[0].dim_param, numpy_helper.to_array(d.graph.initializer[0])
         ('N', array([0, 6]))
     """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.value_info[:]
-    for vi in list(out.graph.input) + list(out.graph.output):
-        vi.type.tensor_type.shape.dim[0].dim_param = "N"
-    inits = {t.name: t for t in out.graph.initializer}
-    for node in out.graph.node:
-        if node.op_type == "Reshape" and node.input[1] in inits:
-            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
-            if shape.size and shape[0] == 1:
-                shape[0] = 0
-                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
-    return out
+    from .._support._dynamic_batch import make_batch_dynamic
+
+    return make_batch_dynamic(model)
