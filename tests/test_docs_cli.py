@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,9 @@ def _write_files(d: Path) -> None:
     w = next(t for t in bad.graph.initializer if t.name == "conv2.weight")
     w.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(w) * 1.02, w.name))
     onnx.save(bad, d / "bad.onnx")
+    # predict and val (docs/cli.md): a builder detector and the shipped labelled set
+    onnx.save(models.yolov8(image_size=64, num_classes=3), d / "det.onnx")
+    shutil.copytree(Path(__file__).parent / "data" / "val_shapes", d / "shapes")
 
 
 EXAMPLES = examples()
