@@ -65,9 +65,15 @@ def relabelled(collector: Any) -> Any:
 
 
 def _relabel_kserve() -> None:
-    """KServe's histograms on the default registry, labelled as amdinfer's (``model``, ``version``)."""
-    from kserve import metrics
+    """KServe's histograms on the default registry, labelled as amdinfer's (``model``, ``version``), when KServe is
+    imported (a server imports it before it builds a model; nothing here imports it)."""
+    import sys
+
     from prometheus_client import REGISTRY
+
+    metrics = sys.modules.get("kserve.metrics")
+    if metrics is None:
+        return
 
     histograms = [metrics.PRE_HIST_TIME, metrics.POST_HIST_TIME, metrics.PREDICT_HIST_TIME, metrics.EXPLAIN_HIST_TIME]
     for h in histograms:

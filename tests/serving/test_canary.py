@@ -266,7 +266,7 @@ def test_full_queue_drops_and_counts_without_blocking():
     release.set()
     canary.flush()
     assert canary.counts == {"sampled": 5, "compared": 3, "over_tolerance": 0, "dropped": 2, "failed": 0}
-    assert REGISTRY.get_sample_value("amdinfer_canary_dropped_total", {"model": "canary-queue"}) == 2
+    assert REGISTRY.get_sample_value("amdinfer_canary_dropped_total", {"model": "canary-queue", "version": ""}) == 2
     canary.close()
     assert ref.closed
 
