@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from ..engines._buckets import bucket_rows
 from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import InputError, OptionError, StageError, StageInputError
+from ..results._forms import set_speed
 from ..stages import Postprocessor, Preprocessor, Sample, _stage_error
 from ..types import TensorSpec
 from ._auto import auto_batch_size, device_free_memory, hint_fixed, on_accelerator, record, split_size
@@ -52,6 +54,17 @@ class Item(NamedTuple):
 
     idx: int
     meta: dict[str, Any]
+
+
+#: an item's metadata key for its stage times in ms (the result's ``speed``); an engine call's time is shared out
+SPEED = "_speed"
+
+
+def _share(metas: Sequence[Item], start: float) -> None:
+    """Give each of an engine call's items an even share of the time since ``start`` as its ``inference``."""
+    ms = (time.perf_counter() - start) * 1e3 / max(len(metas), 1)
+    for item in metas:
+        item.meta.setdefault(SPEED, {})["inference"] = ms
 
 
 def batch_error(indices: Sequence[int], stage: str, exc: BaseException) -> BaseException:
@@ -159,9 +172,10 @@ class PipelineSteps:
         return sample
 
     def _place(self, index: int, item: Any, slot: Slot) -> Item:
+        start = time.perf_counter()
         sample = self._preprocess_one(index, item)
         slot.put(sample.data)
-        return Item(index, sample.meta)
+        return Item(index, {**sample.meta, SPEED: {"preprocess": (time.perf_counter() - start) * 1e3}})
 
     # ------------------------------------------------------------------ run
     def _fixed_batch(self) -> int | None:
@@ -191,34 +205,42 @@ class PipelineSteps:
     def _run(self, batch: np.ndarray, metas: Sequence[Item]) -> dict[str, Any]:
         """The executor's run step: one engine call per chunk, outputs joined and cut to the real items."""
         parts = []
+        start = time.perf_counter()
         for chunk, real in self._chunks(batch, len(metas)):
             out = self._engine.run(self._engine_feed(chunk, real), outputs=self._engine_outputs())
             parts.append((out, chunk.shape[0]))
-        return self._join(parts, len(metas))
+        joined = self._join(parts, len(metas))
+        _share(metas, start)
+        return joined
 
     def _stream(self, batches: Iterator[tuple[np.ndarray, list[Item]]]) -> Iterator[dict[str, Any]]:
         """The executor's stream (``map``): the batches' chunks through ``engine.run_many``, which on a GPU copies
         chunk k+1 to the device while chunk k computes; one joined output per batch."""
         name = type(self._engine).__name__
-        pending: deque[tuple[int, bool, int]] = deque()  # per chunk fed: (rows, last of its batch, batch items)
+        # per chunk fed: (rows, last of its batch, the batch's items, when its batch was fed)
+        pending: deque[tuple[int, bool, Sequence[Item], float]] = deque()
 
         def feeds() -> Iterator[dict[str, Any]]:
             for batch, metas in batches:
                 chunks = self._chunks(batch, len(metas))
+                fed = time.perf_counter()
                 for k, (chunk, real) in enumerate(chunks):
-                    pending.append((chunk.shape[0], k == len(chunks) - 1, len(metas)))
+                    pending.append((chunk.shape[0], k == len(chunks) - 1, metas, fed))
                     yield self._engine_feed(chunk, real)
 
         results = self._engine.run_many(feeds(), outputs=self._engine_outputs(), prefetch=2)
         parts: list[tuple[dict[str, Any], int]] = []
+        done = time.perf_counter()  # the engine's time on a batch: from its feed, or the batch before, to its outputs
         try:
             for out in results:
                 if not pending:
                     raise StageError(f"{name}.run_many yielded more results than it was given batches")
-                rows, last, n = pending.popleft()
+                rows, last, metas, fed = pending.popleft()
                 parts.append((out, rows))
                 if last:
-                    joined, parts = self._join(parts, n), []
+                    joined, parts = self._join(parts, len(metas)), []
+                    _share(metas, max(fed, done))
+                    done = time.perf_counter()
                     yield joined
             if pending:
                 raise StageError(f"{name}.run_many ended before the results of every batch")
@@ -244,12 +266,14 @@ class PipelineSteps:
 
     # ------------------------------------------------------------------ finish
     def _postprocess_one(self, index: int, sample: Sample) -> Any:
+        start, speed = time.perf_counter(), sample.meta.get(SPEED) or {}
         for k, stage in enumerate(self._postprocess):
             try:
                 sample = stage(sample)
             except Exception as exc:
                 raise _stage_error(index, f"postprocess[{k}] {type(stage).__name__}", exc) from exc
-        return attach(sample.data, sample.meta)
+        result = attach(sample.data, sample.meta)
+        return set_speed(result, {**speed, "postprocess": (time.perf_counter() - start) * 1e3})
 
     def _finish(self, outputs: dict[str, Any], metas: Sequence[Item]) -> Iterator[Any]:
         """The executor's finish step: each item's outputs (the single output, or a ``{name: array}`` dict) through

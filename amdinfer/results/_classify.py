@@ -11,13 +11,15 @@ import numpy as np
 
 from ..errors import InputError
 from . import _draw
-from ._base import _drawable, _dumps, _image, _json_list, _labels, _shows_picture
+from ._base import _drawable, _image, _json_list, _labels, _shows_picture
+from ._forms import ResultForms
+from ._summaries import CLASS_COLUMNS, classification_rows
 from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["Classification"]
 
 
-class Classification(TensorResult):
+class Classification(ResultForms, TensorResult):
     """The top-k classes of one image.
 
     Attributes:
@@ -26,6 +28,9 @@ class Classification(TensorResult):
         labels: their names, or ``None``.
         image: the image classified (uint8 ``(H, W, 3)`` RGB), or ``None``; :func:`amdinfer.classify` keeps what
             it decoded or the array you passed (see :class:`Detections`).
+
+    Every result's ``summary()`` (one row per class, best first), ``to_df()``, ``to_csv()``,
+    ``to_json(orient="rows")``, ``show()`` and ``speed`` (:class:`~amdinfer.results._forms.ResultForms`).
 
     Tensors (:meth:`to_tensors`, the server's outputs): ``indices`` ``int64 (k,)``, ``scores`` ``float32 (k,)``
     and, with names, ``labels`` ``BYTES (k,)``; a batch stacks them (``(n, k)``).
@@ -109,17 +114,11 @@ class Classification(TensorResult):
         labels = _strings(t["labels"], "Classification: labels") if "labels" in t else None
         return cls(t["indices"], t["scores"], labels, image=image)
 
-    def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Classification(**json.loads(...))``
-        gives it back. Strict JSON: a non-finite score is ``null``, never ``NaN``/``Infinity``.
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return classification_rows(self, decimals)
 
-        Example:
-            >>> Classification([2], [1.0], labels=["fox"]).to_json()
-            '{"indices": [2], "scores": [1.0], "labels": ["fox"]}'
-            >>> Classification([2, 5], [1.0, float("inf")]).to_json()
-            '{"indices": [2, 5], "scores": [1.0, null], "labels": null}'
-        """
-        return _dumps(self.to_dict(), kwargs)
+    def _columns(self) -> list[str]:
+        return list(CLASS_COLUMNS)
 
     def plot(self) -> np.ndarray:
         """The kept image with the top-k written in its top-left corner (``label score`` per line, best first;

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ._base import _MAX_ROWS, _dumps, _json_list
+from ._base import _MAX_ROWS, _json_list
+from ._forms import ResultForms
+from ._summaries import MATCH_COLUMNS, embedding_columns, embedding_rows, match_rows
 from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["Embedding", "Embeddings", "Match", "Matches"]
@@ -37,18 +39,58 @@ def _unit_rows(vectors: np.ndarray, what: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class Embedding(TensorResult):
-    """One row of :class:`Embeddings`: its text and vector (``float32 (d,)``).
+class Embedding(ResultForms, TensorResult):
+    """One text's embedding: its text and vector (``float32 (d,)``). What an embedder gives for one str
+    (``embedder("hi")``, 1-D as sentence-transformers' ``encode("hi")``) and what ``emb[i]`` gives.
+
+    ``np.asarray(e)`` is the vector (``shape`` ``(d,)``); :meth:`Embeddings.search` takes it as a query; and every
+    result's ``summary()``, ``to_df()``, ``to_csv()``, ``to_json()``, ``show()`` and ``speed``.
 
     Example:
-        >>> Embeddings([[0.6, 0.8]], ["hi"])[0].text
-        'hi'
+        >>> e = Embeddings([[0.6, 0.8]], ["hi"])[0]
+        >>> e.text, e.shape, np.asarray(e).tolist() == e.vector.tolist()
+        ('hi', (2,), True)
     """
 
     text: str | None
     vector: np.ndarray
 
     row_tensor = "vectors"
+    _pictured = False
+
+    def __post_init__(self) -> None:
+        v = np.asarray(self.vector, dtype=np.float32)
+        if v.ndim != 1:
+            raise InputError(f"Embedding: vector: got shape {v.shape}, expected (d,)")
+        object.__setattr__(self, "vector", v)
+
+    @property
+    def shape(self) -> tuple[int]:
+        """``(d,)``: the vector's shape."""
+        return (int(self.vector.shape[0]),)
+
+    @property
+    def dim(self) -> int:
+        """The vector size ``d``."""
+        return int(self.vector.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.vector if dtype is None else self.vector.astype(dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, for JSON; ``Embedding(**e.to_dict())`` gives it back.
+
+        Example:
+            >>> Embedding("hi", np.array([0.5, 0.25], np.float32)).to_dict()
+            {'text': 'hi', 'vector': [0.5, 0.25]}
+        """
+        return {"text": self.text, "vector": self.vector.tolist()}
+
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return embedding_rows(self.vector[None], None if self.text is None else [self.text], normalize, decimals)
+
+    def _columns(self) -> list[str]:
+        return embedding_columns(self.dim)
 
     def to_tensors(self) -> dict[str, np.ndarray]:
         """The tensors of a one-row :class:`Embeddings` (``vectors`` ``float32 (1, d)``, ...; see there).
@@ -74,7 +116,7 @@ class Embedding(TensorResult):
         return emb[0]
 
 
-class Embeddings(TensorResult):
+class Embeddings(ResultForms, TensorResult):
     """Sentence embeddings: ``float32 (n, d)`` vectors, one per text, in the order the texts came.
 
     Attributes:
@@ -83,7 +125,8 @@ class Embeddings(TensorResult):
         normalized: whether the rows were L2-normalised (``embed(normalize=True)``: cosine is then a dot product).
 
     ``len(emb)``, ``emb[i]`` (an :class:`Embedding`), ``emb[a:b]``/``emb[mask]`` (an :class:`Embeddings`),
-    iteration, :meth:`similarity`, :meth:`search`, ``to_dict()``/``to_json()``.
+    iteration, :meth:`similarity`, :meth:`search`, ``to_dict()``/``to_json()``, and every result's ``summary()``
+    (text, embedding), ``to_df()``/``to_csv()`` (``embedding_0`` ... columns), ``show()`` and ``speed``.
 
     Tensors (:meth:`to_tensors`): ``vectors`` ``float32 (n, d)`` and, with texts, ``texts`` ``BYTES (n,)``; a
     batch concatenates them with ``vectors_batch_index``.
@@ -157,6 +200,12 @@ class Embeddings(TensorResult):
 
     @staticmethod
     def _matrix(other: Any, dim: int, what: str) -> np.ndarray:
+        if isinstance(other, str) or (isinstance(other, (list, tuple)) and any(isinstance(t, str) for t in other)):
+            shown = repr(other) if len(repr(other)) <= 40 else repr(other)[:37] + "..."
+            raise InputError(
+                f"{what}: got text {shown}, expected an Embedding/Embeddings or vectors (m, {dim}): embed the "
+                'text first with the corpus\'s embedder, e.g. docs.search(embedder("text"))'
+            )
         v = other.vectors if isinstance(other, Embeddings) else np.asarray(other, dtype=np.float32)
         if v.ndim == 1:
             v = v[None]
@@ -183,11 +232,15 @@ class Embeddings(TensorResult):
         """The ``k`` rows of this corpus most similar (cosine) to each query, best first.
 
         Args:
-            queries: an :class:`Embeddings` (its texts label the matches) or vectors ``(q, d)``/``(d,)``.
+            queries: an :class:`Embeddings` or an :class:`Embedding` (their texts label the matches), or
+                vectors ``(q, d)``/``(d,)``. A str is refused: embed it first (``docs.search(embedder("text"))``).
             k: matches per query; at most ``len(self)`` come back. Ties keep the corpus order.
 
         Returns:
             A :class:`Matches` with one row per query.
+
+        Raises:
+            InputError: a str or a list of str (embed them first), a vector size that differs, a zero row.
 
         Example:
             >>> docs = Embeddings([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], ["x", "diagonal", "y"])
@@ -200,6 +253,8 @@ class Embeddings(TensorResult):
         sims = Embeddings(self._matrix(queries, self.dim, "search: queries")).similarity(self.vectors)
         order = np.argsort(-sims, axis=1, kind="stable")[:, : min(int(k), len(self))]
         texts = queries.texts if isinstance(queries, Embeddings) else None
+        if isinstance(queries, Embedding) and queries.text is not None:
+            texts = [queries.text]
         return Matches(order, np.take_along_axis(sims, order, axis=1), queries=texts, docs=self.texts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,15 +295,13 @@ class Embeddings(TensorResult):
         texts = _strings(t["texts"], "Embeddings: texts") if "texts" in t else None
         return cls(t["vectors"], texts, normalized=normalized)
 
-    def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); ``Embeddings(**json.loads(...))`` gives
-        the same float32 vectors back.
+    _pictured = False
 
-        Example:
-            >>> Embeddings([[0.5]], ["hi"], normalized=True).to_json()
-            '{"vectors": [[0.5]], "texts": ["hi"], "normalized": true}'
-        """
-        return _dumps(self.to_dict(), kwargs)  # strict JSON; the vectors are finite (checked when built)
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return embedding_rows(self.vectors, self.texts, normalize, decimals)
+
+    def _columns(self) -> list[str]:
+        return embedding_columns(self.dim)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -329,7 +382,7 @@ class Match(TensorResult):
         return cls(int(t["indices"][0]), float(np.float32(t["scores"][0])), text)
 
 
-class Matches(TensorResult):
+class Matches(ResultForms, TensorResult):
     """What :meth:`Embeddings.search` finds: per query, the best corpus rows.
 
     Attributes:
@@ -338,7 +391,8 @@ class Matches(TensorResult):
         queries: the queries' texts, or ``None``.
         docs: the corpus texts, or ``None``.
 
-    ``len(m)`` (queries), ``m[i]`` (a list of :class:`Match`), :attr:`top1`, ``to_dict()``/``to_json()``.
+    ``len(m)`` (queries), ``m[i]`` (a list of :class:`Match`), :attr:`top1`, ``to_dict()``/``to_json()``, and
+    every result's ``summary()`` (query, rank, index, text, score), ``to_df()``, ``to_csv()``, ``show()``.
 
     Tensors (:meth:`to_tensors`): ``indices`` ``int64 (q, k)``, ``scores`` ``float32 (q, k)`` and, with query
     texts, ``queries`` ``BYTES (q,)``; a batch concatenates them with ``indices_batch_index``.
@@ -433,16 +487,13 @@ class Matches(TensorResult):
         queries = _strings(t["queries"], "Matches: queries") if "queries" in t else None
         return cls(t["indices"], t["scores"], queries=queries, docs=docs)
 
-    def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); strict: a non-finite score is ``null``.
+    _pictured = False
 
-        Example:
-            >>> Matches([[0]], [[0.5]]).to_json()
-            '{"indices": [[0]], "scores": [[0.5]], "queries": null, "docs": null}'
-            >>> Matches([[0]], [[float("nan")]]).to_json()[:37]
-            '{"indices": [[0]], "scores": [[null]]'
-        """
-        return _dumps(self.to_dict(), kwargs)
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return match_rows(self, decimals)
+
+    def _columns(self) -> list[str]:
+        return list(MATCH_COLUMNS)
 
     def __repr__(self) -> str:
         lines = [f"Matches({len(self)} quer{'ies' if len(self) != 1 else 'y'}, top-{self.indices.shape[1]}"]

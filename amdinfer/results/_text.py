@@ -20,8 +20,10 @@ import numpy as np
 
 from ..errors import InputError
 from . import _draw
-from ._base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _shows_picture
+from ._base import _MAX_ROWS, _drawable, _image, _json_list, _shows_picture
 from ._draw import PALETTE
+from ._forms import ResultForms
+from ._summaries import QUAD_COLUMNS, text_rows
 from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["TextLine", "TextLines"]
@@ -67,7 +69,7 @@ class TextLine(TensorResult):
         return lines[0]
 
 
-class TextLines(TensorResult):
+class TextLines(ResultForms, TensorResult):
     """Text lines found in one image: quadrilaterals (corners clockwise from top-left), text and scores.
 
     Attributes:
@@ -79,7 +81,9 @@ class TextLines(TensorResult):
 
     ``len(lines)``, ``lines[i]`` (a :class:`TextLine`), ``lines[mask]``/``lines[a:b]`` (a :class:`TextLines`),
     iteration in reading order, :attr:`boxes` (axis-aligned ``x1, y1, x2, y2``), :attr:`text` (the lines joined
-    by newlines), ``to_dict()``/``to_json()``, ``draw()``/``plot()``/``save()``.
+    by newlines), ``to_dict()``/``to_json()``, ``draw()``/``plot()``/``save()``, and every result's
+    ``summary()`` (text, confidence, the four corners), ``to_df()``, ``to_csv()``, ``to_json(orient="rows")``,
+    ``show()`` and ``speed`` (:class:`~amdinfer.results._forms.ResultForms`).
 
     Odd values (as :class:`~amdinfer.results.Detections`): a line with a NaN or infinite corner or score is left
     out of pictures (one ``amdinfer.results`` warning counts them); JSON writes ``null`` for such a number.
@@ -239,18 +243,13 @@ class TextLines(TensorResult):
         texts = _strings(t["texts"], "TextLines: texts")
         return cls(t["quads"], texts, t["scores"], image_shape, image=image)
 
-    def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`); the image is not in it. Strict JSON:
-        a non-finite number is ``null``, never ``NaN``/``Infinity``.
+    _ensure_ascii = False  # texts as they read
 
-        Example:
-            >>> TextLines([[[0, 0], [2, 0], [2, 1], [0, 1]]], ["a"], [0.5]).to_json()[:60]
-            '{"quads": [[[0.0, 0.0], [2.0, 0.0], [2.0, 1.0], [0.0, 1.0]]]'
-            >>> TextLines([[[0, 0], [2, 0], [2, 1], [0, 1]]], ["a"], [float("nan")]).to_json()[-38:]
-            '"scores": [null], "image_shape": null}'
-        """
-        kwargs.setdefault("ensure_ascii", False)
-        return _dumps(self.to_dict(), kwargs)
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return text_rows(self, normalize, decimals)
+
+    def _columns(self) -> list[str]:
+        return list(QUAD_COLUMNS)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []

@@ -12,8 +12,10 @@ import numpy as np
 
 from ..errors import InputError
 from . import _draw
-from ._base import _MAX_ROWS, _drawable, _dumps, _image, _json_list, _labels, _shows_picture
+from ._base import _MAX_ROWS, _drawable, _image, _json_list, _labels, _shows_picture
 from ._draw import PALETTE
+from ._forms import ResultForms
+from ._summaries import BOX_COLUMNS, detection_rows, scale
 from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["Detection", "Detections"]
@@ -67,7 +69,7 @@ class Detection(TensorResult):
         return det[0]
 
 
-class Detections(TensorResult):
+class Detections(ResultForms, TensorResult):
     """Boxes found in one image.
 
     Attributes:
@@ -80,6 +82,10 @@ class Detections(TensorResult):
         image: the image they were found in (uint8 ``(H, W, 3)`` RGB), or ``None``. :func:`amdinfer.yolo` keeps
             what it decoded, or the array you passed (not a copy: change it and ``plot()`` changes; a BGR
             array is kept as its RGB view). Sets ``image_shape`` when that is not given.
+
+    Ultralytics' forms (its ``Boxes``): :attr:`xyxy`, :attr:`xywh`, :attr:`xyxyn`, :attr:`xywhn`, :attr:`conf`,
+    :attr:`cls`; and every result's ``summary()``, ``to_df()``, ``to_csv()``, ``to_json(orient="rows")``,
+    ``show()`` and ``speed`` (:class:`~amdinfer.results._forms.ResultForms`).
 
     ``len(det)``, ``det[i]`` (a :class:`Detection`; negative ``i`` counts from the end, out of range is an
     ``IndexError``), ``det[mask]``, ``det[indices]`` and ``det[a:b]`` (a :class:`Detections`, keeping the
@@ -156,6 +162,79 @@ class Detections(TensorResult):
 
     def __iter__(self) -> Iterator[Detection]:
         return (self[i] for i in range(len(self)))
+
+    @property
+    def xyxy(self) -> np.ndarray:
+        """``float32 (k, 4)`` ``x1, y1, x2, y2`` in pixels: :attr:`boxes` (Ultralytics' ``Boxes.xyxy``)."""
+        return self.boxes
+
+    @property
+    def conf(self) -> np.ndarray:
+        """``float32 (k,)`` confidences: :attr:`scores` (Ultralytics' ``Boxes.conf``)."""
+        return self.scores
+
+    @property
+    def cls(self) -> np.ndarray:
+        """``int64 (k,)`` class indices: :attr:`classes` (Ultralytics' ``Boxes.cls``, which holds them as floats)."""
+        return self.classes
+
+    @property
+    def xywh(self) -> np.ndarray:
+        """``float32 (k, 4)`` boxes as centre ``x, y``, width, height in pixels (Ultralytics' ``Boxes.xywh``).
+
+        Example:
+            >>> Detections([[100, 50, 150, 100]], [0.9], [0]).xywh.tolist()
+            [[125.0, 75.0, 50.0, 50.0]]
+        """
+        b = self.boxes.astype(np.float64)
+        out = np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
+        return out.astype(np.float32).reshape(-1, 4)
+
+    def _normalized(self, boxes: np.ndarray, what: str) -> np.ndarray:
+        try:
+            w, h = scale(self.image_shape, True, "Detections")
+        except InputError:
+            raise InputError(
+                f"Detections.{what}: got image_shape None, expected the (height, width) the boxes refer to (pass "
+                "image_shape= or image= when you build the result)"
+            ) from None
+        return (boxes.astype(np.float64) / np.array([w, h, w, h])).astype(np.float32).reshape(-1, 4)
+
+    @property
+    def xyxyn(self) -> np.ndarray:
+        """``float32 (k, 4)`` :attr:`xyxy` divided by the width (x) and height (y) of ``image_shape``, the
+        original image after ``ScaleBoxes`` (Ultralytics' ``Boxes.xyxyn``, by ``orig_shape``).
+
+        Raises:
+            InputError: ``image_shape`` is unknown.
+
+        Example:
+            >>> det = Detections([[100, 50, 300, 400]], [0.9], [0], image_shape=(480, 640))
+            >>> det.xyxyn.astype(float).round(4).tolist()
+            [[0.1562, 0.1042, 0.4688, 0.8333]]
+        """
+        return self._normalized(self.boxes, "xyxyn")
+
+    @property
+    def xywhn(self) -> np.ndarray:
+        """``float32 (k, 4)`` :attr:`xywh` divided by the width (x, w) and height (y, h) of ``image_shape``
+        (Ultralytics' ``Boxes.xywhn``; the form of a YOLO label file's ``class x y w h`` line).
+
+        Raises:
+            InputError: ``image_shape`` is unknown.
+
+        Example:
+            >>> det = Detections([[100, 50, 150, 100]], [0.9], [0], image_shape=(480, 640))
+            >>> det.xywhn.astype(float).round(4).tolist()
+            [[0.1953, 0.1562, 0.0781, 0.1042]]
+        """
+        return self._normalized(self.xywh, "xywhn")
+
+    def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
+        return detection_rows(self, normalize, decimals)
+
+    def _columns(self) -> list[str]:
+        return list(BOX_COLUMNS)
 
     def select(self, index: Any) -> Detections:
         """A new :class:`Detections` with the rows picked by ``index`` (indices or a boolean mask), keeping the image.
@@ -240,19 +319,6 @@ class Detections(TensorResult):
         t = _named(tensors, "Detections", {"boxes": 2, "scores": 1, "classes": 1}, {"labels": 1})
         labels = _strings(t["labels"], "Detections: labels") if "labels" in t else None
         return cls(t["boxes"], t["scores"], t["classes"], labels, image_shape, image=image)
-
-    def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`, e.g. ``indent=2``); the image is not in it.
-        ``Detections(**json.loads(det.to_json()))`` gives the boxes back. Strict JSON: a non-finite number is
-        ``null`` (read back as NaN), never ``NaN``/``Infinity``.
-
-        Example:
-            >>> Detections([[0, 0, 1, 1]], [0.5], [3], labels=["cat"]).to_json()
-            '{"boxes": [[0.0, 0.0, 1.0, 1.0]], "scores": [0.5], "classes": [3], "labels": ["cat"], "image_shape": null}'
-            >>> Detections([[0, 0, 1, 1]], [float("nan")], [3]).to_json()[34:]
-            '"scores": [null], "classes": [3], "labels": null, "image_shape": null}'
-        """
-        return _dumps(self.to_dict(), kwargs)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []

@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ..engines.base import Engine
 from ..errors import InputError, ModelError, OptionError, StageInputError
 from ..pipeline import Pipeline, PipelineMap
 from ..pipeline._steps import _positive_int
-from ..results._embed import Embeddings
+from ..results._embed import Embedding, Embeddings
 from ..types import TensorSpec
 from ._embed_stages import DEFAULT_BUCKETS, Pool, Tokenize, _text_problem, load_tokenizer
 
@@ -216,8 +216,9 @@ class TextEmbedder:
         >>> emb = embedder(["the cat sat", "the stock market fell on the mat", "dog"])
         >>> emb.vectors.shape, embedder.buckets
         ((3, 8), (4, 8, 512))
-        >>> bool(abs(embedder("the cat sat").vectors[0] - emb[0].vector).max() < 1e-6)  # alone or batched
-        True
+        >>> one = embedder("the cat sat")  # one str: one 1-D vector
+        >>> one.shape, bool(abs(one.vector - emb[0].vector).max() < 1e-6)  # alone or batched
+        ((8,), True)
         >>> [v.shape for v in embedder.map(["the cat", "the dog"])]
         [(8,), (8,)]
         >>> embedder.close()
@@ -251,8 +252,14 @@ class TextEmbedder:
         """The padded lengths."""
         return self.tokenize.buckets
 
-    def __call__(self, texts: str | Iterable[str]) -> Embeddings:
-        """Embed ``texts`` (a str, or any iterable of str), in order; one str gives one row.
+    @overload
+    def __call__(self, texts: str) -> Embedding: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, texts: Iterable[str]) -> Embeddings: ...
+    def __call__(self, texts: str | Iterable[str]) -> Embeddings | Embedding:
+        """Embed ``texts``: a list (any iterable) of str gives :class:`~amdinfer.text.Embeddings` ``(n, d)``, in
+        order; one str gives one :class:`~amdinfer.results.Embedding` whose vector is 1-D ``(d,)``, as
+        sentence-transformers' ``encode("text")`` (``np.asarray(embedder("hi")).shape == (d,)``).
 
         Raises:
             InputError: ``texts`` is not a str or an iterable of str; ``texts[i]`` is not a str, is not valid
@@ -271,6 +278,8 @@ class TextEmbedder:
             if problem:
                 raise InputError(f"texts[{i}]: text: {problem}")
         vectors = list(self._vectors(self.pipeline.map(items, workers=0)))  # a call, not a stream: no threads
+        if isinstance(texts, str):
+            return Embedding(texts, vectors[0])
         if not vectors:
             return Embeddings(np.zeros((0, self.dim or 0), np.float32), [], normalized=self.pool.normalize)
         return Embeddings(np.stack(vectors), items, normalized=self.pool.normalize)

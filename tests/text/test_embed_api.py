@@ -121,10 +121,10 @@ def test_embed_input_errors_name_the_text() -> None:
         with pytest.raises(amdinfer.InputError, match=r"texts\[0\]: text: .*surrogate pair U\+D83D at position 2.*"):
             embedder(["ok\ud83d\ude00"])  # a UTF-16 pair split in two, with the fix
         joined = "ok\ud83d\ude00".encode("utf-16", "surrogatepass").decode("utf-16")  # the fix the message gives
-        assert joined == "ok\U0001f600" and embedder(joined).vectors.shape == (1, 8)
+        assert joined == "ok\U0001f600" and embedder(joined).shape == (8,)
         empty = embedder([])
         assert empty.vectors.shape == (0, 8) and empty.texts == [] and len(empty) == 0
-        assert embedder("the").vectors.shape == (1, 8)  # one str, one row
+        assert embedder("the").shape == (8,)  # one str, one 1-D vector (sentence-transformers)
         with pytest.raises(amdinfer.OptionError, match="workers: got -1, expected an int >= 0"):
             embedder.pipeline.map(["the"], workers=-1)  # the one map signature: any workers >= 0
 
