@@ -223,8 +223,10 @@ def _evaluate(
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     except ImportError:
+        from .._support._install import pip_extra
+
         raise BackendUnavailableError(
-            "detection_map needs pycocotools, which is not installed: pip install 'amdinfer-onnx[val]'"
+            f"detection_map needs pycocotools, which is not installed: {pip_extra('val')}"
         ) from None
     instances = dataset.instances()
     if not sum(instances):
