@@ -36,9 +36,11 @@ def add_shapes_from_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shapes-from",
         metavar="LOG",
+        nargs="+",
         default=None,
         help="compile the buckets planned from observed shapes: a server's --shape-log, a JSON list or histogram "
-        "of shapes, or text (one shape per line, e.g. 4x3x224x224 [count]); instead of --batch",
+        "of shapes, or text (one shape per line, e.g. 4x3x224x224 [count]); several are added up (one per server "
+        "process); instead of --batch",
     )
     p.add_argument(
         "--max-buckets",
@@ -121,7 +123,10 @@ def shapes_from(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]] | 
 
     source = model_specs(args.model)
     specs = [s for s in source.inputs if s.is_tensor]
-    name, hist = read_shapes(args.shapes_from, Path(str(args.model)).stem)
+    name, hist = None, Counter[tuple[int, ...]]()
+    for log in args.shapes_from:  # one per server process (--shape-log FILE.<pid>.json): added up
+        found, counts = read_shapes(log, Path(str(args.model)).stem)
+        name, hist = name or found, hist + counts
     spec = next((s for s in specs if s.name == name), specs[0])
     if spec.rank > 1 and {len(s) for s in hist} == {1}:  # batch sizes: plan them, every input gets them
         plan = plan_buckets(hist, max_buckets=args.max_buckets)
@@ -154,14 +159,14 @@ def plan_line(args: argparse.Namespace) -> str | None:
 
     Example:
         >>> from amdinfer.engines._plan import plan_buckets
-        >>> plan_line(argparse.Namespace(shapes_plan=plan_buckets([1, 1, 3, 7, 8], 2), shapes_from="log.json"))
+        >>> plan_line(argparse.Namespace(shapes_plan=plan_buckets([1, 1, 3, 7, 8], 2), shapes_from=["log.json"]))
         'planned   2 buckets from log.json: (3,), (8,); padding 5 elements over 20 fed (25.0%)'
     """
     plan = getattr(args, "shapes_plan", None)
     if plan is None:
         return None
-    shown = ", ".join(map(str, plan.shapes))
+    shown, logs = ", ".join(map(str, plan.shapes)), ", ".join(map(str, args.shapes_from))
     return (
-        f"planned   {len(plan.shapes)} buckets from {args.shapes_from}: {shown}; padding {plan.waste} elements over "
+        f"planned   {len(plan.shapes)} buckets from {logs}: {shown}; padding {plan.waste} elements over "
         f"{plan.fed} fed ({100 * plan.overhead:.1f}%)"
     )

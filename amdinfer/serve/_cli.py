@@ -99,6 +99,8 @@ def _child_argv(args: argparse.Namespace, device: int, processes: int = 1) -> li
         argv += ["--log-level", args.log_level]
     if args.shape_log:
         argv += ["--shape-log", args.shape_log]
+    if args.on_new_shape:
+        argv += ["--on-new-shape", args.on_new_shape]
     if args.verify_sample:
         argv += ["--verify-sample", repr(args.verify_sample), "--verify-reference", args.verify_reference]
     if args.recipe:
@@ -280,6 +282,18 @@ def _run_processes(args: argparse.Namespace, n: int, why: str) -> int:
     return int(_kserve_module("_supervisor").serve_processes(children, workers_per_device=n))
 
 
+def _on_new_shape(args: argparse.Namespace) -> str:
+    """``--on-new-shape``, an ``amdinfer.load`` option of the served model's engines (not of a repository's)."""
+    if args.model_repository:
+        from ..errors import OptionError
+
+        raise OptionError(
+            f"--on-new-shape {args.on_new_shape}: not taken with --model-repository (each model is loaded with its "
+            "own options); serve the model by path, or load it with on_new_shape in Python"
+        )
+    return str(args.on_new_shape)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the exit code (0: stopped cleanly)."""
     from . import _kserve_module
@@ -315,6 +329,8 @@ def run(args: argparse.Namespace) -> int:
             options[key] = getattr(args, key)
     if args.providers:
         options["providers"] = args.providers.split(",")
+    if args.on_new_shape:
+        options["on_new_shape"] = _on_new_shape(args)
     if args.model_repository:
         if options.get("batch_buckets") == ():
             del options["batch_buckets"]  # the repository's default is no buckets

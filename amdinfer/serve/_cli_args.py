@@ -248,6 +248,13 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
         "--no-warmup", action="store_true", help="do not run each engine (or recipe pipeline) at its batch sizes first"
     )
     p.add_argument(
+        "--on-new-shape",
+        choices=["compile", "pad", "error"],
+        default=None,
+        help="a request shape the engine was not warmed for: compile it (default; logged as a WARNING), pad it to "
+        "a warmed shape, or refuse it (400); see docs/serving.md",
+    )
+    p.add_argument(
         "--single-process",
         action="store_true",
         help="with several --devices: one process with a worker thread per GPU (default: a process per GPU)",
