@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["engine_of", "recipe_outputs"]
 
-_PROBE_ROWS = 2
+_PROBE_ROWS = 1  # a batch size warm-up runs (1 and the largest)
 
 
 def engine_of(worker: Any) -> Any:
@@ -25,7 +25,7 @@ async def recipe_outputs(model: Any) -> tuple[list[dict[str, Any]], bool]:
 
     A pipeline's tensors are those of its results (``Detections``: ``boxes``, ``scores``, ``classes``, ``labels``
     when it has names, ``boxes_batch_index``), known by answering once: the first call sends one request of
-    two black pictures through the model's batcher (as any request goes) and keeps what it answered.
+    one black picture through the model's batcher (as any request goes) and keeps what it answered.
 
     Example:
         >>> import asyncio, amdinfer

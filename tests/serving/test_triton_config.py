@@ -151,6 +151,11 @@ class TestConfigRoute:
                                        rtol=1e-5, atol=1e-6)  # fmt: skip
         with pytest.raises(InferenceServerException, match="serves version 3 only"):
             c.infer("tiny", [inp], model_version="1")
+        as_json = {"as_json": True} if protocol == "grpc" else {}
+        assert c.get_model_metadata("tiny", model_version="3", **as_json)["name"] == "tiny"
+        assert c.is_model_ready("tiny", model_version="3")
+        with pytest.raises(InferenceServerException, match="serves version 3 only"):
+            c.get_model_metadata("tiny", model_version="1")
 
 
 def _png() -> bytes:
