@@ -284,3 +284,55 @@ def test_trained_yolov8n_val_on_its_ultralytics_answers_is_one(tmp_path, capsys)
     assert payload["mAP50"] == pytest.approx(1.0, abs=1e-9)
     assert payload["mAP50-95"] == pytest.approx(1.0, abs=1e-9)
     assert payload["instances"] == sum(len(golden()["pages"][n]["boxes"]) for n in PAGES)
+
+
+def test_predict_embed_writes_the_embedder_vectors(tmp_path) -> None:
+    pytest.importorskip("tokenizers")
+    from amdinfer.text._embed_toy import toy_encoder, toy_tokenizer
+
+    onnx.save(toy_encoder(), tmp_path / "enc.onnx")
+    toy_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    texts = ["the cat", "a dog sat", "the cat sat on the mat"]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n\n")
+    argv = ["predict", "enc.onnx", "texts.txt", "--task", "embed", "--tokenizer", "tokenizer.json", "--save-dir", "e"]
+    assert main([*argv, *CPU]) == 0
+    records = json.loads(Path("e/predictions.json").read_text())
+    with amdinfer.embed(tmp_path / "enc.onnx", str(tmp_path / "tokenizer.json"), providers=["cpu"]) as embedder:
+        expected = [np.asarray(v, np.float64) for v in embedder.map(texts)]
+    assert [r["text"] for r in records] == texts
+    for record, vector in zip(records, expected):
+        assert record["vector"] == vector.tolist()
+    assert len(Path("e/predictions.csv").read_text().splitlines()) == 1 + len(texts)
+
+
+def test_predict_ocr_lines_equal_the_cascade(tmp_path) -> None:
+    from ocr._models import DATA as OCR_DATA
+    from ocr._models import models as ocr_models
+
+    paths = ocr_models()
+    if paths is None:
+        pytest.skip("needs the PP-OCR models of rapidocr==3.10.0 (nox -s tests installs it)")
+    page = str(OCR_DATA / "ocr_page0.png")
+    argv = ["predict", str(paths["det"]), page, "--task", "ocr", "--rec", str(paths["rec"]), "--cls", str(paths["cls"])]
+    assert main([*argv, "--save-dir", "o", *CPU]) == 0
+    with amdinfer.ocr(paths["det"], paths["rec"], paths["cls"], providers=["cpu"]) as cascade:
+        expected = cascade(page)
+    (record,) = json.loads(Path("o/predictions.json").read_text())
+    assert len(expected) > 0
+    assert [r["text"] for r in record["lines"]] == expected.texts
+    assert [r["quad"] for r in record["lines"]] == np.asarray(expected.quads, np.float64).tolist()
+    assert Path("o/ocr_page0.png").exists()
+
+
+@needs_model
+def test_trained_yolov8n_predict_names_and_boxes_equal_the_recipe(tmp_path) -> None:
+    page = str(DATA / PAGES[0])
+    assert main(["predict", str(model_path()), page, "--save-dir", "t", *CPU]) == 0  # detect: from the metadata
+    with amdinfer.yolo(model_path(), providers=["cpu"]) as pipe:
+        det = pipe(page)
+    (record,) = json.loads(Path("t/predictions.json").read_text())
+    assert len(det) > 0
+    assert [r["box"] for r in record["detections"]] == det.boxes.tolist()
+    assert [r["name"] for r in record["detections"]] == [DOCLAYNET[c] for c in det.classes]
+    lines = Path("t/labels", Path(page).stem + ".txt").read_text().splitlines()
+    assert [int(line.split()[0]) for line in lines] == det.classes.tolist()
