@@ -36,7 +36,8 @@ def load(
     """Load a model on the best working backend, or on the one you name.
 
     Args:
-        model: a path, serialized bytes, an ``onnx.ModelProto`` or a :class:`~amdinfer.model.ModelSource`.
+        model: a path, serialized bytes, an ``onnx.ModelProto`` or a :class:`~amdinfer.model.ModelSource`; or a
+            bundle folder (``amdinfer compile --bundle``, :mod:`amdinfer.bundle`), checked and loaded without compiling.
         backend: ``"auto"`` (MIGraphX native, then ONNX Runtime with MIGraphX EP -> ROCm EP -> CUDA EP ->
             CPU, each tried for real; what was passed over and why lands in ``engine.info.skipped``),
             a registered name (``"ort"``, ``"migraphx"``, ``"reference"``), or an :class:`Engine`
@@ -70,6 +71,11 @@ def load(
         >>> engine.info.backend, engine.info.providers
         ('ort', ['CPUExecutionProvider'])
     """
+    if _is_bundle(model):  # a folder written by ``amdinfer compile --bundle``: loaded as built, never compiled
+        from .bundle import load_bundle
+
+        wanted = None if precision == "fp32" else precision
+        return load_bundle(model, backend=str(backend), providers=providers, device=device, precision=wanted, **options)
     if isinstance(backend, Engine):
         if options or providers is not None or base_dir is not None:
             raise OptionError("backend: an Engine instance was given, so providers/options cannot apply to it")
@@ -88,6 +94,13 @@ def load(
         return entry.build(model, _with_precision_quantizer(entry, common))
 
     return _load_auto(model, common)
+
+
+def _is_bundle(model: object) -> bool:
+    """Whether ``model`` names a bundle folder (a directory holding ``manifest.json``)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return False
+    return os.path.isdir(model) and os.path.isfile(os.path.join(model, "manifest.json"))
 
 
 def _load_auto(model: ModelLike, options: dict[str, Any]) -> Engine:

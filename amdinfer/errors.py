@@ -23,6 +23,7 @@ __all__ = [
     "AgreementError",
     "AmdinferError",
     "BackendUnavailableError",
+    "BundleError",
     "CacheError",
     "CertificateError",
     "EngineClosedError",
@@ -101,6 +102,26 @@ class CertificateError(ModelError):
         >>> issubclass(CertificateError, ModelError)
         True
     """
+
+
+class BundleError(ModelError):
+    """A deployable bundle (``amdinfer compile --bundle``) that cannot be loaded here: a file missing or changed
+    since it was written, an edited manifest, or a bundle built for another runtime, provider or machine.
+
+    Attributes:
+        field: what differs (a file name, ``manifest``, or a manifest field such as ``onnxruntime``).
+        rebuild: the ``amdinfer compile ... --bundle`` command that makes a bundle for this machine.
+
+    Example:
+        >>> err = BundleError("bundle 'b': onnxruntime differs", field="onnxruntime", rebuild="amdinfer compile m.onnx")
+        >>> issubclass(BundleError, ModelError), err.field
+        (True, 'onnxruntime')
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, rebuild: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.rebuild = rebuild
 
 
 class UnsupportedOperatorError(ModelError):

@@ -42,6 +42,7 @@ PUBLIC_MODULES = [
     "amdinfer.engines.migraphx",
     "amdinfer.testing.conformance",
     "amdinfer.metrics",
+    "amdinfer.bundle",
 ]
 
 
@@ -207,7 +208,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engines", "stages"),
     ("preprocess", "postprocess", "pool", "bench", "profile", "doctor", "metrics"),
     ("quantize",),
-    ("_load", "verify", "testing"),
+    ("_load", "verify", "testing", "bundle"),
     ("pipeline",),
     ("text", "recipes"),
     ("cli", "serve", "ray", "__init__", "__main__"),

@@ -1,0 +1,222 @@
+"""The backend's compiled form per bucket: EPContext models (ORT's compile API), ORT's optimized graph, MIGraphX
+``.mxr`` programs.
+
+Example:
+    >>> sorted(EPCONTEXT_PROVIDERS)[:2]
+    ['MIGraphXExecutionProvider', 'NvTensorRTRTXExecutionProvider']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..errors import BackendUnavailableError, ModelError, OptionError
+from ..model import ModelSource
+from ._golden import golden_feeds
+
+__all__ = ["EPCONTEXT_PROVIDERS", "KIND_EPCONTEXT", "KIND_MXR", "KIND_OPTIMIZED", "compile_buckets", "static_model"]
+
+#: Providers whose compiled nodes ORT's compile API writes as EPContext nodes (static shapes: one file per bucket).
+EPCONTEXT_PROVIDERS = frozenset(
+    {
+        "MIGraphXExecutionProvider",
+        "NvTensorRTRTXExecutionProvider",
+        "OpenVINOExecutionProvider",
+        "QNNExecutionProvider",
+        "TensorrtExecutionProvider",
+        "VitisAIExecutionProvider",
+    }
+)
+KIND_EPCONTEXT = "ORT EPContext model (compile API), one per bucket"
+KIND_OPTIMIZED = "ORT optimized graph, shared by the buckets"
+KIND_MXR = "MIGraphX program (.mxr), one per bucket"
+
+
+def compile_buckets(
+    source: ModelSource,
+    work: Path,
+    plans: list[dict[str, Any]],
+    *,
+    backend: str,
+    providers: Sequence[Any] | None,
+    precision: str,
+    device: int,
+    options: dict[str, Any],
+    say: Callable[[str], None],
+    t0: float,
+) -> dict[str, Any]:
+    """Build every bucket into ``work``; ``{"kind", "providers", "files": {bucket: path}, ...}`` for the manifest."""
+    if backend == "migraphx":
+        return _mxr(source, work, plans, precision, say, t0)
+    if backend not in ("ort", "auto"):
+        raise OptionError(f"bundle: backend {backend!r} has no compiled form to ship; expected 'ort' or 'migraphx'")
+    from ..engines.ort._providers import resolve_provider_name
+
+    specs = list(providers or ["CPUExecutionProvider"])
+    first = resolve_provider_name(specs[0] if isinstance(specs[0], str) else specs[0][0])
+    if first in EPCONTEXT_PROVIDERS:
+        return _epcontext(source, work, plans, first, specs, precision, device, say, t0)
+    return _optimized(source, work, plans, specs, precision, device, options, say, t0)
+
+
+def _line(plan: dict[str, Any], what: str, t: float, t0: float) -> str:
+    shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in plan["shapes"].items())
+    now = time.perf_counter()
+    return f"bucket {plan['name']} ({shapes}): {what} in {now - t:.2f} s (elapsed {now - t0:.2f} s)"
+
+
+def _optimized(
+    source: ModelSource,
+    work: Path,
+    plans: list[dict[str, Any]],
+    providers: list[Any],
+    precision: str,
+    device: int,
+    options: dict[str, Any],
+    say: Callable[[str], None],
+    t0: float,
+) -> dict[str, Any]:
+    """ORT's optimized graph (``optimized_model_filepath``), written once: it keeps the model's dynamic axes."""
+    from .._certificate._io import certificate_meta
+    from .._load import load
+
+    (work / "ort").mkdir()
+    rel = "ort/model.optimized.onnx"
+    t = time.perf_counter()
+    engine = load(
+        source, backend="ort", providers=providers, precision=precision, device=device,
+        optimized_model_path=work / rel, use_cache=False, **options,
+    )  # fmt: skip
+    with engine:
+        info = engine.info
+        for i, plan in enumerate(plans):
+            engine.run(golden_feeds(source, plan["shapes"], 0))
+            say(_line(plan, "ORT optimized graph written and run" if i == 0 else "runs on the shared graph", t, t0))
+            t = time.perf_counter()
+        cert = certificate_meta(engine.model.proto).get("precision_certificate")
+    records = info.settings.get("provider_options", {})
+    return {
+        "kind": KIND_OPTIMIZED,
+        "providers": [[name, dict(records.get(name, {}))] for name in info.providers],
+        "files": {plan["name"]: rel for plan in plans},
+        "settings": {"graph_optimization": info.options.graph_optimization if info.options else "all"},
+        "certificate": _certificate(work, cert),
+    }
+
+
+def _certificate(work: Path, cert: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The int8 certificate the compiled model carries, also written as ``certificate.json``."""
+    if not cert:
+        return None
+    import json
+
+    from ._manifest import file_sha256
+
+    path = work / "certificate.json"
+    path.write_text(json.dumps(cert, indent=2, sort_keys=True), encoding="utf-8")
+    return {"path": "certificate.json", "sha256": file_sha256(path)}
+
+
+def static_model(model: onnx.ModelProto, shapes: dict[str, Any]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs have the given fixed shapes (EPContext and ``.mxr`` are static).
+
+    Example:
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> m = static_model(tiny_cnn(), {"input": (4, 3, 32, 32)})
+        >>> [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+        [4, 3, 32, 32]
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            for d, n in zip(dims, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    return out
+
+
+def _epcontext(
+    source: ModelSource,
+    work: Path,
+    plans: list[dict[str, Any]],
+    name: str,
+    specs: list[Any],
+    precision: str,
+    device: int,
+    say: Callable[[str], None],
+    t0: float,
+) -> dict[str, Any]:
+    """One EPContext model per bucket through ``onnxruntime.ModelCompiler`` (embedded compiled data)."""
+    import onnxruntime as ort
+    from onnxruntime.capi import _pybind_state as capi
+
+    from ..engines.ort._plugins import ep_devices, is_plugin_ep, register_plugins
+
+    if precision != "fp32":
+        raise OptionError(
+            f"bundle: precision {precision!r} with {name}: set the provider's own precision option "
+            "(--provider-option, e.g. migraphx_fp16_enable=1); EPContext bundles compile the model as given"
+        )
+    opts = {str(k): str(v) for k, v in (specs[0][1] if not isinstance(specs[0], str) else {}).items()}
+    (work / "ort").mkdir()
+    files, compat = {}, {}
+    for plan in plans:
+        t = time.perf_counter()
+        so = ort.SessionOptions()
+        if is_plugin_ep(name):
+            register_plugins(ort)
+            devices = ep_devices(ort, name)
+            if device >= len(devices):
+                raise BackendUnavailableError(f"bundle: {name} offers {len(devices)} device(s), no device {device}")
+            so.add_provider_for_devices([devices[device]], opts)
+        else:
+            so.add_provider(name, opts)
+        rel = f"ort/{plan['name']}.ctx.onnx"
+        model = static_model(source.proto, plan["shapes"]).SerializeToString()
+        try:
+            compiler = ort.ModelCompiler(
+                so, model, embed_compiled_data_into_model=True, flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
+            )
+            compiler.compile_to_file(str(work / rel))
+        except Exception as exc:  # ORT's own exception types
+            raise ModelError(f"bundle: {name} could not compile bucket {plan['name']}: {str(exc).strip()}") from None
+        files[plan["name"]] = rel
+        info = capi.get_compatibility_info_from_model(str(work / rel), name)
+        if info is not None:
+            compat[plan["name"]] = str(info)
+        say(_line(plan, f"EPContext model compiled by {name}", t, t0))
+    return {"kind": KIND_EPCONTEXT, "providers": [[name, opts]], "files": files, "compatibility": compat}
+
+
+def _mxr(
+    source: ModelSource, work: Path, plans: list[dict[str, Any]], precision: str, say: Callable[[str], None], t0: float
+) -> dict[str, Any]:
+    """One MIGraphX program per bucket: ``parse_onnx_buffer(map_input_dims=)``, compile for the GPU, ``save``."""
+    try:
+        import migraphx as mgx
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"bundle: backend 'migraphx' needs MIGraphX ({exc})", backend="migraphx"
+        ) from None
+    if precision not in ("fp32", "fp16"):
+        raise OptionError(f"bundle: precision {precision!r} on MIGraphX bundles: expected fp32 or fp16")
+    (work / "migraphx").mkdir()
+    files = {}
+    for plan in plans:
+        t = time.perf_counter()
+        prog = mgx.parse_onnx_buffer(source.to_bytes(), map_input_dims={k: list(v) for k, v in plan["shapes"].items()})
+        if precision == "fp16":
+            mgx.quantize_fp16(prog)
+        prog.compile(mgx.get_target("gpu"), offload_copy=True)
+        rel = f"migraphx/{plan['name']}.mxr"
+        mgx.save(prog, str(work / rel))
+        files[plan["name"]] = rel
+        say(_line(plan, "MIGraphX program compiled", t, t0))
+    return {"kind": KIND_MXR, "providers": [], "files": files}
