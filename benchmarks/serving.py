@@ -1265,7 +1265,14 @@ def cmd_defaults(a: argparse.Namespace) -> None:
     if a.yolo:
         yolo = Path(a.yolo)
         _, yshape, _ = _input_shape(yolo)
-        engine_y = engine_rate(yolo, yshape, np.float32, "yolo")
+        engine_rate(yolo, yshape, np.float32, "yolo (as exported)")
+        # the recipe makes a batch-1 export batch-dynamic on a GPU (dynamic_batch="auto"), so the served model's
+        # engine is the same graph with a dynamic batch, at the served batch
+        from amdinfer.testing.models import batch_dynamic
+
+        dyn = folder / "yolo_dynamic.onnx"
+        onnx.save(batch_dynamic(onnx.load(yolo)) if isinstance(yshape[0], int) else onnx.load(yolo), dyn)
+        engine_y = engine_rate(dyn, ["N", *yshape[1:]], np.float32, "yolo")
         imgsz = [d for d in yshape if isinstance(d, int) and d > 3]
         flags = ("--recipe", "yolo", *(("--imgsz", str(imgsz[-1])) if imgsz else ()))
         rows.append(("--recipe yolo, 1 JPEG page/request", yolo, flags, _jpegs(1, None), "images", engine_y))
