@@ -19,7 +19,16 @@ Example:
 from __future__ import annotations
 
 from ._manifest import FORMAT, MANIFEST, read_manifest
-from ._open import is_bundle, load_bundle
+from ._open import bundled_model, is_bundle, load_bundle
 from ._write import rebuild_command, write_bundle
 
-__all__ = ["FORMAT", "MANIFEST", "is_bundle", "load_bundle", "read_manifest", "rebuild_command", "write_bundle"]
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "bundled_model",
+    "is_bundle",
+    "load_bundle",
+    "read_manifest",
+    "rebuild_command",
+    "write_bundle",
+]

@@ -15,7 +15,7 @@ from ._compile import KIND_EPCONTEXT, KIND_MXR, KIND_OPTIMIZED
 from ._golden import check_goldens
 from ._manifest import MANIFEST, check_environment, check_files, environment, read_manifest
 
-__all__ = ["is_bundle", "load_bundle"]
+__all__ = ["bundled_model", "is_bundle", "load_bundle"]
 
 
 def is_bundle(path: Any) -> bool:
@@ -226,3 +226,22 @@ def _remember(marker: Path | None, folder: Path, result: dict[str, Any]) -> None
         marker.write_text(json.dumps({"bundle": str(folder.resolve()), **result}, default=str), encoding="utf-8")
     except OSError:
         pass  # a read-only cache: the goldens run again next time
+
+
+def bundled_model(directory: str | os.PathLike) -> Any:
+    """The :class:`~amdinfer.model.ModelSource` of a bundle's first compiled model (its inputs and outputs are the
+    source model's), read after the manifest and file checks.
+
+    Example:
+        >>> import tempfile
+        >>> from amdinfer.bundle import write_bundle
+        >>> from amdinfer.testing.models import tiny_cnn
+        >>> [s.name for s in bundled_model(write_bundle(tiny_cnn(), tempfile.mkdtemp() + "/b")).inputs]
+        ['input']
+    """
+    from ..model import ModelSource
+
+    folder = Path(directory)
+    data = read_manifest(folder)
+    check_files(folder, data)
+    return ModelSource.from_any(folder / data["buckets"][0]["file"])

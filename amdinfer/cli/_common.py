@@ -438,6 +438,9 @@ def load_engine(
     if quantizer is not None:
         options["quantizer"] = quantizer
     note(args, f"loading {Path(args.model).name} (backend {args.backend}, {args.precision})")
-    engine = amdinfer.load(source, backend=args.backend, device=args.device, precision=args.precision, **options)
+    from ..bundle import is_bundle
+
+    target = args.model if is_bundle(args.model) else source  # a bundle folder: checked and loaded as built
+    engine = amdinfer.load(target, backend=args.backend, device=args.device, precision=args.precision, **options)
     _note_skipped(args, engine.info)
     return engine

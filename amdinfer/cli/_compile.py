@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
+from ._bundle import add_bundle_arguments, run_bundle
 from ._common import (
     add_model_args,
     add_output_args,
@@ -27,6 +28,7 @@ HELP = "compile a model for a backend/precision/shapes into the cache (MIGraphX 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p, sweep=True, inputs=False)  # --cache-dir among them
     p.add_argument("--out", metavar="PATH", help="also copy the compiled artefact here")
+    add_bundle_arguments(p)
     add_output_args(p)
 
 
@@ -59,6 +61,8 @@ def artefacts(cache_dir: Path, info: Any, model_name: str) -> list[tuple[str, Pa
 def run(args: argparse.Namespace) -> int:
     from ..cache import resolve_cache_dir
 
+    if getattr(args, "bundle", None):
+        return run_bundle(args)
     out = check_writable(args.out, "--out", args) if args.out else None
     if args.backend == "reference":
         raise OptionError("--backend reference: the NumPy reference has nothing to compile; use ort or migraphx")

@@ -136,10 +136,12 @@ def make_feeds(specs: Sequence[Any], shapes: Mapping[str, tuple[int, ...]], seed
 
 
 def model_specs(model: str) -> Any:
-    """The model's :class:`~amdinfer.ModelSource` (inputs and outputs without building an engine)."""
+    """The model's :class:`~amdinfer.ModelSource` (inputs and outputs without building an engine); for a bundle
+    folder (``amdinfer compile --bundle``), its compiled model's."""
+    from ..bundle import bundled_model, is_bundle
     from ..model import ModelSource
 
-    return ModelSource.from_any(model)
+    return bundled_model(model) if is_bundle(model) else ModelSource.from_any(model)
 
 
 def shape_bounds(specs: Sequence[Any], per_batch: Sequence[Mapping[str, tuple[int, ...]]]) -> dict[str, Any]:
