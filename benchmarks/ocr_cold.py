@@ -14,7 +14,7 @@ Configurations: ``default`` (what ``amdinfer.ocr`` does), ``no_warm`` (``warm=Fa
 use, the old cold start), ``exhaustive`` (``exhaustive_tune=True``: cuDNN's exhaustive search, amdinfer's previous
 default for these models), and, to find what a new shape costs on the CUDA EP, the same without warm-up and with
 one knob changed each: ``one_session`` (``shape_sessions=0``), ``nchw`` (``prefer_nhwc=False``),
-``nchw_one_session`` (CUDA graphs are already off for inputs that vary).
+``nchw_one_session``; ``nchw_warm`` (the default warm-up, NCHW) (CUDA graphs are already off for inputs that vary).
 Pages: the five shipped ``tests/data/ocr_page*.png`` and five text pages drawn here (letter portrait and landscape,
 A4, a 720p screen, a 480x640 photo size; Pillow's bundled font, fixed seed). Models: the PP-OCR files of the
 installed ``rapidocr==3.10.0`` wheel (tests/ocr/_models.py). Nothing is downloaded. Prints one JSON object and
@@ -50,6 +50,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "one_session": {"warm": False, "shape_sessions": 0},
     "nchw": {"warm": False, "prefer_nhwc": False},
     "nchw_one_session": {"warm": False, "prefer_nhwc": False, "shape_sessions": 0},
+    "nchw_warm": {"prefer_nhwc": False},  # the warm-up at load, NCHW
 }
 PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 #: generated pages: (height, width, font size)
