@@ -53,7 +53,7 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         ;;
     ocr)
         python3 benchmarks/ocr_cold.py --configs "${OCR_CONFIGS:-default}" --timeout "${OCR_TIMEOUT:-200}" \
-            ${OCR_COLD_ONLY:+--cold-only} --out "$OUT/ocr_cold.json" 2>&1 | grep -v '^ \|^{\|^}' | tail -60
+            ${OCR_COLD_ONLY:+--cold-only} --out "$OUT/ocr_cold.json" 2>&1 | grep -E '(cold|warm) cache: |over --timeout' | tail -40
         ;;
     split)
         python3 benchmarks/one_call_split.py --model "$MODEL" --out "$OUT" 2>&1 | tail -20
