@@ -222,6 +222,27 @@ def test_wrapper_equals_a_direct_pycocotools_call(tmp_path) -> None:
     assert m.map50 == pytest.approx(average_precision50(preds, truth), abs=1e-9)  # an independent implementation
 
 
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("names: [person, 'bi,cycle', \"car\"]\n", ["person", "bi,cycle", "car"]),
+        ("names: {0: person, 1: 'traffic light'}\nnc: 2\n", ["person", "traffic light"]),
+        ("names:\n  - cat\n  - 'dog # not a comment'\n", ["cat", "dog # not a comment"]),
+        # the shape of Ultralytics' coco.yaml: comments, an empty entry, a `download: |` script
+        ("path: ../coco  # root\nval: val2017.txt\ntest: \nnames:\n  0: person\n  1: bicycle\n\n"
+         "download: |\n  from pathlib import Path\n\n  dir = Path(yaml['path'])  # root\n", ["person", "bicycle"]),
+    ],
+)  # fmt: skip
+def test_data_yaml_forms(tmp_path, text: str, names: list[str]) -> None:
+    from amdinfer.metrics import read_data_yaml
+
+    (tmp_path / "data.yaml").write_text(text)
+    got = read_data_yaml(tmp_path / "data.yaml")
+    assert got["names"] == names
+    if "download" in got:
+        assert got["val"] == "val2017.txt" and got["test"] is None and "Path(yaml['path'])" in got["download"]
+
+
 def test_detection_map_refuses_bad_predictions() -> None:
     s = load_detection_set(SHAPES)
     with pytest.raises(amdinfer.InputError, match="got 3, expected one per image"):

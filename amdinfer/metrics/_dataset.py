@@ -98,8 +98,11 @@ def read_data_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not p.is_file():
         raise InputError(f"data: {str(p)!r} does not exist, expected a data.yaml file")
     out: dict[str, Any] = {}
-    key = ""
+    key, text_block = "", False
     for n, raw in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if text_block and (not raw.strip() or raw[0] in " \t"):
+            out[key] += raw.strip() + "\n"  # a `|` or `>` text (Ultralytics' download scripts): kept as text
+            continue
         line = _strip_comment(raw).rstrip()
         if not line.strip() or line.strip() == "---":
             continue
@@ -113,7 +116,8 @@ def read_data_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         if not m:
             raise InputError(f"{where}: got {raw.strip()[:60]!r}, expected key: value (an Ultralytics data.yaml)")
         key, value = m.group(1), m.group(2).strip()
-        out[key] = [] if value == "" else _scalar(value, where)
+        text_block = value in ("|", ">", "|-", ">-", "|+", ">+")
+        out[key] = [] if value == "" else "" if text_block else _scalar(value, where)
     for k, v in out.items():
         if isinstance(v, list) and v and isinstance(v[0], tuple):
             out[k] = _block(v)
@@ -153,12 +157,47 @@ def _block(lines: list[tuple[str, str]]) -> list[Any] | dict[Any, Any]:
 
 
 def _scalar(value: str, where: str) -> Any:
-    if value[0] in "[{'\"":
-        text = re.sub(r"(?<=[{,])\s*([A-Za-z_]\w*)\s*:", r"'\1':", value) if value[0] == "{" else value
+    """A plain or quoted scalar, or a flow ``[a, 'b']`` / ``{0: a, 1: b}`` of them (not nested)."""
+    if value[0] in "[{":
+        close = "]" if value[0] == "[" else "}"
+        if not value.endswith(close):
+            raise InputError(f"{where}: got {value[:60]!r}, expected it to end in {close!r} on the same line")
+        parts = [x for x in _split(value[1:-1], where) if x.strip()]
+        if value[0] == "[":
+            return [_plain(x, where) for x in parts]
+        table: dict[Any, Any] = {}
+        for x in parts:
+            k, sep, v = x.partition(":")
+            if not sep:
+                raise InputError(f"{where}: got {x.strip()[:60]!r} in {{...}}, expected key: value")
+            table[_plain(k, where)] = _plain(v, where)
+        return table
+    return _plain(value, where)
+
+
+def _split(text: str, where: str) -> list[str]:
+    """``text`` cut at the commas outside quotes."""
+    parts, quote, start = [], "", 0
+    for i, ch in enumerate(text):
+        if ch in "'\"" and (not quote or quote == ch):
+            quote = "" if quote else ch
+        elif ch in "[]{}" and not quote:
+            raise InputError(f"{where}: got a nested {ch!r}, expected a flat [a, b] or {{0: a}}")
+        elif ch == "," and not quote:
+            parts.append(text[start:i])
+            start = i + 1
+    if quote:
+        raise InputError(f"{where}: got {text[:60]!r}, expected its quote {quote} closed")
+    return [*parts, text[start:]]
+
+
+def _plain(value: str, where: str) -> Any:
+    value = value.strip()
+    if value[:1] in ("'", '"'):
         try:
-            return ast.literal_eval(text)
+            return str(ast.literal_eval(value))
         except (ValueError, SyntaxError):
-            raise InputError(f"{where}: got {value[:60]!r}, expected a quoted string, [a, b] or {{0: a}}") from None
+            raise InputError(f"{where}: got {value[:60]!r}, expected a quoted string") from None
     if re.fullmatch(r"-?\d+", value):
         return int(value)
     return value
