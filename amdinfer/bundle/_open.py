@@ -221,7 +221,10 @@ def _marker(data: dict[str, Any]) -> Path | None:
 def _remember(marker: Path | None, folder: Path, result: dict[str, Any]) -> None:
     if marker is None:
         return
+    from ..cache import CompiledModelCache
+
     try:
+        CompiledModelCache(marker.parent.parent)._make_root()  # an amdinfer cache folder (CACHEDIR.TAG) holds it
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"bundle": str(folder.resolve()), **result}, default=str), encoding="utf-8")
     except OSError:

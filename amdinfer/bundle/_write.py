@@ -72,7 +72,7 @@ def write_bundle(
         >>> import tempfile, amdinfer
         >>> from amdinfer.testing.models import tiny_cnn
         >>> folder = write_bundle(tiny_cnn(), tempfile.mkdtemp() + "/b", batch_buckets=[1, 2])
-        >>> engine = amdinfer.load(folder)
+        >>> engine = amdinfer.load(folder, verify=True)
         >>> engine.info.settings["bundle"]["buckets"], engine.info.settings["bundle"]["verify"]["passed"]
         (['b1', 'b2'], True)
     """
@@ -83,8 +83,8 @@ def write_bundle(
     _check_target(folder, overwrite)
     plans = _plans(source, batch_buckets, shapes)
     rebuild = command or rebuild_command(source, folder, batch_buckets, shapes, precision, backend, providers)
-    parent = folder.parent if folder.parent.exists() else Path(tempfile.gettempdir())
-    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=parent))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))  # renamed into place when whole
     try:
         built = compile_buckets(
             source, work, plans, backend=backend, providers=providers, precision=precision, device=device,
@@ -99,12 +99,23 @@ def write_bundle(
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+    summary = _self_check(folder, backend)
+    say(f"bundle {folder}: {len(plans)} bucket(s), goldens {summary}, {time.perf_counter() - t0:.2f} s")
+    return folder
+
+
+def _self_check(folder: Path, backend: str) -> str:
+    """Load the new bundle as a target machine would and run its goldens; a bundle that fails is removed."""
+    if backend == "migraphx":
+        return "not run (loading .mxr bundles is not implemented yet)"
     from ._open import load_bundle
 
-    with load_bundle(folder, verify=True) as engine:  # the bundle loads here and its goldens pass
-        passed = engine.info.settings["bundle"]["verify"]
-    say(f"bundle {folder}: {len(plans)} bucket(s), goldens {passed['summary']}, {time.perf_counter() - t0:.2f} s")
-    return folder
+    try:
+        with load_bundle(folder, verify=True) as engine:
+            return str(engine.info.settings["bundle"]["verify"]["summary"])
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _json(data: Mapping[str, Any]) -> str:
