@@ -152,11 +152,29 @@ def make_batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
         shape[0] = 0
         if name in inits and name not in shared:
             inits[name].CopyFrom(numpy_helper.from_array(shape, name))
-        else:  # a Constant node, or a constant others read too: a copy of its own
-            copy = f"{name}__batch0_{node.output[0]}"
-            graph.initializer.append(numpy_helper.from_array(shape, copy))
+        else:  # a Constant node, or a constant others read too: a rewritten copy, shared by the Reshapes
+            copy = f"{name}__batch0"
+            if copy not in inits:
+                inits[copy] = numpy_helper.from_array(shape, copy)
+                graph.initializer.append(inits[copy])
             node.input[1] = copy
+    _drop_unused(graph, set(inits) - {t.name for t in model.graph.initializer}, uses)
     return out
+
+
+def _drop_unused(graph: onnx.GraphProto, added: set[str], before: dict[str, int]) -> None:
+    """Remove the constants that only the rewritten Reshapes read (their copies replace them), so that a runtime
+    does not warn about unused initializers."""
+    used = {name for node in graph.node for name in node.input} | {v.name for v in [*graph.input, *graph.output]}
+    gone = {name for name in before if name not in used and name not in added}
+    keep = [t for t in graph.initializer if t.name not in gone]
+    if len(keep) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    nodes = [n for n in graph.node if not (n.op_type == "Constant" and n.output and n.output[0] in gone)]
+    if len(nodes) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(nodes)
 
 
 def _constant(name: str, inits: dict[str, onnx.TensorProto], constants: dict[str, onnx.NodeProto]) -> Any:

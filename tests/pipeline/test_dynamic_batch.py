@@ -135,6 +135,31 @@ def test_a_resnet_like_classifier_at_batch_1_is_proven_and_classify_agrees() -> 
             np.testing.assert_allclose(g.scores, w.scores, rtol=1e-4, atol=1e-6)
 
 
+def test_constant_nodes_and_shared_shapes_are_rewritten_without_leftovers() -> None:
+    """A shape from a ``Constant`` node and one initializer read by two Reshapes: both rewritten, the replaced
+    constants removed (ONNX Runtime would warn about unused ones), the batch of 3 equal to each row."""
+    shape = numpy_helper.from_array(np.array([1, 32], np.int64))
+    model = _model(
+        [
+            helper.make_node("Constant", [], ["c"], value=shape),
+            helper.make_node("Reshape", ["x", "c"], ["a"]),
+            helper.make_node("Reshape", ["x", "s"], ["b"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Reshape", ["r", "s"], ["d"]),
+            helper.make_node("Sum", ["a", "b", "d"], ["y"]),
+        ],
+        [1, 32],
+        [_i64("s", [1, 32])],
+    )
+    assert dyn.prove_batch_dynamic(model).applied
+    rewritten = dyn.make_batch_dynamic(model)
+    names = {t.name for t in rewritten.graph.initializer}
+    assert names == {"c__batch0", "s__batch0"} and not any(n.op_type == "Constant" for n in rewritten.graph.node)
+    assert all(numpy_helper.to_array(t).tolist() == [0, 32] for t in rewritten.graph.initializer)
+    rng = np.random.default_rng(5)
+    _check_rows(model, rewritten, "x", [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(3)])
+
+
 # ------------------------------------------------------------------------------------------------ refusals
 def _model(nodes: list[Any], out_shape: list[int], inits: list[Any] | None = None, x: list[int] | None = None) -> Any:
     graph = helper.make_graph(
