@@ -209,6 +209,7 @@ def save_dir_for(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..metrics._map import mean_stages
     from ..model import ModelSource
 
     model = ModelSource.from_any(args.model)
@@ -227,9 +228,12 @@ def run(args: argparse.Namespace) -> int:
     n = len(out.records)
     unit = {"detect": "boxes", "classify": "classes", "ocr": "text lines", "embed": "vectors"}[task]
     rate = n / seconds if seconds > 0 else float("inf")
+    stages = mean_stages(out.speeds)
+    each = ", ".join(f"{stages[k]:.1f} ms {k}" for k in ("preprocess", "inference", "postprocess") if k in stages)
     text = (
         f"{n} {'texts' if task == 'embed' else 'images'}, {out.count} {unit} in {seconds:.2f} s ({rate:.1f}/s)\n"
-        f"results in {save_dir}: {', '.join(p.name for p in written.values())}"
+        + (f"Speed: {each} per image\n" if each else "")
+        + f"results in {save_dir}: {', '.join(p.name for p in written.values())}"
         + ("" if args.no_save or task == "embed" else ", annotated pictures")
     )
     payload = {
@@ -238,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         "found": out.count,
         "seconds": seconds,
         "per_second": rate,
+        "stages_ms": stages,
         "save_dir": str(save_dir),
         "files": {k: str(v) for k, v in written.items()},
     }

@@ -119,6 +119,8 @@ class PredictOutputs:
         self.labels = labels and task == "detect"
         self.records: list[dict[str, Any]] = []
         self.count = 0
+        #: each result's ``speed`` (ms per stage), for the mean the command prints
+        self.speeds: list[dict[str, Any]] = []
         self._stems: set[str] = set()
         save_dir.mkdir(parents=True, exist_ok=True)
         if self.labels:
@@ -134,6 +136,7 @@ class PredictOutputs:
     def add(self, image: str, stem: str, result: Any, *, suffix: str = ".jpg") -> None:
         """Record one result (``image``: what it answers, ``stem``: its output file names)."""
         stem = self._unique(stem)
+        self.speeds.append(dict(getattr(result, "speed", None) or {}))
         rows = rows_of(self.task, result)
         self.count += len(rows) if self.task != "embed" else 1
         shape = getattr(result, "image_shape", None)

@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     speed = ""
     if metrics.seconds:
         ms = 1000 * metrics.seconds / max(metrics.images, 1)
-        rate = metrics.images_per_second
-        speed = f"\nSpeed: {ms:.1f} ms per image ({rate:.1f} images/s), pre- and postprocessing included"
+        rate, stages = metrics.images_per_second, metrics.stages
+        each = ", ".join(f"{stages[k]:.1f} ms {k}" for k in ("preprocess", "inference", "postprocess") if k in stages)
+        speed = f"\nSpeed: {each + ' per image; ' if each else ''}{ms:.1f} ms per image in all ({rate:.1f} images/s)"
     text = (
         f"{metrics.summary()}{speed}\nmAP50 {metrics.map50:.4f}  mAP50-95 {metrics.map50_95:.4f}  "
         f"({metrics.library}: COCO mAP, 101 recall points, area all, at most {args.max_det} boxes per image)"

@@ -16,10 +16,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 from ..errors import BackendUnavailableError, InputError
 from ._dataset import DetectionSet, load_detection_set
 
-__all__ = ["ClassMap", "DetectionMetrics", "detection_map"]
+__all__ = ["ClassMap", "DetectionMetrics", "detection_map", "mean_stages"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class DetectionMetrics:
         images, instances: the set's images and true boxes.
         seconds: wall time of the detector over the set (``None`` when predictions were given).
         library: the metric library and its version.
+        stages: mean milliseconds per image in each stage (``preprocess``, ``inference``, ``postprocess``) from
+            the results' ``speed``; empty when the results carry none (a fused pipeline, predictions by hand).
 
     Example:
         >>> m = DetectionMetrics(0.5, 0.25, (), 2, 3, 0.1)
@@ -79,6 +82,7 @@ class DetectionMetrics:
     instances: int
     seconds: float | None = None
     library: str = field(default="pycocotools")
+    stages: dict[str, float] = field(default_factory=dict)
 
     @property
     def images_per_second(self) -> float | None:
@@ -95,7 +99,7 @@ class DetectionMetrics:
         speed = None
         if self.seconds:
             speed = {"seconds": self.seconds, "images_per_second": self.images_per_second,
-                     "ms_per_image": 1000 * self.seconds / max(self.images, 1)}  # fmt: skip
+                     "ms_per_image": 1000 * self.seconds / max(self.images, 1), **self.stages}  # fmt: skip
         rows = [
             {"class": c.index, "name": c.name, "images": c.images, "instances": c.instances, "mAP50": c.map50,
              "mAP50-95": c.map50_95}
@@ -177,7 +181,26 @@ def detection_map(
             f"predictions: got {len(predictions)}, expected one per image of {dataset.source!r} ({len(dataset)})"
         )
     rows = [_prediction_rows(p, i, len(dataset.names)) for i, p in enumerate(predictions)]
-    return _evaluate(dataset, rows, max_dets, seconds)
+    metrics = _evaluate(dataset, rows, max_dets, seconds)
+    return dataclasses.replace(metrics, stages=mean_stages(predictions))
+
+
+def mean_stages(results: Sequence[Any]) -> dict[str, float]:
+    """The mean of the results' ``speed`` (or of the ``speed`` dicts themselves) per stage, in milliseconds per
+    item, over the results that timed it.
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> mean_stages([Detections([], [], [])])  # built by hand: no stage timed
+        {}
+    """
+    sums: dict[str, list[float]] = {}
+    for r in results:
+        speed = r if isinstance(r, Mapping) else getattr(r, "speed", None)
+        for stage, ms in (speed or {}).items():
+            if ms is not None:
+                sums.setdefault(stage, []).append(float(ms))
+    return {stage: sum(v) / len(v) for stage, v in sums.items()}
 
 
 def _run(detector: Any, dataset: DetectionSet, batch_size: Any, progress: bool | None) -> list[Any]:
