@@ -35,3 +35,17 @@ def test_fixed_frames_keep_the_tuned_default_and_the_caller_wins() -> None:
     assert (fixed.value, fixed.source) == (True, "amdinfer")
     asked = plan_tuning("CUDAExecutionProvider", io_bound=True, varying=("x[3]",), user={"gpu_graphs": True})
     assert (asked.choices["gpu_graphs"].value, asked.choices["gpu_graphs"].source) == (True, "user")
+
+
+def test_varying_inputs_run_nchw_on_the_cuda_ep_unless_asked() -> None:
+    """A new shape costs twice as long to build in NHWC (measured on an H200, issue 38): varying inputs get NCHW on the
+    CUDA EP; fixed ones keep NHWC; the caller's value wins; other providers are left alone."""
+    varying = plan_tuning("CUDAExecutionProvider", io_bound=True, varying=("x[3]",)).choices["prefer_nhwc"]
+    assert (varying.value, varying.source) == (False, "amdinfer")
+    assert "x[3]" in varying.reason and "prefer_nhwc=True" in varying.reason
+    fixed = plan_tuning("CUDAExecutionProvider", io_bound=True, varying=()).choices["prefer_nhwc"]
+    assert (fixed.value, fixed.source) == (True, "amdinfer")
+    asked = plan_tuning("CUDAExecutionProvider", varying=("x[3]",), user={"prefer_nhwc": True}).choices["prefer_nhwc"]
+    assert (asked.value, asked.source) == (True, "user")
+    rocm = plan_tuning("ROCMExecutionProvider", varying=("x[3]",)).choices["prefer_nhwc"]
+    assert rocm.source != "amdinfer" or rocm.value is not False

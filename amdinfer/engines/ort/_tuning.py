@@ -48,6 +48,7 @@ from ._providers import CUDA_EP, GPU_PROVIDERS, PROVIDERS
 
 __all__ = [
     "GPU_PROVIDERS",
+    "NCHW_WHEN_VARYING",
     "SEARCH_EACH_PROCESS",
     "TUNABLE_KNOBS",
     "KnobChoice",
@@ -150,6 +151,14 @@ _SEARCH = (
     "off: inputs vary beyond the batch axis ({}) and cuDNN's exhaustive search would run again in every process for "
     "every new shape (seconds each on a cold start); HEURISTIC picks per shape at once; exhaustive_tune=True searches"
 )
+#: Providers where a new input shape costs seconds more in NHWC than in NCHW: measured on an H200 (CUDA EP 1.31.1,
+#: docs/performance.md, issue 38), the PP-OCR cascade's first pass over 10 pages with every shape built on first use
+#: took 49.8 s in NHWC and 24.7 s in NCHW, the warm pass 0.62 and 0.75 s. For inputs that vary, the cold start wins.
+NCHW_WHEN_VARYING: frozenset[str] = frozenset({CUDA_EP})
+_NCHW = (
+    "off: inputs vary beyond the batch axis ({}); each new shape builds its NHWC convolutions for seconds (twice "
+    "NCHW's cost on a cold start, measured); prefer_nhwc=True keeps NHWC"
+)
 
 
 def varying_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -246,7 +255,8 @@ def plan_tuning(
         control_flow: the model's control-flow nodes (:func:`control_flow_nodes`); graph capture cannot
             serve them, so with any ``gpu_graphs`` defaults to off.
         varying: the model's input dims that vary beyond the batch axis (:func:`varying_inputs`): with any,
-            ``gpu_graphs`` defaults to off, and ``exhaustive_tune`` on :data:`SEARCH_EACH_PROCESS` providers.
+            ``gpu_graphs`` defaults to off, ``exhaustive_tune`` on :data:`SEARCH_EACH_PROCESS` providers, and
+            ``prefer_nhwc`` on :data:`NCHW_WHEN_VARYING` providers.
 
     Returns:
         A :class:`TuningPlan` with one :class:`KnobChoice` per knob.
@@ -299,6 +309,8 @@ def plan_tuning(
             choices[knob] = KnobChoice(False, "amdinfer", _SEARCH.format(_shown(varying)), options)
         elif knob == "gpu_graphs" and varying:
             choices[knob] = KnobChoice(False, "amdinfer", _VARYING.format(_shown(varying)), options)
+        elif knob == "prefer_nhwc" and varying and provider in NCHW_WHEN_VARYING:
+            choices[knob] = KnobChoice(False, "amdinfer", _NCHW.format(_shown(varying)), options)
         elif knob == "gpu_graphs" and not io_bound:
             choices[knob] = KnobChoice(
                 False,
