@@ -11,7 +11,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from .engines._options import did_you_mean
 from .engines.base import Engine
@@ -96,7 +96,7 @@ def load(
     return _load_auto(model, common)
 
 
-def _is_bundle(model: object) -> bool:
+def _is_bundle(model: object) -> TypeGuard[str | os.PathLike]:
     """Whether ``model`` names a bundle folder (a directory holding ``manifest.json``)."""
     if not isinstance(model, (str, os.PathLike)):
         return False

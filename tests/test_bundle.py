@@ -143,11 +143,11 @@ def test_a_changed_file_is_refused_naming_it(cnn_bundle: Path, tmp_path: Path, t
 def test_a_missing_or_added_file_is_refused(cnn_bundle: Path, tmp_path: Path) -> None:
     copied = _copy(cnn_bundle, tmp_path)
     (copied / "golden" / "b1.npz").unlink()
-    with pytest.raises(amdinfer.BundleError, match="'golden/b1.npz' is missing"):
+    with pytest.raises(amdinfer.BundleError, match=r"'golden/b1\.npz' is missing"):
         amdinfer.load(copied)
     copied = _copy(cnn_bundle, tmp_path / "2")
     (copied / "ort" / "extra.onnx").write_bytes(b"x")
-    with pytest.raises(amdinfer.BundleError, match="'ort/extra.onnx' is not in the manifest"):
+    with pytest.raises(amdinfer.BundleError, match=r"'ort/extra\.onnx' is not in the manifest"):
         amdinfer.load(copied)
 
 
@@ -156,7 +156,7 @@ def test_an_edited_manifest_is_refused(cnn_bundle: Path, tmp_path: Path) -> None
     data = json.loads((copied / MANIFEST).read_text())
     data["precision"] = "fp16"
     (copied / MANIFEST).write_text(json.dumps(data))
-    with pytest.raises(amdinfer.BundleError, match="manifest.json was edited") as exc:
+    with pytest.raises(amdinfer.BundleError, match=r"manifest\.json was edited") as exc:
         amdinfer.load(copied)
     assert exc.value.field == MANIFEST
     assert exc.value.rebuild is not None and exc.value.rebuild.startswith("amdinfer compile ")
@@ -187,7 +187,7 @@ def test_a_golden_that_no_longer_matches_is_an_error(cnn_bundle: Path, tmp_path:
     arrays[out] = arrays[out] + 1.0
     np.savez(path, **arrays)
     _reseal(copied)  # hashes made valid: only the goldens' check can tell
-    with pytest.raises(amdinfer.BundleError, match="bucket b4 output .* does not match its golden") as exc:
+    with pytest.raises(amdinfer.BundleError, match=r"bucket b4 output .* does not match its golden") as exc:
         amdinfer.load(copied, verify=True)
     assert exc.value.field == f"golden b4/{out[4:]}"
     engine = amdinfer.load(copied, verify=False)  # asked not to check: loads, and says so

@@ -55,7 +55,7 @@ def compile_buckets(
         return _mxr(source, work, plans, precision, say, t0)
     if backend not in ("ort", "auto"):
         raise OptionError(f"bundle: backend {backend!r} has no compiled form to ship; expected 'ort' or 'migraphx'")
-    from ..engines.ort._providers import resolve_provider_name
+    from ..engines.ort import resolve_provider_name
 
     specs = list(providers or ["CPUExecutionProvider"])
     first = resolve_provider_name(specs[0] if isinstance(specs[0], str) else specs[0][0])
@@ -83,15 +83,20 @@ def _optimized(
 ) -> dict[str, Any]:
     """ORT's optimized graph (``optimized_model_filepath``), written once: it keeps the model's dynamic axes."""
     from .._certificate._io import certificate_meta
-    from .._load import load
+    from ..engines.registry import get_backend
 
     (work / "ort").mkdir()
     rel = "ort/model.optimized.onnx"
     t = time.perf_counter()
-    engine = load(
-        source, backend="ort", providers=providers, precision=precision, device=device,
-        optimized_model_path=work / rel, use_cache=False, **options,
+    keywords: dict[str, Any] = dict(
+        providers=providers, precision=precision, device=device, optimized_model_path=work / rel, use_cache=False,
+        **options,
     )  # fmt: skip
+    if precision in ("fp16", "float16", "half") and options.get("quantizer") is None:
+        from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
+
+        keywords.setdefault("precision_quantizer", precision_quantizer)
+    engine = get_backend("ort").build(source, keywords)
     with engine:
         info = engine.info
         for i, plan in enumerate(plans):
@@ -104,7 +109,7 @@ def _optimized(
         "kind": KIND_OPTIMIZED,
         "providers": [[name, dict(records.get(name, {}))] for name in info.providers],
         "files": {plan["name"]: rel for plan in plans},
-        "settings": {"graph_optimization": info.options.graph_optimization if info.options else "all"},
+        "settings": {"graph_optimization": getattr(info.options, "graph_optimization", "all")},
         "certificate": _certificate(work, cert),
     }
 
@@ -157,8 +162,6 @@ def _epcontext(
     import onnxruntime as ort
     from onnxruntime.capi import _pybind_state as capi
 
-    from ..engines.ort._plugins import ep_devices, is_plugin_ep, register_plugins
-
     if precision != "fp32":
         raise OptionError(
             f"bundle: precision {precision!r} with {name}: set the provider's own precision option "
@@ -170,9 +173,8 @@ def _epcontext(
     for plan in plans:
         t = time.perf_counter()
         so = ort.SessionOptions()
-        if is_plugin_ep(name):
-            register_plugins(ort)
-            devices = ep_devices(ort, name)
+        if name not in ort.get_available_providers():  # a plugin EP (registered by its package): by its devices
+            devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
             if device >= len(devices):
                 raise BackendUnavailableError(f"bundle: {name} offers {len(devices)} device(s), no device {device}")
             so.add_provider_for_devices([devices[device]], opts)

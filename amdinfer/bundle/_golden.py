@@ -53,13 +53,14 @@ def _tolerance(precision: str) -> dict[str, float]:
 
 def _golden_engine(source: ModelSource) -> tuple[Any, str]:
     """The NumPy reference on the source model, or ONNX Runtime's CPU EP where the reference lacks an operator."""
-    from .._load import load
+    from ..engines.registry import get_backend
 
     try:
-        return load(source, backend="reference"), "reference"
+        return get_backend("reference").build(source, {}), "reference"
     except (UnsupportedOperatorError, BackendUnavailableError) as exc:
         log.info("bundle goldens: reference engine passed over (%s); ONNX Runtime's CPU EP", exc)
-        return load(source, backend="ort", providers=["CPUExecutionProvider"], use_cache=False), "ort-cpu"
+        cpu = {"providers": ["CPUExecutionProvider"], "use_cache": False}
+        return get_backend("ort").build(source, cpu), "ort-cpu"
 
 
 def write_goldens(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,10 @@ def environment(backend: str, providers: Sequence[str], device: int = 0) -> dict
         >>> env["gpu"] is None, env["machine"] == platform.machine()
         (True, True)
     """
-    from .. import __version__
     from .._support._hardware import cpu_signature, visible_gpu_arch
 
     env: dict[str, Any] = {
-        "amdinfer": __version__,
+        "amdinfer": getattr(sys.modules.get("amdinfer"), "__version__", None),
         "onnxruntime": None,
         "migraphx": None,
         "ep_versions": {},
@@ -105,10 +105,10 @@ def environment(backend: str, providers: Sequence[str], device: int = 0) -> dict
     if backend == "ort":
         import onnxruntime as ort
 
-        from ..engines.ort._plugins import plugin_version
-
+        built_in = set(ort.get_available_providers())
+        plugins = {d.ep_name: _ep_version(d) for d in ort.get_ep_devices() if d.ep_name not in built_in}
         env["onnxruntime"] = ort.__version__
-        env["ep_versions"] = {p: plugin_version(p) or ort.__version__ for p in providers}
+        env["ep_versions"] = {p: ort.__version__ if p in built_in else plugins.get(p) for p in providers}
         if any(p != "CPUExecutionProvider" for p in providers):
             env["gpu"] = visible_gpu_arch(device)
     else:
@@ -117,6 +117,15 @@ def environment(backend: str, providers: Sequence[str], device: int = 0) -> dict
         env["migraphx"] = str(getattr(migraphx, "__version__", "unknown"))
         env["gpu"] = visible_gpu_arch(device)
     return env
+
+
+def _ep_version(device: Any) -> str | None:
+    """A plugin EP's version as its device reports it (``ep_metadata["version"]``), where it does."""
+    meta = getattr(device, "ep_metadata", None)
+    try:
+        return str(meta["version"]) if meta is not None and "version" in meta else None
+    except (TypeError, KeyError):
+        return None
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

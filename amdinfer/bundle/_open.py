@@ -121,7 +121,7 @@ def _check_request(
             rebuild=rebuild,
         )
     if providers is not None:
-        from ..engines.ort._providers import resolve_provider_name
+        from ..engines.ort import resolve_provider_name
 
         asked = [
             resolve_provider_name(p if isinstance(p, str) else p[0])

@@ -148,8 +148,8 @@ def _plans(
             missing = [s.name for s in tensors if s.name not in plan]
             if missing:
                 raise OptionError(f"shapes[{i}]: got inputs {sorted(plan)}, expected every input {missing} too")
-            dims = {k: tuple(int(d) for d in v) for k, v in plan.items()}
-            out.append({"name": "s" + "_".join("x".join(map(str, v)) for v in dims.values()), "shapes": dims})
+            given = {k: tuple(int(d) for d in v) for k, v in plan.items()}
+            out.append({"name": "s" + "_".join("x".join(map(str, v)) for v in given.values()), "shapes": given})
         return out
     buckets = sorted({int(b) for b in (batch_buckets or [1])})
     if any(b < 1 for b in buckets):
@@ -166,7 +166,7 @@ def _plans(
                 )
             if fixed and fixed[0] is not None and fixed[0] != b:
                 raise OptionError(f"batch_buckets: input {s.name!r} has a fixed batch {fixed[0]}, got bucket {b}")
-            dims[s.name] = (b, *(int(d) for d in fixed[1:])) if fixed else ()
+            dims[s.name] = (b, *(int(d or 0) for d in fixed[1:])) if fixed else ()
         plans.append({"name": f"b{b}", "batch": b, "shapes": dims})
     return plans
 
