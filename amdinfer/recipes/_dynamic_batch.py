@@ -108,6 +108,8 @@ def load_engine(model: ModelLike, choice: Any, backend: str, load: dict[str, Any
     from ..pipeline.fuse._model import check_fixed_buckets
 
     check_dynamic_batch(choice)
+    if not isinstance(backend, str):  # an Engine passed in runs as it is (never closed or reloaded here)
+        return load_model(model, backend=backend, **load)
     source = (
         model if isinstance(model, ModelSource) else ModelSource.from_any(model, base_dir=load.pop("base_dir", None))
     )

@@ -27,7 +27,7 @@ from amdinfer.errors import ModelError, OptionError
 from amdinfer.pipeline.fuse import FusedPipeline
 from amdinfer.testing.models import resnet50, tiny_cnn, yolov8
 
-CPU = {"providers": ["CPUExecutionProvider"]}
+CPU: dict[str, Any] = {"providers": ["CPUExecutionProvider"]}
 SIZE = 64
 
 
@@ -280,7 +280,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
             rows.append(int(next(iter(feeds.values())).shape[0]))
             return run(feeds, **kw)
 
-        engine.run = spy
+        engine.run = spy  # type: ignore[method-assign, misc, assignment]
         return engine
 
     def on() -> list[int]:
