@@ -302,25 +302,27 @@ def plan_tuning(
             choices[knob] = KnobChoice(None, "provider", "tuning=False: provider default", options)
         elif default is None:
             choices[knob] = KnobChoice(None, "provider", why, options)
-        elif knob == "gpu_graphs" and control_flow:
-            reason = f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
-            choices[knob] = KnobChoice(False, "amdinfer", reason, options)
-        elif knob == "exhaustive_tune" and varying and provider in SEARCH_EACH_PROCESS:
-            choices[knob] = KnobChoice(False, "amdinfer", _SEARCH.format(_shown(varying)), options)
-        elif knob == "gpu_graphs" and varying:
-            choices[knob] = KnobChoice(False, "amdinfer", _VARYING.format(_shown(varying)), options)
-        elif knob == "prefer_nhwc" and varying and provider in NCHW_WHEN_VARYING:
-            choices[knob] = KnobChoice(False, "amdinfer", _NCHW.format(_shown(varying)), options)
-        elif knob == "gpu_graphs" and not io_bound:
-            choices[knob] = KnobChoice(
-                False,
-                "amdinfer",
-                "off: graph capture needs IO bound to fixed device buffers (io_binding=False)",
-                options,
-            )
         else:
-            choices[knob] = KnobChoice(default, "amdinfer", why, options)
+            off = _off_because(knob, provider, io_bound, control_flow, varying)
+            choices[knob] = KnobChoice(False if off else default, "amdinfer", off or why, options)
     return TuningPlan(provider=provider, choices=choices, io_bound=io_bound)
+
+
+def _off_because(
+    knob: str, provider: str, io_bound: bool, control_flow: Sequence[str], varying: Sequence[str]
+) -> str | None:
+    """Why amdinfer turns a tuned-on ``knob`` off for this model (``None``: it keeps its tuned default)."""
+    if knob == "gpu_graphs" and control_flow:
+        return f"off: the model has control-flow nodes ({_shown(control_flow)}), which graph capture cannot serve"
+    if knob == "exhaustive_tune" and varying and provider in SEARCH_EACH_PROCESS:
+        return _SEARCH.format(_shown(varying))
+    if knob == "gpu_graphs" and varying:
+        return _VARYING.format(_shown(varying))
+    if knob == "prefer_nhwc" and varying and provider in NCHW_WHEN_VARYING:
+        return _NCHW.format(_shown(varying))
+    if knob == "gpu_graphs" and not io_bound:
+        return "off: graph capture needs IO bound to fixed device buffers (io_binding=False)"
+    return None
 
 
 def apply_tuning(
