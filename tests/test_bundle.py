@@ -259,3 +259,33 @@ def test_cli_compile_bundle_prints_a_line_per_bucket_then_run_and_bench_load_it(
     assert main(["run", str(folder)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "BundleError" in err[0] and "'golden/b1.npz' changed" in err[0]
+
+
+def test_fp16_bundle_holds_an_fp16_graph_and_its_goldens_pass_by_cosine(tmp_path: Path) -> None:
+    folder = write_bundle(models.tiny_cnn(), tmp_path / "b", batch_buckets=[2], precision="fp16")
+    data = read_manifest(folder)
+    assert data["precision"] == "fp16" and data["golden"]["tolerance"] == {"min_cosine": 0.99}
+    engine = amdinfer.load(folder, verify=True)
+    assert engine.info.precision == "fp16" and engine.info.settings["bundle"]["verify"]["passed"]
+    feeds = models.random_inputs(models.tiny_cnn(), batch=2, seed=3)
+    with amdinfer.load(models.tiny_cnn(), backend="reference") as ref:
+        want = ref.run(feeds)["logits"]
+    got = engine.run(feeds)["logits"]
+    cosine = float(np.sum(got * want) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cosine > 0.999 and not np.allclose(got, want, rtol=0, atol=1e-7)  # fp16 rounding, same answer
+
+
+def test_int8_bundle_carries_its_certificate(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from amdinfer.quantize import Int8Quantizer
+
+    rng = np.random.default_rng(0)
+    quantizer = Int8Quantizer(calibration=[{"input": rng.random((4, 3, 32, 32), dtype=np.float32)}])
+    folder = write_bundle(models.tiny_cnn(), tmp_path / "b", batch_buckets=[1], precision="int8", quantizer=quantizer)
+    data = read_manifest(folder)
+    cert = json.loads((folder / "certificate.json").read_text())
+    assert data["certificate"] == {"path": "certificate.json", "sha256": file_sha256(folder / "certificate.json")}
+    assert cert["float_sha256"] == data["model"]["sha256"]  # it certifies the quantization of the source model
+    caplog.clear()
+    engine = amdinfer.load(folder, verify=True)
+    assert engine.info.settings["bundle"]["certificate"] == data["certificate"]
+    assert not [r for r in caplog.records if "not trusted" in r.getMessage()]

@@ -104,6 +104,8 @@ def _optimized(
             say(_line(plan, "ORT optimized graph written and run" if i == 0 else "runs on the shared graph", t, t0))
             t = time.perf_counter()
         cert = certificate_meta(engine.model.proto).get("precision_certificate")
+    if cert:
+        _drop_certificate(work / rel)
     records = info.settings.get("provider_options", {})
     return {
         "kind": KIND_OPTIMIZED,
@@ -125,6 +127,19 @@ def _certificate(work: Path, cert: dict[str, Any] | None) -> dict[str, Any] | No
     path = work / "certificate.json"
     path.write_text(json.dumps(cert, indent=2, sort_keys=True), encoding="utf-8")
     return {"path": "certificate.json", "sha256": file_sha256(path)}
+
+
+def _drop_certificate(path: Path) -> None:
+    """Remove the precision certificate ORT copied into the optimized graph: it certifies the quantized model's
+    hash, not the optimized graph's (it would be shown as untrusted at load); ``certificate.json`` keeps it."""
+    from .._certificate._hash import CERTIFICATE_KEY
+
+    model = onnx.load(str(path))
+    kept = [p for p in model.metadata_props if p.key != CERTIFICATE_KEY]
+    if len(kept) != len(model.metadata_props):
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        onnx.save(model, str(path))
 
 
 def static_model(model: onnx.ModelProto, shapes: dict[str, Any]) -> onnx.ModelProto:
