@@ -74,3 +74,17 @@ def test_bad_logs_are_one_line(cnn: Path, tmp_path: Path, capsys, content: str, 
     assert main([*argv, *extra]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_with_bundle_the_planned_batch_sizes_are_the_buckets(cnn: Path, tmp_path: Path, capsys) -> None:
+    log = tmp_path / "batches.json"
+    log.write_text(json.dumps([1, 1, 3, 7, 8]))
+    argv = ["compile", str(cnn), "--providers", "cpu", "--shapes-from", str(log), "--max-buckets", "2"]
+    assert main([*argv, "--bundle", str(tmp_path / "b"), "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [b["name"] for b in out["buckets"]] == [b["name"] for b in manifest["buckets"]]
+    assert [(b["batch"], b["shapes"]) for b in manifest["buckets"]] == [
+        (3, {"input": [3, 3, 32, 32]}),
+        (8, {"input": [8, 3, 32, 32]}),
+    ]

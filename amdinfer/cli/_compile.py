@@ -20,6 +20,7 @@ from ._common import (
     plan_feeds,
 )
 from ._outputs import check_writable, copy_file
+from ._shapes_from import add_shapes_from_argument, plan_line, shapes_from
 
 NAME = "compile"
 HELP = "compile a model for a backend/precision/shapes into the cache (MIGraphX .mxr, ORT optimized model)"
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p, sweep=True, inputs=False)  # --cache-dir among them
     p.add_argument("--out", metavar="PATH", help="also copy the compiled artefact here")
     add_bundle_arguments(p)
+    add_shapes_from_argument(p)  # --shapes-from LOG, --max-buckets N
     add_output_args(p)
 
 
@@ -61,6 +63,7 @@ def artefacts(cache_dir: Path, info: Any, model_name: str) -> list[tuple[str, Pa
 def run(args: argparse.Namespace) -> int:
     from ..cache import resolve_cache_dir
 
+    planned = shapes_from(args)  # --shapes-from: the planned buckets (args.batch set when only the batch varies)
     if getattr(args, "bundle", None):
         return run_bundle(args)
     out = check_writable(args.out, "--out", args) if args.out else None
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cache is False:
         raise OptionError("--no-cache: compile builds into the compiled-model cache; drop --no-cache")
     cache_dir = resolve_cache_dir(args.cache_dir)
-    plans = plan_feeds(args, args.batch or [None])
+    plans = planned or plan_feeds(args, args.batch or [None])
     # The folder run/bench/verify/profile resolve the same way (--cache-dir, $AMDINFER_CACHE_DIR, user cache).
     args.cache_dir = str(cache_dir)
     engine = load_engine(args, plans)
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         f"{k} " + " .. ".join(dict.fromkeys("x".join(map(str, plan[k])) for plan in plans)) for k in plans[0]
     )
     lines.append(f"shapes    {shapes}")
+    lines += [line for line in [plan_line(args)] if line]
     if found:
         lines += [f"artefact  {p}" for _, p in found]
     else:

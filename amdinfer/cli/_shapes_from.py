@@ -100,6 +100,8 @@ def read_shapes(path: str | Path, model: str = "") -> tuple[str | None, Counter[
             return None, Counter({tuple(int(d) for d in str(k).split("x")): int(n) for k, n in data.items()})
         if isinstance(data, list):
             return None, Counter(tuple([int(s)] if isinstance(s, int) else (int(d) for d in s)) for s in data)
+    except OptionError:
+        raise
     except (TypeError, ValueError, AttributeError):
         pass
     raise OptionError(f"{where}: expected a shape log, a JSON list of shapes or a {{'1x3x8': count}} histogram")
@@ -144,6 +146,11 @@ def shapes_from(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]] | 
     batch_only = all(s[1:] == plan.shapes[0][1:] for s in plan.shapes)
     if batch_only:
         args.batch = list(plan.batch_sizes)
+    if not batch_only and getattr(args, "bundle", None):
+        raise OptionError(
+            f"--shapes-from with --bundle: the planned buckets {list(plan.shapes)} vary beyond the batch axis, and a "
+            "bundle's buckets come from --batch/--input-shapes; bundle the batch sizes, or compile these into the cache"
+        )
     if len(specs) == 1:
         return [{spec.name: s} for s in plan.shapes]
     if batch_only:  # every input gets the planned batch sizes
