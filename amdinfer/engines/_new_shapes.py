@@ -268,7 +268,8 @@ class NewShapes:
                 self.record["compiled"].append({n: list(s) for n, s in key})
             self.record["prepared"] = self._listed()
         log.info(
-            "new input shape %s: run unprepared: it compiles now where the backend compiles per shape (on_new_shape='compile')",
+            "new input shape %s: run unprepared: it compiles now where the backend compiles per shape "
+            "(on_new_shape='compile')",
             _show(key),
         )
         for listener in list(self.listeners):

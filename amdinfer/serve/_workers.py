@@ -244,8 +244,7 @@ class EngineWorker:
         with warming(self.engine):  # these are the engine's prepared shapes (on_new_shape)
             for n in sizes:
                 feeds = {
-                    s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype)
-                    for s in self.inputs
+                    s.name: np.zeros((n, *(d for d in s.shape[1:] if isinstance(d, int))), s.dtype) for s in self.inputs
                 }
                 for _ in range(runs):
                     self.engine.run(feeds)
