@@ -114,6 +114,8 @@ def __getattr__(name: str) -> Any:
         "results",
         "stages",
         "recipes",
+        "metrics",
+        "bundle",
     ):
         return importlib.import_module(f"amdinfer.{name}")
     raise AttributeError(f"module 'amdinfer' has no attribute {name!r}")
