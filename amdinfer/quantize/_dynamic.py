@@ -19,7 +19,7 @@ from ._fp16 import _check_nodes, _str_list
 from ._int8 import QUANT_TYPES
 from ._int8_checks import check_weights, quantized_nodes, save_for_quantizer
 from ._int8_reader import _import_quantization, _ort_prints_to_log
-from ._options import choice, flag
+from ._options import choice, flag, reduce_range_choice
 from ._prepare import prepare_model
 from ._transformer import mask_path_nodes
 
@@ -48,7 +48,8 @@ class DynamicInt8Quantizer(QuantizerBase):
         op_types: op types to quantize (ONNX Runtime's dynamic registry: ``MatMul``, ``Gather``, ``Conv``,
             ``Attention``, ...).
         per_channel: one weight scale per output channel (on MiniLM: cosine 0.997 against 0.975 per tensor).
-        reduce_range: 7-bit weights (for CPUs without VNNI).
+        reduce_range: 7-bit weights (for CPUs without VNNI); ``"auto"`` (the default): 7-bit on an x86 CPU without
+            VNNI or AMX, else 8-bit (``reduce_range_why``).
         weight_type: ``"int8"`` or ``"uint8"``.
         exclude_nodes: node names kept in float.
         min_cosine: with ``data``, the least mean cosine similarity each float output must keep with the
@@ -81,7 +82,7 @@ class DynamicInt8Quantizer(QuantizerBase):
         input_name: str | None = None,
         op_types: Sequence[str] = ("MatMul",),
         per_channel: bool = True,
-        reduce_range: bool = False,
+        reduce_range: bool | str = "auto",
         weight_type: str = "int8",
         exclude_nodes: Sequence[str] = (),
         min_cosine: float | None = 0.98,
@@ -92,7 +93,7 @@ class DynamicInt8Quantizer(QuantizerBase):
         self.input_name = input_name
         self.op_types = _str_list("op_types", op_types)
         self.per_channel = flag("per_channel", per_channel)
-        self.reduce_range = flag("reduce_range", reduce_range)
+        self.reduce_range, self.reduce_range_why = reduce_range_choice(reduce_range)
         self.weight_type = choice("weight_type", weight_type, QUANT_TYPES)
         self.exclude_nodes = _str_list("exclude_nodes", exclude_nodes)
         self.min_cosine = check_min_cosine(min_cosine)

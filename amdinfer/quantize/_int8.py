@@ -32,7 +32,7 @@ from ._int8_static import (
     TRANSFORMER_OP_TYPES,
     run_quantize_static,
 )
-from ._options import choice, flag, resolve_cache
+from ._options import choice, flag, reduce_range_choice, resolve_cache
 from ._prepare import prepare_model, tail_nodes
 from ._transformer import float_readers_read_float, is_transformer, mask_path_nodes
 
@@ -82,7 +82,8 @@ class Int8Quantizer(QuantizerBase):
         percentile: the percentile kept by ``method="percentile"``.
         per_channel: one scale per output channel of each weight.
         symmetric_activations: zero point 0 for activations (needs ``activation_type="int8"`` to be useful).
-        reduce_range: 7-bit weights (avoids ``vpmaddubsw`` saturation on CPUs without VNNI, costs accuracy).
+        reduce_range: 7-bit weights (avoids ``vpmaddubsw`` saturation on CPUs without VNNI, costs accuracy);
+            ``"auto"`` (the default): 7-bit on an x86 CPU without VNNI or AMX, else 8-bit (``reduce_range_why``).
         activation_type: ``"uint8"`` or ``"int8"``.
         weight_type: ``"int8"`` or ``"uint8"``.
         format: ``"qdq"`` (QuantizeLinear/DequantizeLinear around float ops) or ``"qoperator"``
@@ -144,7 +145,7 @@ class Int8Quantizer(QuantizerBase):
         percentile: float = 99.999,
         per_channel: bool = True,
         symmetric_activations: bool = False,
-        reduce_range: bool = False,
+        reduce_range: bool | str = "auto",
         activation_type: str = "uint8",
         weight_type: str = "int8",
         format: str = "qdq",
@@ -186,7 +187,7 @@ class Int8Quantizer(QuantizerBase):
         self.percentile = float(percentile)
         self.per_channel = flag("per_channel", per_channel)
         self.symmetric_activations = flag("symmetric_activations", symmetric_activations)
-        self.reduce_range = flag("reduce_range", reduce_range)
+        self.reduce_range, self.reduce_range_why = reduce_range_choice(reduce_range)
         self.activation_type = choice("activation_type", activation_type, QUANT_TYPES)
         self.weight_type = choice("weight_type", weight_type, QUANT_TYPES)
         self.format = choice("format", format, QUANT_FORMATS)

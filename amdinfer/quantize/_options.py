@@ -30,6 +30,32 @@ def flag(name: str, value: Any) -> bool:
     return value
 
 
+def reduce_range_choice(value: Any) -> tuple[bool, str]:
+    """``reduce_range=``: ``(7-bit weights?, why)``; ``"auto"`` is 7-bit exactly where this CPU's int8 sums saturate.
+
+    See :func:`~amdinfer._support._hardware.int8_saturates`. The choice is part of the quantizer's settings (its
+    cache key and certificate), so a model quantized on another kind of CPU is not mistaken for this one's.
+
+    Example:
+        >>> reduce_range_choice(False)
+        (False, 'reduce_range=False (set by the caller)')
+        >>> reduce_range_choice("auto")[1].startswith("reduce_range=auto: ")
+        True
+    """
+    if isinstance(value, str) and value == "auto":
+        from .._support._hardware import int8_saturates
+
+        if int8_saturates():
+            return True, (
+                "reduce_range=auto: 7-bit weights (this x86 CPU has no VNNI or AMX: ONNX Runtime's uint8 x int8 "
+                "products sum pairs in 16 bits and saturate with full-range weights)"
+            )
+        return False, "reduce_range=auto: 8-bit weights (this CPU's int8 dot products do not saturate)"
+    if not isinstance(value, bool):
+        raise OptionError(f"reduce_range: got {value!r}, expected 'auto', True or False")
+    return value, f"reduce_range={value} (set by the caller)"
+
+
 def resolve_cache(cache: Any) -> Any:
     """The ``CompiledModelCache`` that ``cache=`` stands for, or ``None`` (opt-in: see ``docs/cache.md``)."""
     if cache is False:
