@@ -32,8 +32,19 @@ def _images(n: int, seed: int = 0, shape: tuple[int, int] = (32, 32)) -> list[np
     return [rng.integers(0, 256, (*shape, 3), dtype=np.uint8) for _ in range(n)]
 
 
+_BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before_the_test() -> None:
+    """The threads alive when a test starts: a pool that an earlier test's pipeline still holds is not this one's."""
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
+
+
 def _map_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("amdinfer-map")]
+    """The executor threads this test started that are still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("amdinfer-map") and t not in _BEFORE]
 
 
 @pytest.fixture(scope="module")

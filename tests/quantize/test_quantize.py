@@ -652,7 +652,9 @@ class TestAutoMixedPrecision:
         assert result.passed and result.error <= tol < result.full_error
         assert result.full_error == pytest.approx(full, rel=1e-3)
         # verified independently, and no smaller set of weighted layers meets the tolerance (brute force)
-        assert _error_keeping(cnn, calib, held_out, result.kept_nodes) == pytest.approx(result.error, rel=1e-3)
+        # (abs: with every layer kept the error is float rounding, ORT against the float64 oracle, ~1e-7)
+        kept = _error_keeping(cnn, calib, held_out, result.kept_nodes)
+        assert kept == pytest.approx(result.error, rel=1e-3, abs=1e-6)
         for size in range(len(result.kept)):
             for subset in itertools.combinations(["conv1", "conv2", "fc"], size):
                 assert _error_keeping(cnn, calib, held_out, subset) > tol, subset
