@@ -426,7 +426,9 @@ def _plain(tiny: onnx.ModelProto, images: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _run_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(("amdinfer-map", "amdinfer-run"))]
+    """The executor and engine threads this test started that are still alive (see ``_threads_before_the_test``)."""
+    names = ("amdinfer-map", "amdinfer-run")
+    return [t for t in threading.enumerate() if t.name.startswith(names) and t not in _BEFORE]
 
 
 @pytest.fixture(params=["plain", "io_binding", "io_binding_overlap"])
