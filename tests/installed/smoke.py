@@ -209,6 +209,23 @@ def check_serve() -> None:
         assert "[serve]" in failed, failed
 
 
+def check_predict() -> None:
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8)).save("img.png")
+    out = cli_json("predict", "cnn.onnx", "img.png", "--task", "classify", *CPU, "--save-dir", "pred", "-q")
+    assert out["items"] == 1 and Path(out["files"]["json"]).is_file() and Path(out["files"]["csv"]).is_file(), out
+    rows = json.loads(Path(out["files"]["json"]).read_text())
+    assert len(rows) == 1 and rows[0]["image"].endswith("img.png") and rows[0]["classes"], rows
+    failed = cli("predict", "cnn.onnx", "missing.png", "--task", "classify", "-q", rc=1).stderr
+    assert failed.startswith("amdinfer predict: ") and "Traceback" not in failed and "missing.png" in failed, failed
+
+
+def check_val() -> None:
+    failed = cli("val", "cnn.onnx", "missing-set", rc=1).stderr
+    assert failed.startswith("amdinfer val: ") and "Traceback" not in failed and "missing-set" in failed, failed
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "--version": check_version,
     "doctor": check_doctor,
@@ -221,6 +238,8 @@ CHECKS: dict[str, Callable[[], None]] = {
     "cache": check_cache,
     "quantize": check_quantize,
     "serve": check_serve,
+    "predict": check_predict,
+    "val": check_val,
 }
 
 
