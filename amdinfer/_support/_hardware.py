@@ -117,15 +117,8 @@ def visible_gpu_arch(
 _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 
-def cpu_info(path: PathLike = "/proc/cpuinfo") -> dict[str, Any]:
-    """The CPU's vendor id, model name and the instruction-set extensions of :data:`_ISA_FLAGS` it has.
-
-    Example:
-        >>> sorted(cpu_info())
-        ['isa', 'model', 'vendor']
-        >>> cpu_info("/nonexistent")["vendor"]
-        'unknown'
-    """
+def _cpuinfo_fields(path: PathLike) -> dict[str, str]:
+    """The first processor's ``vendor_id``, ``model name`` and ``flags`` lines of ``path`` (empty when unreadable)."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -136,6 +129,19 @@ def cpu_info(path: PathLike = "/proc/cpuinfo") -> dict[str, Any]:
                     fields[key] = value.strip()
                 if len(fields) == 3:
                     break
+    return fields
+
+
+def cpu_info(path: PathLike = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's vendor id, model name and the instruction-set extensions of :data:`_ISA_FLAGS` it has.
+
+    Example:
+        >>> sorted(cpu_info())
+        ['isa', 'model', 'vendor']
+        >>> cpu_info("/nonexistent")["vendor"]
+        'unknown'
+    """
+    fields = _cpuinfo_fields(path)
     flags = set(fields.get("flags", "").split())
     return {
         "vendor": fields.get("vendor_id", "unknown"),
@@ -179,12 +185,4 @@ def int8_saturates(path: PathLike = "/proc/cpuinfo", machine: str | None = None)
     arch = (machine or platform.machine()).lower()
     if arch not in ("x86_64", "amd64", "i386", "i686", "x86"):
         return False
-    flags: set[str] = set()
-    with contextlib.suppress(OSError):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    return not (flags & _INT8_DOT_FLAGS)
+    return not (set(_cpuinfo_fields(path).get("flags", "").split()) & _INT8_DOT_FLAGS)
