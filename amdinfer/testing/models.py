@@ -32,6 +32,7 @@ __all__ = [
     "resnet50",
     "tiny_cnn",
     "transformer_encoder",
+    "unet",
     "yolov5",
     "yolov8",
 ]
@@ -969,3 +970,111 @@ def batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
     from .._support._dynamic_batch import make_batch_dynamic
 
     return make_batch_dynamic(model)
+
+
+# --------------------------------------------------------------------------------------------------------
+# UNet (semantic segmentation, dynamic height and width)
+# --------------------------------------------------------------------------------------------------------
+
+#: ``unet``'s classes and the colour rule that decides them: logits ``2 * (A @ rgb + b)`` for ``rgb`` in [0, 1]
+UNET_CLASSES = ("dark", "bright", "red", "green", "blue")
+_UNET_RULE = np.array([[-2, -2, -2], [2, 2, 2], [2, -1, -1], [-1, 2, -1], [-1, -1, 2]], np.float32) * 2
+_UNET_BIAS = np.array([1.5, -4.0, 0.0, 0.0, 0.0], np.float32) * 2
+_UNET_OFFSET = 16.0  # keeps the rule's channels above zero through the first Relu (they range over [-12, 12])
+
+
+def _unet_conv(g: _Graph, x: str, cin: int, cout: int, name: str) -> str:
+    w = g.init(f"{name}.weight", g.he_normal((cout, cin, 3, 3), cin * 9))
+    b = g.init(f"{name}.bias", (0.01 * g.rng.standard_normal(cout)).astype(np.float32))
+    return g.node("Relu", [g.node("Conv", [x, w, b], name, **_conv_attrs(3, 1, 1))], f"{name}.relu")
+
+
+def unet(
+    seed: int = 0, *, depth: int = 2, width: int = 8, context: float = 0.1, image_size: int | None = None
+) -> onnx.ModelProto:
+    """Builds a UNet-style segmenter with dynamic height and width whose answers are known by hand.
+
+    Graph: an encoder of ``depth`` levels (Conv 3x3 + Relu, MaxPool 2x2), a bottleneck Conv, a decoder
+    (Resize nearest x2, Concat with the encoder's skip, Conv 3x3 + Relu) and a 1x1 Conv head over the first
+    level's features and the decoder's. Five of the first level's channels hold a colour rule (their centre tap
+    only): the head reads them back, so each pixel's logits are ``2 * (A @ rgb + b)`` for the pixel's ``rgb``
+    in [0, 1] (:data:`UNET_CLASSES`: dark, bright, red, green, blue; a pure colour wins by a margin of 2 or
+    more) plus ``context`` times seeded decoder features, which depend on the neighbourhood (a receptive field
+    of about ``5 * 2**depth`` pixels each side) and stay below that margin. Height and width must be multiples
+    of the stride ``2**depth`` (metadata ``stride``; the Concat of a skip and an upsampled map fails
+    otherwise). Metadata ``names`` (the classes), ``stride`` and ``task`` = ``segment``.
+
+    Args:
+        seed: Seed of the weight generator.
+        depth: Encoder levels (1 to 5); the stride is ``2**depth``.
+        width: Channels of the first level (at least 8; doubled per level, up to 64).
+        context: Scale of the decoder's share of the logits (0: the colour rule alone).
+        image_size: ``None`` (the default): height and width dynamic (``H``, ``W``); an int (a multiple of the
+            stride): that fixed size.
+
+    Returns:
+        A model with input ``"images"`` ``(N, 3, H, W)`` (values in [0, 1]) and output ``"logits"``
+        ``(N, 5, H, W)``, both float32.
+
+    Raises:
+        TypeError: An option has the wrong type.
+        ValueError: An option is out of range.
+
+    Example:
+        >>> import onnx.reference
+        >>> m = unet(depth=2)
+        >>> x = np.zeros((1, 3, 8, 12), np.float32); x[0, 0, :, 6:] = 1  # black left, red right
+        >>> logits = onnx.reference.ReferenceEvaluator(m).run(None, {"images": x})[0]
+        >>> logits.shape, logits[0].argmax(0)[0].tolist()
+        ((1, 5, 8, 12), [0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2])
+    """
+    _check_int("depth", depth)
+    if depth > 5:
+        raise ValueError(f"depth: got {depth}, expected 1 to 5")
+    _check_int("width", width, minimum=8)
+    if isinstance(context, bool) or not isinstance(context, (int, float)) or not 0 <= context < 1:
+        raise ValueError(f"context: got {context!r}, expected a float in [0, 1)")
+    if image_size is not None:
+        _check_int("image_size", image_size, minimum=2**depth)
+        if image_size % 2**depth:
+            raise ValueError(f"image_size: got {image_size}, expected a multiple of the stride {2**depth}")
+    g = _Graph(seed)
+    widths = [min(width * 2**i, 64) for i in range(depth + 1)]
+    # level 0: random 3x3 features, the colour rule's channels in front (centre tap, offset to stay positive)
+    w0 = g.he_normal((widths[0], 3, 3, 3), 27)
+    w0[:5] = 0
+    w0[:5, :, 1, 1] = _UNET_RULE
+    b0 = (0.01 * g.rng.standard_normal(widths[0])).astype(np.float32)
+    b0[:5] = _UNET_BIAS + _UNET_OFFSET
+    w0_name, b0_name = g.init("enc0.weight", w0), g.init("enc0.bias", b0)
+    conv = g.node("Conv", ["images", w0_name, b0_name], "enc0", **_conv_attrs(3, 1, 1))
+    skips = [g.node("Relu", [conv], "enc0.relu")]
+    # the rule's large channels feed the rest scaled down, so the decoder's features stay of order one
+    damp = np.ones((1, widths[0], 1, 1), np.float32)
+    damp[0, :5] = 1 / _UNET_OFFSET
+    x = g.node("Mul", [skips[0], g.init("enc0.damp", damp)], "enc0.damped")
+    for i in range(1, depth + 1):
+        x = g.node("MaxPool", [x], f"pool{i}", kernel_shape=[2, 2], strides=[2, 2])
+        x = _unet_conv(g, x, widths[i - 1], widths[i], f"enc{i}")
+        skips.append(x)
+    scales = g.const("up.scales", [1, 1, 2, 2], np.float32)
+    for i in range(depth - 1, -1, -1):
+        up = g.node("Resize", [x, "", scales], f"up{i}", mode="nearest")
+        cat = g.node("Concat", [up, skips[i] if i else "enc0.damped"], f"cat{i}", axis=1)
+        x = _unet_conv(g, cat, widths[i + 1] + widths[i], widths[i], f"dec{i}")
+    head = np.zeros((5, 2 * widths[0], 1, 1), np.float32)
+    head[:, :5, 0, 0] = np.eye(5)
+    head[:, widths[0] :, 0, 0] = context * g.rng.standard_normal((5, widths[0])) / math.sqrt(widths[0])
+    bias = np.full(5, -_UNET_OFFSET, np.float32)
+    feats = g.node("Concat", [skips[0], x], "head.cat", axis=1)
+    g.node("Conv", [feats, g.init("head.weight", head), g.init("head.bias", bias)], "head", outputs=["logits"])
+    h, w = ("H", "W") if image_size is None else (image_size, image_size)
+    model = g.model(
+        "unet",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [_BATCH, 3, h, w])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [_BATCH, 5, h, w])],
+        f"unet(seed={seed}, depth={depth}, width={width}, context={context}, image_size={image_size})",
+    )
+    names = "{" + ", ".join(f"{i}: {n!r}" for i, n in enumerate(UNET_CLASSES)) + "}"
+    helper.set_model_props(model, {"names": names, "stride": str(2**depth), "task": "segment"})
+    return model
