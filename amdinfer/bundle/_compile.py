@@ -18,6 +18,7 @@ import onnx
 from ..errors import BackendUnavailableError, ModelError, OptionError
 from ..model import ModelSource
 from ._golden import golden_feeds
+from ._mxr import KIND_MXR, compile_mxr
 
 __all__ = ["EPCONTEXT_PROVIDERS", "KIND_EPCONTEXT", "KIND_MXR", "KIND_OPTIMIZED", "compile_buckets", "static_model"]
 
@@ -34,7 +35,6 @@ EPCONTEXT_PROVIDERS = frozenset(
 )
 KIND_EPCONTEXT = "ORT EPContext model (compile API), one per bucket"
 KIND_OPTIMIZED = "ORT optimized graph, shared by the buckets"
-KIND_MXR = "MIGraphX program (.mxr), one per bucket"
 
 
 def compile_buckets(
@@ -52,7 +52,9 @@ def compile_buckets(
 ) -> dict[str, Any]:
     """Build every bucket into ``work``; ``{"kind", "providers", "files": {bucket: path}, ...}`` for the manifest."""
     if backend == "migraphx":
-        return _mxr(source, work, plans, precision, say, t0)
+        return compile_mxr(
+            source, work, plans, precision=precision, device=device, options=options, say=say, t0=t0, line=_line
+        )
     if backend not in ("ort", "auto"):
         raise OptionError(f"bundle: backend {backend!r} has no compiled form to ship; expected 'ort' or 'migraphx'")
     from ..engines.ort import resolve_provider_name
@@ -210,30 +212,3 @@ def _epcontext(
             compat[plan["name"]] = str(info)
         say(_line(plan, f"EPContext model compiled by {name}", t, t0))
     return {"kind": KIND_EPCONTEXT, "providers": [[name, opts]], "files": files, "compatibility": compat}
-
-
-def _mxr(
-    source: ModelSource, work: Path, plans: list[dict[str, Any]], precision: str, say: Callable[[str], None], t0: float
-) -> dict[str, Any]:
-    """One MIGraphX program per bucket: ``parse_onnx_buffer(map_input_dims=)``, compile for the GPU, ``save``."""
-    try:
-        import migraphx as mgx
-    except ImportError as exc:
-        raise BackendUnavailableError(
-            f"bundle: backend 'migraphx' needs MIGraphX ({exc})", backend="migraphx"
-        ) from None
-    if precision not in ("fp32", "fp16"):
-        raise OptionError(f"bundle: precision {precision!r} on MIGraphX bundles: expected fp32 or fp16")
-    (work / "migraphx").mkdir()
-    files = {}
-    for plan in plans:
-        t = time.perf_counter()
-        prog = mgx.parse_onnx_buffer(source.to_bytes(), map_input_dims={k: list(v) for k, v in plan["shapes"].items()})
-        if precision == "fp16":
-            mgx.quantize_fp16(prog)
-        prog.compile(mgx.get_target("gpu"), offload_copy=True)
-        rel = f"migraphx/{plan['name']}.mxr"
-        mgx.save(prog, str(work / rel))
-        files[plan["name"]] = rel
-        say(_line(plan, "MIGraphX program compiled", t, t0))
-    return {"kind": KIND_MXR, "providers": [], "files": files}

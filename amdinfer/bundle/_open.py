@@ -77,6 +77,11 @@ def load_bundle(
     check_files(folder, data)
     _check_request(folder, data, backend, providers, precision, options)
     names = [name for name, _ in data["providers"]]
+    if data["kind"] == KIND_MXR:
+        from ._mxr import check_mxr
+
+        check_mxr(folder, data, device, options)  # MIGraphX's version, target and architecture first
+    options.setdefault("on_new_shape", data.get("on_new_shape", "pad"))
     check_environment(folder, data, environment(data["backend"], names, device))
     _check_compatibility(folder, data, device)
     engine = _open(folder, data, device, options)
@@ -178,12 +183,9 @@ def _check_compatibility(folder: Path, data: dict[str, Any], device: int) -> Non
 def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, Any]) -> Engine:
     """The engine over the bundle's compiled form, with nothing optimized or compiled again."""
     if data["kind"] == KIND_MXR:
-        raise BundleError(
-            f"bundle '{folder}': loading MIGraphX .mxr bundles is not implemented yet (the programs are there, "
-            f"{[b['file'] for b in data['buckets']]}); build an ORT bundle meanwhile",
-            field="kind",
-            rebuild=data.get("rebuild"),
-        )
+        from ._mxr import open_mxr
+
+        return open_mxr(folder, data, device, options)
     from ..engines.ort import OrtEngine
 
     buckets = data["buckets"]
@@ -247,4 +249,4 @@ def bundled_model(directory: str | os.PathLike) -> Any:
     folder = Path(directory)
     data = read_manifest(folder)
     check_files(folder, data)
-    return ModelSource.from_any(folder / data["buckets"][0]["file"])
+    return ModelSource.from_any(folder / data.get("settings", {}).get("model_file", data["buckets"][0]["file"]))

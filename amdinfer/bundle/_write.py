@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engines._new_shapes import check_on_new_shape
 from ..errors import OptionError
 from ..model import ModelLike, ModelSource
 from ._compile import compile_buckets
@@ -63,7 +64,9 @@ def write_bundle(
         overwrite: replace an existing bundle in ``directory``.
         progress: called with one line per bucket (what was built, elapsed seconds).
         command: the command that rebuilds the bundle, recorded for error messages (the CLI passes its own).
-        **options: further engine options (``threads=``, ``quantizer=``, ...).
+        **options: further engine options (``threads=``, ``quantizer=``, MIGraphX's ``target=``...);
+            ``on_new_shape`` (``"pad"`` by default, or ``"error"``, ``"compile"``) is recorded as the loaded
+            bundle's policy for shapes outside its buckets.
 
     Returns:
         The bundle folder.
@@ -82,7 +85,11 @@ def write_bundle(
     folder = Path(directory)
     _check_target(folder, overwrite)
     plans = _plans(source, batch_buckets, shapes)
-    rebuild = command or rebuild_command(source, folder, batch_buckets, shapes, precision, backend, providers)
+    policy = check_on_new_shape(options.pop("on_new_shape", "pad"))  # the loaded bundle's default
+    rebuild = command or rebuild_command(
+        source, folder, batch_buckets, shapes, precision, backend, providers, target=options.get("target"),
+        on_new_shape=policy,
+    )  # fmt: skip
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))  # renamed into place when whole
     try:
@@ -91,7 +98,8 @@ def write_bundle(
             options=options, say=say, t0=t0,
         )  # fmt: skip
         goldens = write_goldens(source, work, plans, seed, precision)
-        data = _manifest(source, work, plans, built, goldens, precision, backend, device, rebuild)
+        data = {**_manifest(source, work, plans, built, goldens, precision, backend, device, rebuild),
+                "on_new_shape": policy}  # fmt: skip
         (work / MANIFEST).write_text(_json(seal(data)), encoding="utf-8")
         if folder.exists():
             shutil.rmtree(folder)
@@ -106,8 +114,6 @@ def write_bundle(
 
 def _self_check(folder: Path, backend: str) -> str:
     """Load the new bundle as a target machine would and run its goldens; a bundle that fails is removed."""
-    if backend == "migraphx":
-        return "not run (loading .mxr bundles is not implemented yet)"
     from ._open import load_bundle
 
     try:
@@ -179,8 +185,11 @@ def rebuild_command(
     precision: str,
     backend: str,
     providers: Sequence[Any] | None,
+    *,
+    target: str | None = None,
+    on_new_shape: str = "pad",
 ) -> str:
-    """The ``amdinfer compile ... --bundle`` command that builds this bundle again.
+    """The ``amdinfer compile ... --bundle`` command that builds this bundle again (``target``: MIGraphX's).
 
     Example:
         >>> from amdinfer.testing.models import tiny_cnn
@@ -190,6 +199,10 @@ def rebuild_command(
     parts = ["amdinfer", "compile", str(source.path) if source.path else "MODEL.onnx", "--bundle", str(folder)]
     if backend != "ort":
         parts += ["--backend", backend]
+    if target is not None:
+        parts += ["--target", target]
+    if on_new_shape != "pad":
+        parts += ["--on-new-shape", on_new_shape]
     if providers:
         parts += ["--providers", ",".join(p if isinstance(p, str) else str(p[0]) for p in providers)]
     if precision != "fp32":
@@ -239,7 +252,7 @@ def _manifest(
         "buckets": buckets,
         "batch_buckets": [p["batch"] for p in plans if "batch" in p],
         "golden": {"engine": goldens["engine"], "tolerance": goldens["tolerance"], "seed": goldens["seed"]},
-        "environment": environment(backend, names, device),
+        "environment": {**environment(backend, names, device), **built.get("environment", {})},
         "compatibility": built.get("compatibility", {}),
         "files": files,
         "rebuild": rebuild,

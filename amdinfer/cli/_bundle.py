@@ -37,6 +37,8 @@ def run_bundle(args: argparse.Namespace) -> int:
     providers = options.pop("providers", None)
     for name in _OWN:
         options.pop(name, None)
+    if getattr(args, "on_new_shape", "compile") != "compile":  # the bundle's policy (default "pad")
+        options["on_new_shape"] = args.on_new_shape
     source = model_specs(args.model)
     batches, shapes = None, None
     if args.batch and not getattr(args, "input_shapes", None):
