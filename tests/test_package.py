@@ -98,6 +98,7 @@ SIZE_EXCEPTIONS: dict[str, dict[str, str]] = {
         "yolov8": "model builder",
         "yolov5": "model builder",
         "transformer_encoder": "model builder",
+        "unet": "model builder",
     },
 }
 

@@ -13,6 +13,7 @@ Every recipe (these two, :func:`amdinfer.ocr` and :func:`amdinfer.embed`) is one
 ``_build.py``          what the recipes share: load, stages, int8 calibration on the recipe's preprocessing, fuse
 ``_yolo.py``           :func:`yolo`
 ``_classify.py``       :func:`classify`
+``_segment.py``        :func:`segment` (semantic segmentation; its geometry in ``_segment_plan.py``)
 =====================  ==================================================================================
 
 Example:
@@ -29,6 +30,17 @@ Example:
 from .._support._recipes import RECIPES, Recipe, RecipeOption, get_recipe
 from ._build import class_names
 from ._classify import classify
+from ._segment import Segmenter, segment
 from ._yolo import yolo
 
-__all__ = ["RECIPES", "Recipe", "RecipeOption", "class_names", "classify", "get_recipe", "yolo"]
+__all__ = [
+    "RECIPES",
+    "Recipe",
+    "RecipeOption",
+    "Segmenter",
+    "class_names",
+    "classify",
+    "get_recipe",
+    "segment",
+    "yolo",
+]

@@ -1,5 +1,6 @@
 """Every result type amdinfer returns: :class:`Detections` (indexing gives :class:`Detection` records),
-:class:`Classification`, :class:`TextLines` (OCR), :class:`Embeddings` and :class:`Matches`.
+:class:`Classification`, :class:`TextLines` (OCR), :class:`Embeddings`, :class:`Matches` and
+:class:`SegmentationMap` (semantic segmentation: a class per pixel).
 
 Each is a :class:`TensorResult`: ``to_tensors()`` gives its named NumPy tensors (what ``amdinfer serve`` answers
 and Ray Data columns hold), ``from_tensors()`` rebuilds it, and ``from_batch()`` reads a served request's answer
@@ -26,6 +27,7 @@ from __future__ import annotations
 from ._classify import Classification
 from ._draw import PALETTE
 from ._embed import Embedding, Embeddings, Match, Matches
+from ._segmap import SegmentationMap
 from ._tensors import TensorResult, batch_tensors, split_batch
 from ._text import TextLine, TextLines
 from ._vision import Detection, Detections
@@ -39,6 +41,7 @@ __all__ = [
     "Embeddings",
     "Match",
     "Matches",
+    "SegmentationMap",
     "TensorResult",
     "TextLine",
     "TextLines",
