@@ -15,8 +15,9 @@ from typing import Any
 
 import onnx
 
-from ..errors import BackendUnavailableError, ModelError, OptionError
+from ..errors import OptionError
 from ..model import ModelSource
+from ._epcontext import KIND_EPCONTEXT, compile_epcontext_buckets
 from ._golden import golden_feeds
 from ._mxr import KIND_MXR, compile_mxr
 
@@ -33,7 +34,6 @@ EPCONTEXT_PROVIDERS = frozenset(
         "VitisAIExecutionProvider",
     }
 )
-KIND_EPCONTEXT = "ORT EPContext model (compile API), one per bucket"
 KIND_OPTIMIZED = "ORT optimized graph, shared by the buckets"
 
 
@@ -62,7 +62,9 @@ def compile_buckets(
     specs = list(providers or ["CPUExecutionProvider"])
     first = resolve_provider_name(specs[0] if isinstance(specs[0], str) else specs[0][0])
     if first in EPCONTEXT_PROVIDERS:
-        return _epcontext(source, work, plans, first, specs, precision, device, say, t0)
+        return compile_epcontext_buckets(
+            source, work, plans, first, specs, precision, device, say, t0, line=_line, static=static_model
+        )
     return _optimized(source, work, plans, specs, precision, device, options, say, t0)
 
 
@@ -163,52 +165,3 @@ def static_model(model: onnx.ModelProto, shapes: dict[str, Any]) -> onnx.ModelPr
                 d.dim_value = int(n)
     return out
 
-
-def _epcontext(
-    source: ModelSource,
-    work: Path,
-    plans: list[dict[str, Any]],
-    name: str,
-    specs: list[Any],
-    precision: str,
-    device: int,
-    say: Callable[[str], None],
-    t0: float,
-) -> dict[str, Any]:
-    """One EPContext model per bucket through ``onnxruntime.ModelCompiler`` (embedded compiled data)."""
-    import onnxruntime as ort
-    from onnxruntime.capi import _pybind_state as capi
-
-    if precision != "fp32":
-        raise OptionError(
-            f"bundle: precision {precision!r} with {name}: set the provider's own precision option "
-            "(--provider-option, e.g. migraphx_fp16_enable=1); EPContext bundles compile the model as given"
-        )
-    opts = {str(k): str(v) for k, v in (specs[0][1] if not isinstance(specs[0], str) else {}).items()}
-    (work / "ort").mkdir()
-    files, compat = {}, {}
-    for plan in plans:
-        t = time.perf_counter()
-        so = ort.SessionOptions()
-        if name not in ort.get_available_providers():  # a plugin EP (registered by its package): by its devices
-            devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
-            if device >= len(devices):
-                raise BackendUnavailableError(f"bundle: {name} offers {len(devices)} device(s), no device {device}")
-            so.add_provider_for_devices([devices[device]], opts)
-        else:
-            so.add_provider(name, opts)
-        rel = f"ort/{plan['name']}.ctx.onnx"
-        model = static_model(source.proto, plan["shapes"]).SerializeToString()
-        try:
-            compiler = ort.ModelCompiler(
-                so, model, embed_compiled_data_into_model=True, flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
-            )
-            compiler.compile_to_file(str(work / rel))
-        except Exception as exc:  # ORT's own exception types
-            raise ModelError(f"bundle: {name} could not compile bucket {plan['name']}: {str(exc).strip()}") from None
-        files[plan["name"]] = rel
-        info = capi.get_compatibility_info_from_model(str(work / rel), name)
-        if info is not None:
-            compat[plan["name"]] = str(info)
-        say(_line(plan, f"EPContext model compiled by {name}", t, t0))
-    return {"kind": KIND_EPCONTEXT, "providers": [[name, opts]], "files": files, "compatibility": compat}

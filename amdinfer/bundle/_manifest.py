@@ -105,11 +105,14 @@ def environment(backend: str, providers: Sequence[str], device: int = 0) -> dict
     if backend == "ort":
         import onnxruntime as ort
 
-        built_in = set(ort.get_available_providers())
-        plugins = {d.ep_name: _ep_version(d) for d in ort.get_ep_devices() if d.ep_name not in built_in}
+        from ..engines.ort import provider_record
+
+        built_in = set(ort.get_available_providers())  # registered plugin EPs are listed here too
+        versions = {d.ep_name: _ep_version(d) for d in ort.get_ep_devices()}  # a plugin's own version first
         env["onnxruntime"] = ort.__version__
-        env["ep_versions"] = {p: ort.__version__ if p in built_in else plugins.get(p) for p in providers}
-        if any(p != "CPUExecutionProvider" for p in providers):
+        env["ep_versions"] = {p: versions.get(p) or (ort.__version__ if p in built_in else None) for p in providers}
+        records = [provider_record(p) for p in providers if p != "CPUExecutionProvider"]
+        if any(r is None or r.gpu for r in records):  # a CPU plugin (OpenVINO on its CPU device) has no GPU
             env["gpu"] = visible_gpu_arch(device)
     else:
         import migraphx

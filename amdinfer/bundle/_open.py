@@ -82,8 +82,12 @@ def load_bundle(
 
         check_mxr(folder, data, device, options)  # MIGraphX's version, target and architecture first
     options.setdefault("on_new_shape", data.get("on_new_shape", "pad"))
+    verdicts: dict[str, str] = {}
+    if data["kind"] == KIND_EPCONTEXT:
+        from ._epcontext import check_epcontext
+
+        verdicts = check_epcontext(folder, data, device)  # ORT's compatibility API, the EP and its device first
     check_environment(folder, data, environment(data["backend"], names, device))
-    _check_compatibility(folder, data, device)
     engine = _open(folder, data, device, options)
     record: dict[str, Any] = {
         "dir": str(folder.resolve()),
@@ -93,6 +97,7 @@ def load_bundle(
         "precision": data["precision"],
         "model_sha256": data["model"]["sha256"],
         "certificate": data.get("certificate"),
+        "compatibility": verdicts,
     }
     marker = _marker(data)
     if verify is None:
@@ -156,36 +161,16 @@ def _check_request(
     options.pop("use_cache", None)
 
 
-def _check_compatibility(folder: Path, data: dict[str, Any], device: int) -> None:
-    """ORT's compiled-model compatibility API on each EPContext model's recorded info, where ORT offers it."""
-    if data["kind"] != KIND_EPCONTEXT or not data.get("compatibility"):
-        return
-    import onnxruntime as ort
-    from onnxruntime.capi import _pybind_state as capi
-
-    check = getattr(capi, "get_model_compatibility_for_ep_devices", None)
-    if check is None:
-        return
-    name = data["providers"][0][0]
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
-    for bucket, info in data["compatibility"].items():
-        verdict = check(devices, info) if devices else None
-        state = getattr(verdict, "name", str(verdict))
-        if devices and state == "EP_UNSUPPORTED":
-            raise BundleError(
-                f"bundle '{folder}': ONNX Runtime says bucket {bucket}'s compiled model does not suit {name} here "
-                f"(compatibility {state}); rebuild it on this machine: {data.get('rebuild')}",
-                field="compatibility",
-                rebuild=data.get("rebuild"),
-            )
-
-
 def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, Any]) -> Engine:
     """The engine over the bundle's compiled form, with nothing optimized or compiled again."""
     if data["kind"] == KIND_MXR:
         from ._mxr import open_mxr
 
         return open_mxr(folder, data, device, options)
+    if data["kind"] == KIND_EPCONTEXT:
+        from ._epcontext import open_epcontext
+
+        return open_epcontext(folder, data, device, options)
     from ..engines.ort import OrtEngine
 
     buckets = data["buckets"]

@@ -10,6 +10,7 @@ module              what it holds
 ``_session``        session options, the compiled-model cache, IR lowering, creation errors
 ``_quant``          quantizers on ORT (MIGraphX EP flags and calibration table, else the rewrite)
 ``_tuning``         amdinfer's tuned provider defaults, planned and reported
+``_epcontext``      EPContext models: ORT's compile API and its compiled-model compatibility check
 ``_iobinding``      :class:`IoBindingRunner`: device buffers per shape, CUDA/HIP graph replay
 ``_runner``         which runner an engine uses
 ``_values``         ``OrtValue`` registered as a DLPack device value (see :mod:`amdinfer.engines._dlpack`)
@@ -23,6 +24,14 @@ Example:
 """
 
 from . import _values  # noqa: F401 - registers OrtValue with DeviceArray
+from ._epcontext import (
+    compatibility_verdict,
+    compile_api_missing,
+    compile_epcontext,
+    ep_device_record,
+    epcontext_device,
+    epcontext_nodes,
+)
 from ._errors import translate_run_error
 from ._iobinding import OUTPUTS_ON, IoBindingRunner
 from ._options import GRAPH_OPTIMIZATION_LEVELS, OrtOptions, ProviderSpec
@@ -83,7 +92,13 @@ __all__ = [
     "TunedDefault",
     "TuningPlan",
     "apply_tuning",
+    "compatibility_verdict",
+    "compile_api_missing",
+    "compile_epcontext",
     "drop_default_graphs",
+    "ep_device_record",
+    "epcontext_device",
+    "epcontext_nodes",
     "fix_for",
     "import_ort",
     "installed_ort_distributions",

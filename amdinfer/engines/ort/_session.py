@@ -30,6 +30,7 @@ from ...errors import BackendUnavailableError, CacheError, ModelError, OptionErr
 from ...model import ModelSource, graphs_of
 from ...types import ShapeBounds, TensorSpec
 from ..base import EngineInfo
+from ._epcontext import loads_by_path
 from ._errors import IR_RE
 from ._options import OrtOptions
 from ._plugins import add_plugin_providers, is_plugin_ep
@@ -157,9 +158,9 @@ class SessionBuilder:
         self, source: ModelSource, names: list[str], opts: list[dict[str, str]], info: EngineInfo
     ) -> tuple[Any, ModelSource]:
         """A session over ``names`` with ``opts``; returns it and the model it loaded (IR lowered if needed)."""
-        # ModelSource read and checked the external data; hand ONNX Runtime those bytes, not the path (so it
-        # never re-reads files that may have changed), unless the model is too large for one protobuf.
-        by_path = source.path is not None and source._bytes is None and source.proto.ByteSize() >= 2**31 - 1
+        # Hand ONNX Runtime the bytes ModelSource read and checked, not the path (it never re-reads changed files),
+        # unless the model is too large for one protobuf or keeps EPContext data in a file beside it.
+        by_path = loads_by_path(source)
         model_arg: Any = str(source.path) if by_path else source.to_bytes()
         self.last_error = None
         for attempt in range(3):
