@@ -77,7 +77,9 @@ def segment(
         channels: the order of the arrays you pass, ``"RGB"`` or ``"BGR"``; the model gets RGB.
         probabilities: keep the per-class softmax on each result.
         decoder, keep_image: as for :func:`yolo`.
-        backend, **load_options: :func:`amdinfer.load`'s arguments.
+        backend, **load_options: :func:`amdinfer.load`'s arguments; an :class:`~amdinfer.Engine` as ``backend``
+            runs as it is and stays yours (several segmenters can share one engine; :meth:`Segmenter.close` leaves
+            it open).
 
     Returns:
         A :class:`Segmenter`: call it on an image (array, path, bytes) or a list; results are
@@ -101,11 +103,15 @@ def segment(
     options = _options(blend, patch_overlap, batch_size, probabilities, keep_image, channels, decoder)
 
     engine = load(model, backend=backend, **load_options)
+    owns = isinstance(backend, str)  # an Engine passed as backend runs as it is, and stays the caller's
     try:
-        return Segmenter(engine, options, stride, size_step, max_size, patch, (mean, std, labels))
+        seg = Segmenter(engine, options, stride, size_step, max_size, patch, (mean, std, labels))
     except BaseException:
-        engine.close()
+        if owns:
+            engine.close()
         raise
+    seg._owns_engine = owns
+    return seg
 
 
 def _options(
@@ -193,13 +199,15 @@ class Segmenter:
         self.pipeline = Pipeline(preprocess=stages, engine=engine)
         self._load = LoadImage(options["channels"], backend=options["decoder"])
         self._lock = threading.Lock()
+        self._owns_engine = True
+        fed = engine.info.settings.get(SETTINGS_KEY, {}).get("shapes", {})  # an engine shared by segmenters
         engine.info.settings[SETTINGS_KEY] = {
             "stride": self.stride,
             "size_step": self.size_step,
             "bound": None if self.bound is None else list(self.bound),
             "patch": None if self.patch is None else list(self.patch),
             "blend": options["blend"],
-            "shapes": {},
+            "shapes": fed,
         }
 
     def _check_sizes(self, fixed: tuple[int, int] | None) -> None:
@@ -287,9 +295,10 @@ class Segmenter:
                                num_classes=full.shape[0])  # fmt: skip
 
     def close(self) -> None:
-        """Close the engine."""
+        """Close the engine (unless it was passed in as ``backend``)."""
         self.pipeline.close()
-        self.engine.close()
+        if self._owns_engine:
+            self.engine.close()
 
     def __enter__(self) -> Segmenter:
         return self

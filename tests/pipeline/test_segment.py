@@ -203,6 +203,20 @@ class TestOneEngineManySizes:
         assert record["stride"] == 4 and record["size_step"] == 32
         assert record["shapes"] == {"32x64": 1, "64x96": 1, "64x64": 2, "128x128": 1}
 
+    def test_segmenters_share_an_engine_passed_as_backend(self, model: onnx.ModelProto) -> None:
+        image, truth = _made(90, 100, seed=4)
+        engine = amdinfer.load(model, **CPU)
+        with engine:
+            with (
+                amdinfer.segment(model, backend=engine) as whole,
+                amdinfer.segment(model, backend=engine, patch=32) as tiles,
+            ):
+                np.testing.assert_array_equal(whole(image).classes, truth)
+                np.testing.assert_array_equal(tiles(image).classes, truth)
+            assert not engine.closed  # the caller's engine stays open
+            shapes = engine.info.settings["segment"]["shapes"]
+        assert shapes["92x100"] == 1 and shapes["32x32"] == len(tiles.plan((90, 100)).windows)
+
     def test_auto_step_is_the_stride_on_the_cpu(self, model: onnx.ModelProto) -> None:
         with amdinfer.segment(model, **CPU) as seg:
             assert (seg.stride, seg.size_step, seg.bound, seg.patch) == (4, 4, None, None)
