@@ -2,7 +2,8 @@
 
 The package holds the data path: the :class:`Pipeline` and its steps (``_steps``), the one executor that every
 batching path runs on (``_executor``), ``map`` (``_map``), cascades (:class:`SubPipeline` with the
-:class:`~amdinfer.stages.FanOut` and :class:`~amdinfer.stages.Gather` stages, ``_cascade``), the sources a
+:class:`~amdinfer.stages.FanOut` and :class:`~amdinfer.stages.Gather` stages, ``_cascade``), sliced inference
+(:class:`SlicedPipeline` with :class:`Tiles` and :class:`MergeTiles`, ``_slices``), the sources a
 pipeline reads (``_sources``, ``_source_images``) and the fused form (:mod:`amdinfer.pipeline.fuse`).
 
 Example:
@@ -28,6 +29,16 @@ from __future__ import annotations
 from ._cascade import SubPipeline
 from ._map import PipelineMap
 from ._pipeline import Pipeline
+from ._slices import MergeTiles, SlicedPipeline, Tiles
 from .fuse import FusedPipeline, fuse_model
 
-__all__ = ["FusedPipeline", "Pipeline", "PipelineMap", "SubPipeline", "fuse_model"]
+__all__ = [
+    "FusedPipeline",
+    "MergeTiles",
+    "Pipeline",
+    "PipelineMap",
+    "SlicedPipeline",
+    "SubPipeline",
+    "Tiles",
+    "fuse_model",
+]

@@ -159,3 +159,33 @@ def _literal(raw: str | None) -> Any:
         return None if raw is None else ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return None
+
+
+def _slicing(tiles: Any, overlap: Any, merge: Any, agnostic: bool) -> Any:
+    """A detector recipe's ``tiles=``/``tile_overlap=``/``tile_merge=``: ``(Tiles, MergeTiles)``, or ``None`` for
+    whole-image inference (checked before the model loads)."""
+    if tiles is None:
+        return None
+    from ..pipeline._slices import MergeTiles, Tiles
+    from ..preprocess import _hw
+
+    if isinstance(tiles, Tiles):
+        tiler = tiles
+    else:
+        h, w = _hw("tiles", tiles)
+        pair = overlap if isinstance(overlap, (tuple, list)) and len(overlap) == 2 else (overlap, overlap)
+        tiler = Tiles(h, w, overlap_height_ratio=pair[0], overlap_width_ratio=pair[1])
+    if isinstance(merge, MergeTiles):
+        return tiler, merge
+    if not isinstance(merge, str):
+        raise OptionError(f"tile_merge: got {merge!r}, expected 'GREEDYNMM', 'NMS' or an amdinfer.pipeline.MergeTiles")
+    return tiler, MergeTiles(postprocess_type=merge, postprocess_class_agnostic=bool(agnostic))
+
+
+def _sliced(pipe: Any, slicing: Any) -> Any:
+    """``pipe``, or with ``slicing`` (:func:`_slicing`) a :class:`~amdinfer.pipeline.SlicedPipeline` that owns it."""
+    if slicing is None:
+        return pipe
+    from ..pipeline._slices import SlicedPipeline
+
+    return SlicedPipeline(pipe, tiles=slicing[0], merge=slicing[1], owns_detector=True)

@@ -7,7 +7,7 @@ from typing import Any, cast
 import onnx
 
 from ..model import ModelLike
-from ._build import _decoder, _recipe, class_names
+from ._build import _decoder, _recipe, _sliced, _slicing, class_names
 
 __all__ = ["yolo"]
 
@@ -36,6 +36,9 @@ def yolo(
     decoder: str = "auto",
     keep_image: bool = True,
     calibration: Any = None,
+    tiles: Any = None,
+    tile_overlap: float | tuple[float, float] = 0.2,
+    tile_merge: Any = "GREEDYNMM",
     backend: str = "auto",
     **load_options: Any,
 ) -> Any:
@@ -71,9 +74,17 @@ def yolo(
             YOLO, the decode head kept in float: ``docs/quantization.md#int8-on-detectors``). For other int8
             settings pass ``quantizer=`` instead (not both).
         backend, **load_options: :func:`amdinfer.load`'s backend and other arguments (``providers=``, ...), fused too.
+        tiles: sliced inference for large images (SAHI's): ``(height, width)`` (or an int) of overlapping tiles, each
+            answered by the detector, plus the whole image, merged back in original pixels; or a
+            :class:`~amdinfer.pipeline.Tiles` (``perform_standard_pred=False`` and other settings). ``None``: the
+            whole image only. See docs/pipeline.md, "Sliced inference (large images)".
+        tile_overlap: the tiles' overlap, a fraction of the tile (one for both axes, or ``(height, width)``).
+        tile_merge: ``"GREEDYNMM"`` (SAHI's default: IOS 0.5, per class unless ``agnostic``), ``"NMS"``, or a
+            :class:`~amdinfer.pipeline.MergeTiles` with other settings.
 
     Returns:
-        A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.pipeline.fuse.FusedPipeline` when fused, whose results
+        A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.pipeline.fuse.FusedPipeline` when fused (with
+        ``tiles``: a :class:`~amdinfer.pipeline.SlicedPipeline` around it), whose results
         are :class:`~amdinfer.results.Detections` in original-image pixels. Calling it with one image (array,
         Pillow image, path, bytes) gives one result; with a list, a glob (``"pages/*.png"``) or a folder (its
         files with an image suffix, sorted; not its subfolders) a list of results in order.
@@ -99,12 +110,13 @@ def yolo(
     from ..preprocess import _hw
 
     size, backend_of_decoder = _hw("imgsz", imgsz), _decoder(decoder)
+    slicing = _slicing(tiles, tile_overlap, tile_merge, agnostic)
 
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
 
     args = {"keep_image": keep_image, "calibration": calibration, "geometry": geometry, "dynamic_batch": dynamic_batch}
-    return _recipe(model, stages, args, channels, fuse, backend, load_options)
+    return _sliced(_recipe(model, stages, args, channels, fuse, backend, load_options), slicing)
 
 
 def _yolo_stages(

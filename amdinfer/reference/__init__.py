@@ -40,12 +40,14 @@ from amdinfer.reference.vision import (
 )
 
 from ._metrics import max_abs_error, rms_error
+from ._slicing import box_ios, greedy_nmm, match_nms, merge_predictions, slice_boxes
 
 __all__ = [
     "FAST_OPS",
     "Layout",
     "average_pool",
     "batched_nms",
+    "box_ios",
     "box_iou",
     "clip_boxes",
     "compute_scale_zero_point",
@@ -55,10 +57,13 @@ __all__ = [
     "fake_fp16",
     "fake_quant",
     "fast_ops",
+    "greedy_nmm",
     "letterbox",
     "linear_taps_fixed",
+    "match_nms",
     "max_abs_error",
     "max_pool",
+    "merge_predictions",
     "nms",
     "non_max_suppression",
     "quantize_linear",
@@ -68,6 +73,7 @@ __all__ = [
     "resolve_layout",
     "rms_error",
     "scale_boxes",
+    "slice_boxes",
     "xywh2xyxy",
     "xyxy2xywh",
     "yolo_decode",

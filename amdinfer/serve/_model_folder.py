@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .._support._recipes import SERVED_RECIPES, get_recipe
-from ..errors import InputError, OptionError
+from ..errors import BundleError, InputError, OptionError
 from ._bounds import BOUNDS, MAX_BUCKETS, check, check_buckets, check_finite
+from ._bundles import bundle_batching, bundle_folder
 from ._triton_layout import LAYOUTS, is_triton_folder, read_triton_model
 
 __all__ = [
@@ -62,11 +63,13 @@ class ModelConfig:
     tensors: tuple[tuple[str, str, str, tuple[int, ...]], ...] = ()
 
     def describe(self) -> str:
+        bundle = bundle_folder(self.path)
+        shown = f"bundle {bundle.name}" if bundle is not None else self.path.name
         providers = f", providers {','.join(self.providers)}" if self.providers else ""
         recipe = f", recipe {self.recipe}" if self.recipe else ""
         recipe += f", version {self.version}" if self.version else ""
         return (
-            f"{self.path.name}: backend {self.backend}{providers}, {self.precision}{recipe}, batches of "
+            f"{shown}: backend {self.backend}{providers}, {self.precision}{recipe}, batches of "
             f"{self.max_batch_size} within {self.max_delay_ms:g} ms"
         )
 
@@ -279,7 +282,13 @@ def model_folders(
     out: dict[str, tuple[Path, dict[str, Any], Any]] = {}
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         triton = is_triton_folder(sub)
-        if (sub / "model.onnx").is_file():
+        if bundle_folder(sub) is not None:  # a bundle: served as built, its buckets the server's
+            try:
+                rows = {"max_batch_size": bundle_batching(sub, where=str(sub))["max_batch_size"]}
+            except BundleError:  # an edited manifest: the model's load says so (the others load)
+                rows = {}
+            out[sub.name] = (sub / "manifest.json", rows, {})
+        elif (sub / "model.onnx").is_file():
             if triton:
                 raise OptionError(f"{sub}: holds model.onnx and Triton's version folders or config.pbtxt; {LAYOUTS}")
         elif triton:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, OptionError
+from ._bundles import bundle_batching, bundle_folder
 from ._model_folder import (
     REPOSITORY_STATE_ENV,
     ModelConfig,
@@ -369,7 +370,10 @@ class ModelRepository:
         options: dict[str, Any] = {}
         if config.providers:
             options["providers"] = list(config.providers)
-        if config.batch_buckets:
+        bundle = bundle_folder(config.path)
+        if bundle is not None:  # loaded as built: buckets other than the bundle's are refused
+            bundle_batching(bundle, config.batch_buckets, f"model {config.name!r}")
+        elif config.batch_buckets:
             options["batch_buckets"] = list(config.batch_buckets)
         devices = [d for d in self.devices if d in config.gpus] if config.gpus else self.devices
         if not devices:
@@ -380,10 +384,10 @@ class ModelRepository:
         common = dict(devices=devices, backend=config.backend, precision=config.precision, **options)
         workers: list[Any]
         if config.recipe:  # its options checked and its further models found inside the folder (check_recipe)
-            workers = list(load_recipe_workers(str(config.path), config.recipe, recipe_options=config.recipe_options,
-                                               **common))  # fmt: skip
+            workers = list(load_recipe_workers(str(bundle or config.path), config.recipe,
+                                               recipe_options=config.recipe_options, **common))  # fmt: skip
         else:
-            workers = list(load_workers(str(config.path), **common))
+            workers = list(load_workers(str(bundle or config.path), **common))
         try:
             check_tensors(config.tensors, workers[0])
             model = build_model(

@@ -12,6 +12,7 @@ from .._support._recipes import SERVED_RECIPES, get_recipe
 from ..engines.base import Engine
 from ..errors import OptionError
 from ._bounds import check, check_options
+from ._bundles import bundle_batching, bundle_folder
 from ._canary import check_rate, load_reference
 from ._defaults import ServedDefaults, expected_device, model_batch, served_defaults
 from ._models import build_model, load_recipe_workers, load_workers, served_defaults_for
@@ -218,8 +219,13 @@ def _served_target(
 
     ready = isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple))
     threads = (recipe_options or {}).get("pipeline_threads")
+    bundle = None if ready else bundle_folder(model)
+    if bundle is not None:  # served as built: its buckets (others refused), its largest bucket the batch limit
+        batching = bundle_batching(bundle, load.pop("batch_buckets", None), "batch_buckets")
+        if given.get("max_batch_size") is None:
+            given["max_batch_size"] = batching["max_batch_size"]
     given = {**given, "batch_buckets": load.pop("batch_buckets", None), "pipeline_threads": threads}
-    buckets_auto = given["batch_buckets"] is None and not ready
+    buckets_auto = given["batch_buckets"] is None and not ready and bundle is None
     if given.get("batch_buckets"):
         load["batch_buckets"] = given["batch_buckets"]
     predicted: tuple[int, ...] = ()
@@ -235,7 +241,7 @@ def _served_target(
             load["batch_buckets"] = predicted
     target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
     workers = _workers_of(target)
-    chosen = served_defaults_for(workers, given, recipe, engine_buckets=ready)  # a ready engine's are its own
+    chosen = served_defaults_for(workers, given, recipe, engine_buckets=ready or bundle is not None)  # their own
     if buckets_auto and chosen.batch_buckets != predicted:
         logger.info(
             "expected buckets %s, but the engine runs on %s: loading again with %s",

@@ -29,15 +29,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..bundle import MANIFEST
 from ..errors import OptionError
+from ._bundles import bundle_batching, bundle_folder
 from ._config_proto import parse_pbtxt
 
 __all__ = ["LAYOUTS", "check_tensors", "is_triton_folder", "read_triton_model"]
 
 #: what a repository's model folders may look like, for errors
 LAYOUTS = (
-    "amdinfer's layout NAME.onnx or NAME/model.onnx (options in models.toml), or Triton's NAME/<version>/model.onnx "
-    "with an optional NAME/config.pbtxt"
+    "amdinfer's layout NAME.onnx or NAME/model.onnx or a bundle folder NAME/ (options in models.toml), or Triton's "
+    "NAME/<version>/model.onnx (or a bundle in NAME/<version>/) with an optional NAME/config.pbtxt"
 )
 _ACCELERATORS = {"migraphx": "migraphx", "rocm": "rocm", "cuda": "cuda", "tensorrt": "TensorrtExecutionProvider"}
 _KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL")
@@ -50,7 +52,11 @@ def is_triton_folder(folder: Path) -> bool:
 
 def _version(folder: Path, config: Any, filename: str) -> str:
     """The version folder served, by ``version_policy`` (default: the highest)."""
-    versions = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / filename).is_file())
+    versions = sorted(
+        int(p.name)
+        for p in folder.iterdir()
+        if p.name.isdigit() and ((p / filename).is_file() or bundle_folder(p) is not None)
+    )
     if not versions:
         raise OptionError(f"{folder}: no version folder holds {filename}; expected {LAYOUTS}")
     where = f"{folder / 'config.pbtxt'}: version_policy"
@@ -161,7 +167,14 @@ def read_triton_model(folder: Path, *, processes: int = 1) -> tuple[Path, dict[s
     if batching.HasField("max_queue_delay_microseconds"):
         options["max_delay_ms"] = batching.max_queue_delay_microseconds / 1000
     extras = {"version": version, "gpus": gpus, "tensors": _tensors(config)}
-    return folder / version / filename, options, extras
+    path = folder / version / filename
+    bundle = bundle_folder(folder / version) if not path.is_file() else None
+    if bundle is not None:  # a bundle as the version: served as built, its buckets the server's
+        batching = bundle_batching(bundle, options.get("batch_buckets"), where)
+        options.setdefault("max_batch_size", batching["max_batch_size"])
+        options.pop("batch_buckets", None)
+        path = bundle / MANIFEST
+    return path, options, extras
 
 
 def check_tensors(tensors: tuple[tuple[str, str, str, tuple[int, ...]], ...], worker: Any) -> None:
