@@ -44,6 +44,7 @@ PUBLIC_MODULES = [
     "amdinfer.testing.squares",
     "amdinfer.metrics",
     "amdinfer.bundle",
+    "amdinfer.tasks",
 ]
 
 
@@ -210,7 +211,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "types"),
     ("_support", "model", "reference", "results", "cache", "_certificate"),
     ("engines", "stages"),
-    ("preprocess", "postprocess", "pool", "bench", "profile", "doctor", "metrics"),
+    ("preprocess", "postprocess", "pool", "bench", "profile", "doctor", "metrics", "tasks"),
     ("quantize", "bundle"),
     ("_load", "verify", "testing"),
     ("pipeline",),

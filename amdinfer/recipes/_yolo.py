@@ -8,6 +8,7 @@ import onnx
 
 from ..model import ModelLike
 from ._build import _decoder, _recipe, _sliced, _slicing, class_names
+from ._yolo_tasks import resolve_task
 
 __all__ = ["yolo"]
 
@@ -40,6 +41,8 @@ def yolo(
     tile_overlap: float | tuple[float, float] = 0.2,
     tile_merge: Any = "GREEDYNMM",
     backend: str = "auto",
+    task: str = "auto",
+    retina_masks: bool = False,
     **load_options: Any,
 ) -> Any:
     """A YOLO detector (v8/v5/v11 layouts) in one call, with Ultralytics' ``predict`` defaults and geometry.
@@ -81,6 +84,8 @@ def yolo(
         tile_overlap: the tiles' overlap, a fraction of the tile (one for both axes, or ``(height, width)``).
         tile_merge: ``"GREEDYNMM"`` (SAHI's default: IOS 0.5, per class unless ``agnostic``), ``"NMS"``, or a
             :class:`~amdinfer.pipeline.MergeTiles` with other settings.
+        task, retina_masks: ``"auto"`` (:func:`amdinfer.tasks.detect_task`), ``"detect"``, ``"segment"`` (``masks``,
+            made at the image's size with ``retina_masks``) or ``"pose"`` (``keypoints``): docs/pipeline.md.
 
     Returns:
         A :class:`~amdinfer.Pipeline`, or its :class:`~amdinfer.pipeline.fuse.FusedPipeline` when fused (with
@@ -111,9 +116,10 @@ def yolo(
 
     size, backend_of_decoder = _hw("imgsz", imgsz), _decoder(decoder)
     slicing = _slicing(tiles, tile_overlap, tile_merge, agnostic)
+    model, post, fuse = resolve_task(model, task, fuse, retina_masks)
 
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
-        return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder)
+        return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder, post)
 
     args = {"keep_image": keep_image, "calibration": calibration, "geometry": geometry, "dynamic_batch": dynamic_batch}
     return _sliced(_recipe(model, stages, args, channels, fuse, backend, load_options), slicing)
@@ -129,6 +135,7 @@ def _yolo_stages(
     agnostic: bool,
     classes: Any,
     decoder: str,
+    post: dict[str, Any] | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """:func:`yolo`'s preprocessing and post-processing stages for ``engine``'s model."""
     from ..postprocess import Nms, ScaleBoxes, YoloDecode
@@ -156,4 +163,9 @@ def _yolo_stages(
         Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
         ScaleBoxes(),
     ]
+    if post is not None and post["task"] != "detect":
+        from ._yolo_tasks import task_postprocess
+
+        names = class_names(proto)
+        postprocess = task_postprocess(post["task"], proto, conf, postprocess[1], names, post["retina_masks"])
     return preprocess, postprocess

@@ -27,6 +27,8 @@ from __future__ import annotations
 from ._classify import Classification
 from ._draw import PALETTE
 from ._embed import Embedding, Embeddings, Match, Matches
+from ._keypoints import SKELETON, Keypoints
+from ._masks import Masks
 from ._segmap import SegmentationMap
 from ._tensors import TensorResult, batch_tensors, split_batch
 from ._text import TextLine, TextLines
@@ -39,8 +41,11 @@ __all__ = [
     "Detections",
     "Embedding",
     "Embeddings",
+    "Keypoints",
     "Match",
+    "Masks",
     "Matches",
+    "SKELETON",
     "SegmentationMap",
     "TensorResult",
     "TextLine",

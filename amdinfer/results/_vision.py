@@ -11,14 +11,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from . import _draw
+from . import _draw, _draw_masks
 from ._base import _MAX_ROWS, _drawable, _image, _json_list, _labels, _shows_picture
 from ._draw import PALETTE
 from ._forms import ResultForms
+from ._instances import instance_dict, instance_rows, instance_tensors, instances, instances_from_tensors
 from ._summaries import BOX_COLUMNS, detection_rows, scale
 from ._tensors import TensorResult, _bytes, _named, _strings
 
 __all__ = ["Detection", "Detections"]
+
+_OPTIONAL = {"labels": 1, "masks": 1, "keypoints": 3}  # the tensors Detections may have besides boxes
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,12 @@ class Detections(ResultForms, TensorResult):
         image: the image they were found in (uint8 ``(H, W, 3)`` RGB), or ``None``. :func:`amdinfer.yolo` keeps
             what it decoded, or the array you passed (not a copy: change it and ``plot()`` changes; a BGR
             array is kept as its RGB view). Sets ``image_shape`` when that is not given.
+        masks: a segmentation model's :class:`~amdinfer.results.Masks`, one per box in pixels of ``image_shape``
+            (``polygons=``: their ``xy``), or ``None``. The constructor also takes a ``bool (k, H, W)`` array or
+            ``to_dict()``'s RLE dicts.
+        keypoints: a pose model's :class:`~amdinfer.results.Keypoints` (``(k, K, 3)`` x, y, visibility), or ``None``.
+        coefficients: ``float32 (k, num_masks)`` mask coefficients between a segmentation decode and its mask
+            stage (:mod:`amdinfer.tasks`), else ``None``.
 
     Ultralytics' forms (its ``Boxes``): :attr:`xyxy`, :attr:`xywh`, :attr:`xyxyn`, :attr:`xywhn`, :attr:`conf`,
     :attr:`cls`; and every result's ``summary()``, ``to_df()``, ``to_csv()``, ``to_json(orient="rows")``,
@@ -104,7 +113,7 @@ class Detections(ResultForms, TensorResult):
         (2, 'dog', [True, False], 1)
     """
 
-    __slots__ = ("boxes", "classes", "image", "image_shape", "labels", "scores")
+    __slots__ = ("boxes", "classes", "coefficients", "image", "image_shape", "keypoints", "labels", "masks", "scores")
 
     row_tensor = "boxes"
 
@@ -117,6 +126,10 @@ class Detections(ResultForms, TensorResult):
         image_shape: tuple[int, int] | None = None,
         *,
         image: Any = None,
+        masks: Any = None,
+        keypoints: Any = None,
+        polygons: Any = None,
+        coefficients: Any = None,
     ) -> None:
         boxes = np.asarray(boxes, dtype=np.float32)
         if boxes.size == 0:
@@ -143,6 +156,9 @@ class Detections(ResultForms, TensorResult):
         self.image = _image(image, self.image_shape, "Detections")
         if self.image is not None and self.image_shape is None:
             self.image_shape = (int(self.image.shape[0]), int(self.image.shape[1]))
+        self.masks, self.keypoints, self.coefficients = instances(
+            k, masks, keypoints, coefficients, "Detections", polygons=polygons, image_shape=self.image_shape
+        )
 
     def __len__(self) -> int:
         return int(self.boxes.shape[0])
@@ -231,7 +247,7 @@ class Detections(ResultForms, TensorResult):
         return self._normalized(self.xywh, "xywhn")
 
     def _summary_rows(self, normalize: bool, decimals: int) -> list[dict[str, Any]]:
-        return detection_rows(self, normalize, decimals)
+        return instance_rows(self, detection_rows(self, normalize, decimals), normalize, decimals)
 
     def _columns(self) -> list[str]:
         return list(BOX_COLUMNS)
@@ -258,9 +274,18 @@ class Detections(ResultForms, TensorResult):
         index = index.astype(np.int64).reshape(-1)
         if index.size and not (-n <= index.min() and index.max() < n):
             raise InputError(f"Detections: index: got {index.tolist()}, expected values in [{-n}, {n})")
+        index %= max(n, 1)
         labels = None if self.labels is None else [self.labels[int(i)] for i in index]
         return Detections(
-            self.boxes[index], self.scores[index], self.classes[index], labels, self.image_shape, image=self.image
+            self.boxes[index],
+            self.scores[index],
+            self.classes[index],
+            labels,
+            self.image_shape,
+            image=self.image,
+            masks=None if self.masks is None else self.masks.select(index),
+            keypoints=None if self.keypoints is None else self.keypoints.select(index),
+            coefficients=None if self.coefficients is None else self.coefficients[index],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,6 +303,7 @@ class Detections(ResultForms, TensorResult):
             "classes": self.classes.tolist(),
             "labels": self.labels,
             "image_shape": self.image_shape,
+            **instance_dict(self),
         }
 
     def to_tensors(self) -> dict[str, np.ndarray]:
@@ -294,7 +320,7 @@ class Detections(ResultForms, TensorResult):
         out: dict[str, np.ndarray] = {"boxes": self.boxes, "scores": self.scores, "classes": self.classes}
         if self.labels is not None:
             out["labels"] = _bytes(self.labels)
-        return out
+        return {**out, **instance_tensors(self)}
 
     @classmethod
     def from_tensors(
@@ -316,9 +342,10 @@ class Detections(ResultForms, TensorResult):
             >>> [len(d) for d in Detections.from_batch(answer, 3)]
             [1, 0, 1]
         """
-        t = _named(tensors, "Detections", {"boxes": 2, "scores": 1, "classes": 1}, {"labels": 1})
+        t = _named(tensors, "Detections", {"boxes": 2, "scores": 1, "classes": 1}, _OPTIONAL)
         labels = _strings(t["labels"], "Detections: labels") if "labels" in t else None
-        return cls(t["boxes"], t["scores"], t["classes"], labels, image_shape, image=image)
+        extra = instances_from_tensors(t, image_shape)
+        return cls(t["boxes"], t["scores"], t["classes"], labels, image_shape, image=image, **extra)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -394,6 +421,9 @@ class Detections(ResultForms, TensorResult):
         out = image.copy()
         h, w = out.shape[:2]
         rows = np.flatnonzero(_drawable(what, "boxes", self.boxes, self.scores))
+        if self.masks is not None and len(rows):
+            colors = [PALETTE[int(self.classes[i]) % len(PALETTE)] for i in rows]
+            out = _draw_masks.blend_masks(out, self.masks.data[rows], colors)
         for i in rows:
             color = np.array(PALETTE[int(self.classes[i]) % len(PALETTE)], dtype=np.float64)
             if out.ndim == 2:
@@ -415,6 +445,8 @@ class Detections(ResultForms, TensorResult):
             out[y1 : y2 + 1, max(x2 - t + 1, x1) : x2 + 1] = value
         if text and len(rows):
             out = self._draw_text(out, rows, size, what)
+        if self.keypoints is not None and len(rows):
+            out = _draw_masks.draw_keypoints(out, self.keypoints.data[rows], line_width=int(thickness))
         return out
 
     def _draw_text(self, image: np.ndarray, rows: np.ndarray, size: int | None, what: str) -> np.ndarray:

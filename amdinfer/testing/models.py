@@ -35,6 +35,8 @@ __all__ = [
     "unet",
     "yolov5",
     "yolov8",
+    "yolov8_pose",
+    "yolov8_seg",
 ]
 
 OPSET = 17
@@ -1077,4 +1079,76 @@ def unet(
     )
     names = "{" + ", ".join(f"{i}: {n!r}" for i, n in enumerate(UNET_CLASSES)) + "}"
     helper.set_model_props(model, {"names": names, "stride": str(2**depth), "task": "segment"})
+    return model
+
+
+def yolov8_seg(
+    seed: int = 0,
+    *,
+    num_classes: int = 80,
+    image_size: int = 640,
+    width: float = 0.25,
+    depth: float = 0.33,
+    num_masks: int = 32,
+) -> onnx.ModelProto:
+    """Builds a YOLOv8-seg-style instance segmenter (yolov8n-seg at the defaults) with Ultralytics' export layout:
+    :func:`yolov8` plus the ``Segment`` head (``amdinfer.testing._yolo_heads``) and the metadata Ultralytics writes
+    (``task='segment'``, ``names``, ``stride``, ``imgsz``, ...).
+
+    Returns:
+        A model with outputs ``"output0"`` ``(N, 4 + num_classes + num_masks, A)`` (box, class scores, mask
+        coefficients) and ``"output1"`` ``(N, num_masks, image_size / 4, image_size / 4)`` (the prototypes).
+
+    Raises:
+        TypeError: An option has the wrong type.
+        ValueError: An option is out of range.
+
+    Example:
+        >>> model = yolov8_seg(image_size=64, num_classes=2)
+        >>> [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in model.graph.output]
+        [['N', 38, 84], ['N', 32, 16, 16]]
+    """
+    from ._yolo_heads import add_seg_head
+
+    _check_int("num_masks", num_masks)
+    base = yolov8(seed, num_classes=num_classes, image_size=image_size, width=width, depth=depth)
+    model = add_seg_head(base, seed, num_classes, image_size, num_masks)
+    model.doc_string = f"yolov8_seg(seed={seed}, num_classes={num_classes}, image_size={image_size}, nm={num_masks})"
+    return model
+
+
+def yolov8_pose(
+    seed: int = 0,
+    *,
+    num_classes: int = 1,
+    image_size: int = 640,
+    width: float = 0.25,
+    depth: float = 0.33,
+    kpt_shape: tuple[int, int] = (17, 3),
+) -> onnx.ModelProto:
+    """Builds a YOLOv8-pose-style keypoint detector (yolov8n-pose at the defaults) with Ultralytics' export
+    layout: :func:`yolov8` plus the ``Pose`` head, keypoints decoded in the graph, and the metadata Ultralytics
+    writes (``task='pose'``, ``kpt_shape``, ``names``, ...).
+
+    Returns:
+        A model with output ``"output0"`` ``(N, 4 + num_classes + K * D, A)``: box, class scores, then per
+        keypoint ``x, y`` in input pixels and (``D = 3``) the visibility score.
+
+    Raises:
+        TypeError: An option has the wrong type.
+        ValueError: An option is out of range.
+
+    Example:
+        >>> model = yolov8_pose(image_size=64)
+        >>> [d.dim_param or d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+        ['N', 56, 84]
+    """
+    from ._yolo_heads import add_pose_head
+
+    if not (isinstance(kpt_shape, tuple) and len(kpt_shape) == 2 and kpt_shape[1] in (2, 3)):
+        raise ValueError(f"kpt_shape: got {kpt_shape!r}, expected (K, 3) or (K, 2)")
+    _check_int("kpt_shape[0]", kpt_shape[0])
+    base = yolov8(seed, num_classes=num_classes, image_size=image_size, width=width, depth=depth)
+    model = add_pose_head(base, seed, num_classes, image_size, kpt_shape)
+    model.doc_string = f"yolov8_pose(seed={seed}, num_classes={num_classes}, image_size={image_size}, kpt={kpt_shape})"
     return model
