@@ -313,3 +313,26 @@ def plugin_eps(session: nox.Session) -> None:
         session.run("pytest", "-p", "no:cacheprovider", "-rs", *(session.posargs or paths), env=env)
         if not session.posargs:
             session.run("python", "examples/demo.py", env=env)
+
+
+@nox.session
+def openvino(session: nox.Session) -> None:
+    """EPContext bundles on OpenVINO's plugin EP (opt-in): ``amdinfer compile --bundle --providers openvino`` writes
+    one EPContext model per bucket through ONNX Runtime's compile API; tests/bundle/test_epcontext.py copies it to a
+    fresh folder and HOME, loads it without compiling (the sessions made from the EPContext models), runs the
+    goldens and refuses an incompatible or tampered bundle. OpenVINO offers its CPU device on Intel CPUs only;
+    elsewhere the device-bound tests skip naming the plugin and the CPU (docs/deploy.md).
+
+    Pinned by tests/constraints-plugins.txt (the main pins plus ``onnxruntime-ep-openvino``, which needs
+    onnxruntime >= 1.23). Own venv: the plugin beside the main suite would change ``backend="auto"``'s order.
+    """
+    pins = ["-c", str(ROOT / "tests" / "constraints-plugins.txt")]
+    session.install(*pins, "-e", ".[cpu,test]", "onnxruntime-ep-openvino")
+    with _session_tmp(session) as tmp:
+        env = _sandbox_env(tmp)
+        paths = session.posargs or [
+            "tests/bundle/test_epcontext.py",
+            "amdinfer/bundle",
+            "amdinfer/engines/ort/_epcontext.py",
+        ]
+        session.run("pytest", "-p", "no:cacheprovider", "-rs", "--doctest-modules", *paths, env=env)

@@ -26,7 +26,14 @@ from ..errors import BundleError, InputError, OptionError
 from ..model import ModelSource
 from ..types import TensorSpec
 
-__all__ = ["KIND_EPCONTEXT", "BundledEpContextEngine", "check_epcontext", "compile_epcontext_buckets", "open_epcontext"]
+__all__ = [
+    "KIND_EPCONTEXT",
+    "BundledEpContextEngine",
+    "check_epcontext",
+    "compile_epcontext_buckets",
+    "epcontext_specs_model",
+    "open_epcontext",
+]
 
 KIND_EPCONTEXT = "ORT EPContext model (compile API), one per bucket"
 
@@ -142,7 +149,7 @@ def _check_ep(folder: Path, data: Mapping[str, Any], ort: Any, name: str, device
 
 
 def _specs(inputs: Sequence[Mapping[str, Any]]) -> list[TensorSpec]:
-    return [TensorSpec(i["name"], i["dtype"], tuple(i["shape"])) for i in inputs]
+    return [TensorSpec(i["name"], np.dtype(i["dtype"]), tuple(i["shape"])) for i in inputs]
 
 
 def _key(shapes: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -242,7 +249,8 @@ def open_epcontext(folder: Path, data: Mapping[str, Any], device: int, options: 
     """The engine over an EPContext bundle: every bucket's session made now from its compiled model."""
     buckets = data["buckets"]
     parts = [({k: tuple(int(d) for d in v) for k, v in b["shapes"].items()}, folder / b["file"]) for b in buckets]
-    base: dict[str, Any] = {k: options.pop(k) for k in ("on_new_shape", "shapes") if k in options}
+    base: dict[str, Any] = {k: options.pop(k) for k in ("on_new_shape",) if k in options}
+    bounds = options.pop("shapes", None)  # bounds to compile for: the buckets' compiled shapes are what there is
     ort = dict(
         providers=[(name, dict(opts)) for name, opts in data["providers"]], device=device,
         graph_optimization="disable", use_cache=False, transformer_fusion=False, tuning=False, **options,
@@ -256,8 +264,25 @@ def open_epcontext(folder: Path, data: Mapping[str, Any], device: int, options: 
     )
     for shapes, _ in parts:  # the buckets' shapes are prepared: others pad to them or are refused
         engine._new_shapes.prepare(_zeros(engine, shapes))
+    if bounds:
+        engine.info.notes.append(f"shapes={bounds!r} not used: an EPContext bundle runs its buckets' compiled shapes")
     return engine
 
 
 def _zeros(engine: Engine, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     return {s.name: np.zeros(shapes[s.name], np.dtype(s.dtype)) for s in engine.inputs if s.name in shapes}
+
+
+def epcontext_specs_model(folder: Path, data: Mapping[str, Any]) -> ModelSource:
+    """The first bucket's EPContext model with the source model's input axes (named where they are dynamic), held
+    in memory: what the CLI reads an EPContext bundle's inputs and outputs from (each bucket's own is static)."""
+    import onnx
+
+    proto = onnx.load(str(folder / data["buckets"][0]["file"]), load_external_data=False)
+    given = {i["name"]: i["shape"] for i in data["model"]["inputs"]}
+    for vi in proto.graph.input:
+        for k, (d, want) in enumerate(zip(vi.type.tensor_type.shape.dim, given.get(vi.name, ()))):
+            if not isinstance(want, int):
+                d.Clear()
+                d.dim_param = str(want) if want else f"{vi.name}_{k}"
+    return ModelSource(proto, name=data["model"]["name"])

@@ -234,4 +234,8 @@ def bundled_model(directory: str | os.PathLike) -> Any:
     folder = Path(directory)
     data = read_manifest(folder)
     check_files(folder, data)
+    if data["kind"] == KIND_EPCONTEXT:
+        from ._epcontext import epcontext_specs_model
+
+        return epcontext_specs_model(folder, data)  # static per bucket: the source model's axes
     return ModelSource.from_any(folder / data.get("settings", {}).get("model_file", data["buckets"][0]["file"]))
