@@ -29,6 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:  # torch first on the H200: it loads CUDA's cuBLAS/cuDNN that onnxruntime-gpu links against
+    import torch  # noqa: F401
+except ImportError:  # the CPU run needs no torch
+    pass
 import onnxruntime as ort
 
 import amdinfer
@@ -44,35 +49,47 @@ def _ms(runner: Any, image: np.ndarray) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def run_sizes(model: Any, step: int, sizes: list[tuple[int, int]], patch: int, steady: int, load: dict) -> dict:
-    """One Segmenter at ``size_step=step``; per size: first-call and steady ms, canvas and windows."""
-    rows = []
+def run_sizes(model: Any, steps: tuple[int, ...], sizes: list[tuple[int, int]], patch: int, steady: int, load: dict):
+    """For each ``size_step`` one engine (a whole-image Segmenter and a patched one on it); per size: the first call on
+    each engine, then the steady calls alternating between them (so a shared CPU's load falls on both alike)."""
     bound = max(h for h, _ in sizes[:-1]), max(w for _, w in sizes[:-1])
-    bound = (-(-bound[0] // step) * step, -(-bound[1] // step) * step)
     rng = np.random.default_rng(0)
-    with amdinfer.segment(model, size_step=step, max_size=bound, patch=None, **load) as seg:
-        seg_patch = amdinfer.segment(model, size_step=step, patch=patch, backend=seg.engine)  # the same engine
-        engine_ids = {id(seg.engine), id(seg_patch.engine)}
+    runs: list[dict[str, Any]] = []
+    segs = []
+    for step in steps:
+        whole = amdinfer.segment(model, size_step=step, max_size=tuple(-(-b // step) * step for b in bound), **load)
+        tiles = amdinfer.segment(model, size_step=step, patch=patch, backend=whole.engine)  # the same engine
+        segs.append((whole, tiles))
+        runs.append({"size_step": step, "rows": [], "engines": len({id(whole.engine), id(tiles.engine)})})
+    try:
         for h, w in sizes:
             image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-            runner = seg if (h, w) != sizes[-1] else seg_patch
-            plan = runner.plan((h, w))
-            first = _ms(runner, image)
-            times = [_ms(runner, image) for _ in range(steady)]
-            rows.append(
-                {
-                    "size": f"{h}x{w}",
-                    "canvas": f"{plan.canvas[0]}x{plan.canvas[1]}",
-                    "windows": len(plan.windows),
-                    "first_ms": round(first, 2),
-                    "steady_ms": round(statistics.median(times), 2),
-                    "megapixels_per_s": round(h * w / 1e6 / (statistics.median(times) / 1e3), 2),
-                }
-            )
-        record = dict(seg.engine.info.settings["segment"])
-        info = {"backend": seg.engine.info.backend, "providers": list(getattr(seg.engine.info, "providers", []))}
-        seg_patch.close()
-    return {"size_step": step, "rows": rows, "engines": len(engine_ids), "record": record, **info}
+            pick = [tiles if (h, w) == sizes[-1] else whole for whole, tiles in segs]
+            firsts = [_ms(seg, image) for seg in pick]
+            times: list[list[float]] = [[] for _ in pick]
+            for _ in range(steady):
+                for k, seg in enumerate(pick):
+                    times[k].append(_ms(seg, image))
+            for k, seg in enumerate(pick):
+                plan, median = seg.plan((h, w)), statistics.median(times[k])
+                runs[k]["rows"].append(
+                    {
+                        "size": f"{h}x{w}",
+                        "canvas": f"{plan.canvas[0]}x{plan.canvas[1]}",
+                        "windows": len(plan.windows),
+                        "first_ms": round(firsts[k], 2),
+                        "steady_ms": round(median, 2),
+                        "megapixels_per_s": round(h * w / 1e6 / (median / 1e3), 2),
+                    }
+                )
+        for run, (whole, _) in zip(runs, segs):
+            run["record"] = dict(whole.engine.info.settings["segment"])
+            run["backend"] = whole.engine.info.backend
+    finally:
+        for whole, tiles in segs:
+            tiles.close()
+            whole.close()
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         },
         "model": f"unet(depth={3 if quick else 4}, width={8 if quick else 32}), stride {stride}",
         "provider": provider,
-        "runs": [run_sizes(model, step, sizes, patch, steady, load) for step in (stride, 128)],
+        "load_average": os.getloadavg(),
+        "runs": run_sizes(model, (stride, 128), sizes, patch, steady, load),
     }
+    out["load_average_after"] = os.getloadavg()
     for run in out["runs"]:
         print(f"size_step={run['size_step']}  ({run['backend']}, {provider}; {run['engines']} engine)")
         print(f"  pieces (canvases, patches) per engine shape: {run['record']['shapes']}")
