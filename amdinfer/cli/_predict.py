@@ -15,11 +15,11 @@ from ._predict_out import PredictOutputs
 
 NAME = "predict"
 HELP = (
-    "run a recipe (detect, classify, ocr, embed) on an image, a folder, a glob or a video: annotated pictures, "
-    "one JSON and one CSV of all results, YOLO label files"
+    "run a recipe (detect, classify, ocr, embed, segment) on an image, a folder, a glob or a video: annotated "
+    "pictures, one JSON and one CSV of all results, YOLO label files"
 )
 
-TASKS = ("detect", "classify", "ocr", "embed")
+TASKS = ("detect", "classify", "ocr", "embed", "segment")
 #: The suffixes (lower case) read as videos through OpenCV.
 VIDEO_SUFFIXES = (".avi", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".webm", ".wmv")
 #: The options that belong to one task (argparse dest -> task); given with another task they are refused.
@@ -93,6 +93,8 @@ def guess_task(source: Any) -> str:
     meta = {p.key: p.value for p in source.proto.metadata_props}
     if meta.get("task") in ("detect", "classify"):
         return meta["task"]
+    if meta.get("task") == "semantic-segmentation":  # amdinfer.testing.models.unet; Ultralytics' segment is YOLO's
+        return "segment"
     outs = [tuple(o.shape) for o in source.outputs]
     dims = tuple(source.inputs[0].shape) if source.inputs else ()
     if (
@@ -108,7 +110,7 @@ def guess_task(source: Any) -> str:
     raise OptionError(
         f"--task: cannot tell the task of {source.name} (no Ultralytics task metadata, and its outputs "
         f"{[list(s) for s in outs]} are not a YOLO head for input {list(dims)}); give --task detect, classify, "
-        "ocr or embed"
+        "ocr, embed or segment"
     )
 
 
@@ -135,6 +137,8 @@ def build(args: argparse.Namespace, task: str, source: Any) -> Any:
         return amdinfer.yolo(source, **given, **common)
     if task == "classify":
         return amdinfer.classify(source, **given, **common)
+    if task == "segment":
+        return amdinfer.segment(source, **given, **common)
     if task == "ocr":
         rec, cls = given.pop("rec"), given.pop("cls", None)
         return amdinfer.ocr(source, rec, cls, **given, **common)
@@ -226,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
         pipe.close()
     written = out.close()
     n = len(out.records)
-    unit = {"detect": "boxes", "classify": "classes", "ocr": "text lines", "embed": "vectors"}[task]
+    unit = {"detect": "boxes", "classify": "classes", "ocr": "text lines", "embed": "vectors", "segment": "class areas"}
+    unit = unit[task]
     rate = n / seconds if seconds > 0 else float("inf")
     stages = mean_stages(out.speeds)
     each = ", ".join(f"{stages[k]:.1f} ms {k}" for k in ("preprocess", "inference", "postprocess") if k in stages)

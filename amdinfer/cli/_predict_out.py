@@ -27,6 +27,7 @@ CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "classify": ("image", "rank", "class", "name", "score"),
     "ocr": ("image", "line", "text", "score", "x1", "y1", "x2", "y2", "x3", "y3", "x4", "y4"),
     "embed": ("index", "text", "embedding"),
+    "segment": ("image", "class", "name", "pixels", "fraction"),
 }
 
 
@@ -58,6 +59,13 @@ def rows_of(task: str, result: Any) -> list[dict[str, Any]]:
             {"line": i, "text": t, "score": float(s), "quad": np.asarray(q, np.float64).tolist()}
             for i, (q, t, s) in enumerate(zip(result.quads, texts, result.scores))
         ]
+    if task == "segment":  # one row per class present: its pixels and its mask as COCO RLE (SegmentationMap.to_dict)
+        rle, total = result.to_dict()["rle"], result.classes.size
+        return [
+            {"class": c, "name": _name(result.labels, c, c), "pixels": n, "fraction": n / total, "rle": rle[str(c)]}
+            for c, n in enumerate(result.counts.tolist())
+            if n
+        ]
     return [{"embedding": np.asarray(result, np.float64).reshape(-1).tolist()}]
 
 
@@ -87,7 +95,7 @@ def label_lines(det: Any, *, save_conf: bool = False) -> list[str]:
 def _save_picture(result: Any, path: Path) -> None:
     """``result.save(path)``; a result with no row is its picture unchanged (``plot()`` of an empty
     ``Detections`` fails in ``results._base._drawable``, whose ``reshape(0, -1)`` NumPy refuses)."""
-    if len(result) or not hasattr(result, "boxes"):
+    if not hasattr(result, "boxes") or len(result):
         result.save(path)
         return
     from PIL import Image
@@ -142,7 +150,8 @@ class PredictOutputs:
         shape = getattr(result, "image_shape", None)
         if shape is None and getattr(result, "image", None) is not None:
             shape = tuple(result.image.shape[:2])
-        key = {"detect": "detections", "classify": "classes", "ocr": "lines", "embed": "vector"}[self.task]
+        key = {"detect": "detections", "classify": "classes", "ocr": "lines", "embed": "vector", "segment": "segments"}
+        key = key[self.task]
         record: dict[str, Any] = {"image": image, "shape": None if shape is None else [int(v) for v in shape]}
         if self.task == "embed":
             record = {"index": len(self.records), "text": image, key: rows[0]["embedding"]}
@@ -176,6 +185,8 @@ class PredictOutputs:
             return [[image, r["class"], r["name"] or "", r["conf"], *r["box"]] for r in record["detections"]]
         if self.task == "classify":
             return [[image, r["rank"], r["class"], r["name"] or "", r["score"]] for r in record["classes"]]
+        if self.task == "segment":
+            return [[image, r["class"], r["name"] or "", r["pixels"], r["fraction"]] for r in record["segments"]]
         if self.task == "ocr":
             return [
                 [image, r["line"], r["text"] or "", r["score"], *np.asarray(r["quad"]).reshape(-1).tolist()]

@@ -265,6 +265,25 @@ class Segmenter:
             start += n
         return out
 
+    def map(self, source: Any, *, batch_size: int | str | None = "auto") -> _Results:
+        """Results for an iterable of images (or a glob, a folder), in order, ``batch_size`` images per
+        :meth:`run_batch` (``"auto"``/``None``: one; their patches batch by ``batch_size`` of :func:`segment`);
+        a context manager, as :meth:`amdinfer.Pipeline.map`'s.
+
+        Example:
+            >>> import numpy as np
+            >>> from amdinfer.testing.models import unet
+            >>> with segment(unet(), providers=["CPUExecutionProvider"]) as seg:
+            ...     with seg.map([np.zeros((8, 8, 3), np.uint8)] * 3, batch_size=2) as results:
+            ...         print([r.image_shape for r in results])
+            [(8, 8), (8, 8), (8, 8)]
+        """
+        from ..pipeline._sources import expand
+
+        n = 1 if batch_size in ("auto", None) else _positive("batch_size", batch_size)
+        items = expand(source)[0] if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__") else source
+        return _Results(self, iter(items), n)
+
     def _count(self, items: list[Any]) -> None:
         shapes = Counter(f"{s.data.shape[0]}x{s.data.shape[1]}" for s in items)
         with self._lock:
@@ -311,6 +330,34 @@ class Segmenter:
             f"Segmenter({type(self.engine).__name__}, stride={self.stride}, size_step={self.size_step}, "
             f"bound={self.bound}, patch={self.patch}, blend={self._options['blend']!r})"
         )
+
+
+class _Results:
+    """:meth:`Segmenter.map`'s iterator: chunks of ``n`` images through ``run_batch``; closing stops it."""
+
+    def __init__(self, seg: Segmenter, items: Any, n: int) -> None:
+        self._seg, self._items, self._n, self._ready = seg, items, n, iter(())
+
+    def __iter__(self) -> _Results:
+        return self
+
+    def __next__(self) -> Any:
+        for result in self._ready:
+            return result
+        chunk = [x for _, x in zip(range(self._n), self._items)]
+        if not chunk:
+            raise StopIteration
+        self._ready = iter(self._seg.run_batch(chunk))
+        return next(self._ready)
+
+    def close(self) -> None:
+        self._items = iter(())
+
+    def __enter__(self) -> _Results:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _check_model(engine: Any) -> tuple[Any, tuple[int, int] | None, int | None]:

@@ -1004,7 +1004,8 @@ def unet(
     more) plus ``context`` times seeded decoder features, which depend on the neighbourhood (a receptive field
     of about ``5 * 2**depth`` pixels each side) and stay below that margin. Height and width must be multiples
     of the stride ``2**depth`` (metadata ``stride``; the Concat of a skip and an upsampled map fails
-    otherwise). Metadata ``names`` (the classes), ``stride`` and ``task`` = ``segment``.
+    otherwise). Metadata ``names`` (the classes), ``stride`` and ``task`` = ``semantic-segmentation`` (not
+    Ultralytics' ``segment``, which names instance segmentation).
 
     Args:
         seed: Seed of the weight generator.
@@ -1078,7 +1079,7 @@ def unet(
         f"unet(seed={seed}, depth={depth}, width={width}, context={context}, image_size={image_size})",
     )
     names = "{" + ", ".join(f"{i}: {n!r}" for i, n in enumerate(UNET_CLASSES)) + "}"
-    helper.set_model_props(model, {"names": names, "stride": str(2**depth), "task": "segment"})
+    helper.set_model_props(model, {"names": names, "stride": str(2**depth), "task": "semantic-segmentation"})
     return model
 
 
