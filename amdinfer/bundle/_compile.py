@@ -20,6 +20,7 @@ from ..model import ModelSource
 from ._epcontext import KIND_EPCONTEXT, compile_epcontext_buckets
 from ._golden import golden_feeds
 from ._mxr import KIND_MXR, compile_mxr
+from ._shaped import beyond_batch, compile_per_bucket
 
 __all__ = ["EPCONTEXT_PROVIDERS", "KIND_EPCONTEXT", "KIND_MXR", "KIND_OPTIMIZED", "compile_buckets", "static_model"]
 
@@ -65,6 +66,11 @@ def compile_buckets(
         return compile_epcontext_buckets(
             source, work, plans, first, specs, precision, device, say, t0, line=_line, static=static_model
         )
+    if beyond_batch(plans):  # e.g. H/W buckets: one graph optimized for each bucket's static shapes
+        return compile_per_bucket(
+            source, work, plans, providers=specs, precision=precision, device=device, options=options, say=say,
+            t0=t0, line=_line, static=static_model,
+        )  # fmt: skip
     return _optimized(source, work, plans, specs, precision, device, options, say, t0)
 
 
@@ -164,4 +170,3 @@ def static_model(model: onnx.ModelProto, shapes: dict[str, Any]) -> onnx.ModelPr
                 d.Clear()
                 d.dim_value = int(n)
     return out
-

@@ -9,11 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..engines.base import Engine
 from ..errors import BundleError, OptionError
 from ._compile import KIND_EPCONTEXT, KIND_MXR, KIND_OPTIMIZED
 from ._golden import check_goldens
 from ._manifest import MANIFEST, check_environment, check_files, environment, read_manifest
+from ._shaped import KIND_OPTIMIZED_PER_BUCKET
 
 __all__ = ["bundled_model", "is_bundle", "load_bundle"]
 
@@ -171,6 +174,10 @@ def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, An
         from ._epcontext import open_epcontext
 
         return open_epcontext(folder, data, device, options)
+    if data["kind"] == KIND_OPTIMIZED_PER_BUCKET:
+        from ._shaped import open_per_bucket
+
+        return open_per_bucket(folder, data, device, options)
     from ..engines.ort import OrtEngine
 
     buckets = data["buckets"]
@@ -184,7 +191,11 @@ def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, An
     if data["kind"] == KIND_OPTIMIZED and len(files) == 1:
         if len(batches) == len(buckets):
             keywords["batch_buckets"] = batches
-        return OrtEngine(str(folder / buckets[0]["file"]), **keywords)
+        engine = OrtEngine(str(folder / buckets[0]["file"]), **keywords)
+        for b in buckets if not engine.batch_buckets else ():  # shape buckets: prepared, others under on_new_shape
+            zeros = {s.name: np.broadcast_to(np.zeros((), s.dtype), b["shapes"][s.name]) for s in engine.inputs}
+            engine._new_shapes.prepare(zeros)
+        return engine
     # Static models, one per bucket: the largest bucket's model, smaller batches padded to it.
     largest = max(buckets, key=lambda b: b.get("batch", 0))
     if batches:

@@ -209,8 +209,8 @@ def rebuild_command(
         parts += ["--precision", precision]
     if batch_buckets:
         parts += ["--batch", ",".join(str(b) for b in sorted(set(batch_buckets)))]
-    for plan in shapes or []:
-        parts += ["--input-shapes", ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in plan.items())]
+    for name in dict(shapes[0]) if shapes else ():
+        parts += ["--shapes", f"{name}:" + ",".join("x".join(map(str, plan[name])) for plan in shapes or [])]
     return " ".join(shlex.quote(p) for p in [*parts, "--force"])
 
 

@@ -22,6 +22,40 @@ def add_bundle_arguments(p: argparse.ArgumentParser) -> None:
         help="write a deployable bundle folder (compiled form per bucket, goldens, manifest.json; docs/deploy.md)",
     )
     p.add_argument("--force", action="store_true", help="with --bundle: replace an existing bundle in DIR")
+    p.add_argument(
+        "--shapes",
+        action="append",
+        type=parse_shape_buckets,
+        metavar="NAME:1x3x320x320,1x3x640x640",
+        help="with --bundle: shape buckets, one compiled form each (repeat for each dynamic input, same count)",
+    )
+
+
+def parse_shape_buckets(text: str) -> tuple[str, list[tuple[int, ...]]]:
+    """``--shapes``: ``name:1x3x320x320,1x3x640x640`` (one shape per bucket).
+
+    Example:
+        >>> parse_shape_buckets("images:1x3x320x320,2x3x640x640")
+        ('images', [(1, 3, 320, 320), (2, 3, 640, 640)])
+    """
+    name, sep, rest = text.partition(":")
+    try:
+        shapes = [tuple(int(d) for d in item.split("x")) for item in rest.split(",")]
+    except ValueError:
+        shapes = []
+    if not sep or not name or not shapes or any(d < 1 for s in shapes for d in s):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected name:1x3x320x320,1x3x640x640 (one shape per bucket)")
+    return name, shapes
+
+
+def _buckets(given: list[tuple[str, list[tuple[int, ...]]]], source: Any) -> list[dict[str, tuple[int, ...]]]:
+    """One ``{input: shape}`` per bucket from ``--shapes`` (inputs of fixed shape filled in from the model)."""
+    counts = {len(shapes) for _, shapes in given}
+    if len(counts) != 1:
+        raise OptionError(f"--shapes: got {[(n, len(s)) for n, s in given]} buckets per input, expected the same count")
+    fixed = {s.name: tuple(s.shape) for s in source.inputs if s.is_tensor and all(isinstance(d, int) for d in s.shape)}
+    named = dict(given)
+    return [{**fixed, **{n: shapes[i] for n, shapes in named.items()}} for i in range(counts.pop())]
 
 
 def run_bundle(args: argparse.Namespace) -> int:
@@ -41,7 +75,11 @@ def run_bundle(args: argparse.Namespace) -> int:
         options["on_new_shape"] = args.on_new_shape
     source = model_specs(args.model)
     batches, shapes = None, None
-    if args.batch and not getattr(args, "input_shapes", None):
+    if getattr(args, "shapes", None):
+        if args.batch or getattr(args, "input_shapes", None):
+            raise OptionError("--shapes: the buckets' full shapes; give them without --batch and --input-shapes")
+        shapes = _buckets(args.shapes, source)
+    elif args.batch and not getattr(args, "input_shapes", None):
         batches = list(args.batch)
     else:
         shapes = plan_feeds(args, args.batch or [None])
