@@ -85,7 +85,8 @@ def compile_mxr(
     (work / "migraphx").mkdir()
     files: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    with MigraphxEngine(source, **keywords) as engine:
+    engine = MigraphxEngine(source, **keywords)
+    try:
         target = engine.info.settings["target"]
         compile_opts = engine.info.settings["compile"]
         for plan in plans:
@@ -97,6 +98,8 @@ def compile_mxr(
             seconds[plan["name"]] = round(program.seconds, 3)
             what = "MIGraphX program loaded from the cache" if program.cache_hit else "MIGraphX program compiled"
             say(line(plan, f"{what} for target {target!r} and saved", t, t0))
+    finally:
+        engine.close()
     (work / MODEL_FILE).write_bytes(source.to_bytes())
     version = str(getattr(mgx, "__version__", "unknown"))
     arch = mxr_arch(target, device)
