@@ -187,6 +187,11 @@ _GEOMETRY = RecipeOption(
     "geometry", (str,), "where equal frames are resized and cropped: auto (in the graph on an accelerator), host "
     "or graph", choices=GEOMETRIES, flag=False,
 )  # fmt: skip
+#: whether a batch-1 export gets a dynamic batch (``auto``: on an accelerator, when proven; amdinfer.recipes._dynamic_batch)
+_DYNAMIC_BATCH = RecipeOption(
+    "dynamic_batch", (bool, str), "a batch-1 export made batch-dynamic: auto (on an accelerator, when proven), true "
+    "(any device) or false (never)", choices=(True, False, "auto"), flag=False,
+)  # fmt: skip
 #: what every image recipe's server options are: its decode threads and the pixel limit of its images
 _IMAGE_SERVER = ("pipeline_threads", "max_image_pixels")
 
@@ -208,6 +213,17 @@ RECIPES: dict[str, Recipe] = {
                 RecipeOption("agnostic", (bool,), "class-agnostic NMS (default false)", flag=False),
                 _FUSE,
                 _GEOMETRY,
+                _DYNAMIC_BATCH,
+                RecipeOption(
+                    "task",
+                    (str,),
+                    "auto (the model's metadata, else its outputs), detect, segment (masks) or pose (keypoints)",
+                    choices=("auto", "detect", "segment", "pose"),
+                    flag=False,
+                ),
+                RecipeOption(
+                    "retina_masks", (bool,), "segment: masks made at the image's size (default false)", flag=False
+                ),
             ),
             _IMAGE_SERVER,
         ),
@@ -216,7 +232,7 @@ RECIPES: dict[str, Recipe] = {
             "amdinfer.recipes:classify",
             "amdinfer.classify, an image classifier",
             "classify",
-            (RecipeOption("topk", (int,), "classes per image (default 5)"), _DECODER, _FUSE, _GEOMETRY),
+            (RecipeOption("topk", (int,), "classes per image (default 5)"), _DECODER, _FUSE, _GEOMETRY, _DYNAMIC_BATCH),
             _IMAGE_SERVER,
         ),
         Recipe(
