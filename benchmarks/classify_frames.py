@@ -9,6 +9,9 @@ reach >= 0.7x the device-tensor engine. One run prints, each as frames/s and as 
   (its ``geometry`` record is printed: which geometry ran for which size and why);
 * ``host``: the same with ``geometry="host"`` (the fused graph, resize and crop on the host);
 * ``fuse``: ``classify(..., fuse=False).fuse(image_size=(480, 640))`` written by hand (``resize="auto"``);
+* the parts of the default alone (:func:`parts`): ``graph_engine_device`` / ``graph_engine_host`` (the fused frames
+  engine, geometry in the graph, on a uint8 batch on the device / on the host), ``h2d_pinned`` / ``h2d_pageable`` (one
+  batch copied to the device, with GB/s), ``fill_one_thread`` (``np.stack`` of the frames into a buffer);
 * ``answers``: the default's top-5 against the host geometry's on the same frames (equal: the exact resize).
 
 The model: torchvision's ``resnet50(weights=None)`` exported to ONNX with a dynamic batch (random weights: the
@@ -68,7 +71,7 @@ def resnet50_onnx(quick: bool) -> tuple[onnx.ModelProto, str]:
     except ImportError:
         torchvision = None
     if torch is None or torchvision is None or quick:
-        return models.batch_dynamic(models.resnet50()), "amdinfer.testing.models.resnet50"
+        return models.resnet50(), "amdinfer.testing.models.resnet50"  # its batch axis is N already
     net = torchvision.models.resnet50(weights=None).eval()
     path = Path(tempfile.mkdtemp(prefix="amdinfer-frames-")) / "resnet50.onnx"
     kwargs: dict[str, Any] = {"input_names": ["input"], "output_names": ["logits"], "opset_version": 17}
@@ -80,6 +83,42 @@ def resnet50_onnx(quick: bool) -> tuple[onnx.ModelProto, str]:
     with torch.no_grad():
         torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(path), **kwargs)
     return onnx.load(str(path)), f"torchvision {torchvision.__version__} resnet50(weights=None)"
+
+
+def parts(row: dict[str, Any], clf: Any, frames: list[np.ndarray], hw: tuple[int, int], gpu: bool, timed: Any) -> None:
+    """Where the default's time goes, each part alone: the fused frames engine (in-graph geometry + the model) on a
+    batch already on the device and on a host batch; the host-to-device copy of one batch (pinned and pageable); the
+    fill of a batch from the frames (one thread). The cause of a gap to the engine is the slowest of them."""
+    fused = getattr(clf, "_fused", {}).get(hw)
+    if fused is None:
+        row["parts"] = "no fused engine for the frames' size"
+        return
+    eng, B = fused.engine, len(frames)
+    name = eng.inputs[0].name
+    batch = np.stack(frames)
+    timed("graph_engine_host", lambda: eng.run({name: batch}), B)
+    if gpu and torch is not None:
+        dev = torch.from_numpy(batch).to("cuda")
+        timed("graph_engine_device", lambda: eng.run({name: dev}), B)
+        pinned = torch.from_numpy(batch).pin_memory()
+
+        def copy(src: Any) -> Callable[[], None]:
+            def go() -> None:
+                src.to("cuda", non_blocking=True)
+                torch.cuda.synchronize()
+
+            return go
+
+        mb = batch.nbytes / 1e6
+        for key, src in (("h2d_pinned", pinned), ("h2d_pageable", torch.from_numpy(batch))):
+            timed(key, copy(src), B)
+            if row.get(key):
+                row[key + "_GBps"] = round(row[key] * mb / B / 1e3, 1)
+        out = pinned.numpy()
+    else:
+        out = np.empty_like(batch)
+    timed("fill_one_thread", lambda: np.stack(frames, out=out), B)
+    row["frame_MB"] = round(batch.nbytes / B / 1e6, 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     timed("default", stream(clf), 16 * B)
     row["default_kind"], row["default_geometry"] = type(clf).__name__, getattr(clf, "geometry", None)
     print(f"  default: {row['default_kind']}, geometry {row['default_geometry']}")
+    parts(row, clf, frames, (h, w), gpu, timed)
     with amdinfer.classify(model, precision="fp16", geometry="host", **load) as host:
         timed("host", stream(host), 16 * B)
         want = [r.indices.tolist() for r in host.run_batch(frames)]
@@ -146,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         timed("fuse", stream(fused), 16 * B)
         fused.close()
     engine = row.get("engine")
-    for key in ("default", "host", "fuse"):
+    for key in ("default", "host", "fuse", "graph_engine_host", "graph_engine_device", "h2d_pinned", "fill_one_thread"):
         if engine and row.get(key):
             row[f"{key}_vs_engine"] = round(row[key] / engine, 3)
     row["seconds"] = round(time.perf_counter() - t0, 1)

@@ -173,6 +173,23 @@ def _peek_batch(model: Any, recipe: str | None) -> str | int | None:
     return model_batch(source.inputs, source.outputs, recipe)
 
 
+def _predicted_batch(batch: str | int | None, recipe: str | None, options: dict[str, Any] | None, device: str) -> Any:
+    """``batch`` as the recipe will load it: a YOLO or classify recipe on an accelerator makes a batch-1 export
+    batch-dynamic (``dynamic_batch="auto"``, :mod:`amdinfer.recipes._dynamic_batch`), so its buckets are chosen for a
+    dynamic batch before the load, not after it (a second load). A refused rewrite is caught by the check after it.
+
+    Example:
+        >>> _predicted_batch(1, "yolo", None, "cuda:0"), _predicted_batch(1, "yolo", None, "cpu")
+        ('N', 1)
+        >>> _predicted_batch(1, "yolo", {"dynamic_batch": False}, "cuda:0"), _predicted_batch(1, None, None, "cuda:0")
+        (1, 1)
+    """
+    dynamic = (options or {}).get("dynamic_batch", "auto")
+    if batch == 1 and recipe in ("yolo", "classify") and dynamic is not False and device != "cpu":
+        return "N"
+    return batch
+
+
 def _workers_of(target: Any) -> list[Any]:
     """``target`` (workers, or a ready Engine/Pipeline or a list of them) as workers, for the defaults' rule."""
     from ..pipeline import Pipeline
@@ -229,17 +246,30 @@ def _served_target(
     if given.get("batch_buckets"):
         load["batch_buckets"] = given["batch_buckets"]
     predicted: tuple[int, ...] = ()
+    guessed_dynamic = False
     if buckets_auto:
         try:
             device, providers = expected_device(load["backend"], load.get("providers"), int(load["devices"][0]))
         except Exception:  # an unknown backend or provider: the load says which, with its own message
             device, providers = "cpu", []
-        batch = _peek_batch(model, recipe)
+        peeked = _peek_batch(model, recipe)
+        batch = _predicted_batch(peeked, recipe, recipe_options, device)
+        guessed_dynamic = batch != peeked
         predicted = served_defaults(device, providers, batch, cores=default_threads(), devices=len(load["devices"]),
                                     recipe=recipe, given=given).batch_buckets  # fmt: skip
         if predicted:
             load["batch_buckets"] = predicted
-    target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
+    try:
+        target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
+    except OptionError:
+        if not (guessed_dynamic and predicted):
+            raise
+        # the recipe kept the export's fixed batch (its proof refused, or it runs on the CPU): no buckets then
+        logger.info("expected %s to get a dynamic batch, but it kept its fixed batch: loading it without buckets",
+                    recipe)  # fmt: skip
+        load.pop("batch_buckets", None)
+        predicted = ()
+        target, ref = _target(model, recipe, recipe_options, rate, reference, **load)
     workers = _workers_of(target)
     chosen = served_defaults_for(workers, given, recipe, engine_buckets=ready or bundle is not None)  # their own
     if buckets_auto and chosen.batch_buckets != predicted:

@@ -68,7 +68,7 @@ _SERVE = """if True:
     given = dict.fromkeys(("max_batch_size", "max_delay_ms", "pipeline_threads"))
     load = {{"devices": [0], "backend": "auto", "precision": "fp32", "providers": ["cpu"]}}
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log %(message)s")
-    path, options = {path!r}, {{"imgsz": {size}, "fuse": True, "conf": 0.01}}
+    path, options = {path!r}, {{"imgsz": {size}, "fuse": True, "conf": 0.01{extra}}}
     images = [np.random.default_rng(i).integers(0, 256, (48 + 4 * (i // 4 % 5), 80, 3), np.uint8) for i in range(64)]
 """
 
@@ -79,10 +79,11 @@ def _rows(tensors: dict, item: int) -> list[tuple[int, float]]:
 
 
 def test_served_fixed_batch_recipe_on_an_accelerator_gets_no_buckets_and_answers(fixed_path: Path) -> None:
-    """The automatic defaults on an accelerator: 64 rows a batch, no buckets, one load; a batch of 64 images from
-    16 requests answers what each image alone does (before: buckets 8,16,32,64 and the Reshape error)."""
+    """The automatic defaults on an accelerator, the export kept at batch 1 (``dynamic_batch=False``): 64 rows a
+    batch, no buckets, one load; a batch of 64 images from 16 requests answers what each image alone does (before:
+    buckets 8,16,32,64 and the Reshape error)."""
     lines = _python(
-        _SERVE.format(path=str(fixed_path), size=SIZE)
+        _SERVE.format(path=str(fixed_path), size=SIZE, extra=', "dynamic_batch": False')
         + """
     load["batch_buckets"] = None
     target, _, chosen = _serve_api._served_target(path, "yolo", options, 0.0, "ort", given, **load)
@@ -115,7 +116,7 @@ def test_served_fixed_batch_recipe_with_given_buckets_is_refused_at_load(fixed_p
     """``--batch-buckets 8,16,32,64`` on a batch-1 recipe model: an OptionError at load naming the fixed batch
     (before: the server started and every request failed in ONNX Runtime's Reshape)."""
     lines = _python(
-        _SERVE.format(path=str(fixed_path), size=SIZE)
+        _SERVE.format(path=str(fixed_path), size=SIZE, extra=', "dynamic_batch": False')
         + """
     from amdinfer.errors import OptionError
     load["batch_buckets"] = (8, 16, 32, 64)
@@ -129,3 +130,52 @@ def test_served_fixed_batch_recipe_with_given_buckets_is_refused_at_load(fixed_p
         line.startswith("refused batch_buckets: got [8, 16, 32, 64], expected none") and "fixed batch of 1" in line
         for line in lines
     ), lines
+
+
+def test_served_batch1_recipe_made_dynamic_is_loaded_once_with_the_accelerator_buckets(fixed_path: Path) -> None:
+    """``dynamic_batch=True`` (what ``"auto"`` does on a real accelerator): the batch-1 export is predicted
+    batch-dynamic before the load, so the engines load once, with the accelerator's buckets (before: loaded with no
+    buckets, then loaded again); 16 requests of 4 answer what each image alone does on the export as it is."""
+    lines = _python(
+        _SERVE.format(path=str(fixed_path), size=SIZE, extra=', "dynamic_batch": True')
+        + """
+    load["batch_buckets"] = None
+    target, _, chosen = _serve_api._served_target(path, "yolo", options, 0.0, "ort", given, **load)
+    w = target[0]
+    print("chosen", w.pipeline.fixed_batch, w.pipeline.engine.batch_buckets, chosen.batch_buckets)
+    requests = [{"images": np.stack(images[k : k + 4])} for k in range(0, 64, 4)]
+    import pickle
+    sys.stdout.write("answers " + pickle.dumps(w.run(requests)[:3]).hex() + "\\n")
+    from amdinfer.serve._models import load_recipe_workers
+    plain = dict(options, dynamic_batch=False)
+    one = load_recipe_workers(path, "yolo", recipe_options=plain, providers=["cpu"])[0]
+    alone = [one.run([{"images": images[k][None]}])[0] for k in range(12)]
+    sys.stdout.write("alone " + pickle.dumps(alone).hex() + "\\n")
+    """
+    )
+    import pickle
+
+    assert not any(line.startswith("log expected") for line in lines), lines  # loaded once
+    assert "chosen None (8, 16, 32, 64) (8, 16, 32, 64)" in lines, lines
+    answers = pickle.loads(bytes.fromhex(next(x for x in lines if x.startswith("answers ")).split()[1]))
+    alone = pickle.loads(bytes.fromhex(next(x for x in lines if x.startswith("alone ")).split()[1]))
+    got = [_rows(answers[k // 4], k % 4) for k in range(12)]
+    want = [_rows(a, 0) for a in alone]
+    assert got == want and all(want)
+
+
+def test_served_batch1_recipe_predicted_dynamic_but_kept_fixed_loads_again_without_buckets(fixed_path: Path) -> None:
+    """The prediction wrong (``"auto"`` on an engine that runs on the CPU, told it is an accelerator): the load with
+    the predicted buckets is refused by the fixed batch, and the server loads again without buckets, saying why,
+    instead of failing to start."""
+    lines = _python(
+        _SERVE.format(path=str(fixed_path), size=SIZE, extra="")
+        + """
+    load["batch_buckets"] = None
+    target, _, chosen = _serve_api._served_target(path, "yolo", options, 0.0, "ort", given, **load)
+    w = target[0]
+    print("chosen", w.pipeline.fixed_batch, w.pipeline.engine.batch_buckets, chosen.batch_buckets)
+    """
+    )
+    assert "log expected yolo to get a dynamic batch, but it kept its fixed batch: loading it without buckets" in lines
+    assert "chosen 1 () ()" in lines, lines
