@@ -3,6 +3,7 @@ large images in blended patches; the geometry is :mod:`amdinfer.recipes._segment
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..model import ModelLike
+from ..pipeline._executor import ByShape
 from ._build import _decoder, _literal, class_names
 from ._segment_plan import BLENDS, ImagePlan, blend_weights, plan_image
 
@@ -242,7 +244,6 @@ class Segmenter:
 
     def run_batch(self, images: Any) -> list[Any]:
         """One result per image, in order; canvases and patches of one shape share engine calls."""
-        from ..pipeline._executor import ByShape
         from ..stages import Sample
 
         pictures, plans, items, owner = [], [], [], []
@@ -264,6 +265,42 @@ class Segmenter:
             out.append(self._result(pictures[k], plan, logits[start : start + n]))
             start += n
         return out
+
+    def warm(self, sizes: Any) -> list[tuple[int, int, int]]:
+        """Run the engine once at each shape that images of ``sizes`` (``(h, w)`` pairs) meet, so those are its
+        prepared shapes (``on_new_shape``: with ``"error"`` any other shape is refused, never compiled on the
+        request path): each canvas or patch shape at the engine's ``batch_buckets`` (else 1 and ``batch_size``
+        rows). Returns the ``(rows, H, W)`` run.
+
+        Example:
+            >>> import amdinfer
+            >>> from amdinfer.testing.models import unet
+            >>> engine = amdinfer.load(unet(), providers=["CPUExecutionProvider"], on_new_shape="error",
+            ...                        batch_buckets=[1, 4])
+            >>> seg = segment(unet(), backend=engine, size_step=32, batch_size=4)
+            >>> seg.warm([(30, 50), (60, 60)])
+            [(1, 32, 64), (4, 32, 64), (1, 64, 64), (4, 64, 64)]
+            >>> seg(np.zeros((20, 40, 3), np.uint8)).image_shape  # a warmed shape: runs
+            (20, 40)
+            >>> seg(np.zeros((100, 100, 3), np.uint8))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            amdinfer.errors.StageInputError: ... shape (1, 3, 128, 128) is not a prepared shape ...
+            >>> engine.close()
+        """
+        from ..stages import Sample
+
+        shapes = sorted({(y1 - y0, x1 - x0) for hw in sizes for y0, x0, y1, x1 in self.plan(hw).windows})
+        rows = self.engine.batch_buckets or tuple(sorted({1, self._options["batch_size"]}))
+        done = []
+        new_shapes = getattr(self.engine, "_new_shapes", None)  # the engine's warm-up block (prepared shapes)
+        with new_shapes.warm() if new_shapes is not None else contextlib.nullcontext():
+            for h, w in shapes:
+                for n in rows:
+                    items = [Sample(np.zeros((h, w, 3), np.uint8), {}) for _ in range(n)]
+                    self.pipeline._run_items(items, ByShape(size=n))
+                    done.append((int(n), h, w))
+        return done
 
     def map(self, source: Any, *, batch_size: int | str | None = "auto") -> _Results:
         """Results for an iterable of images (or a glob, a folder), in order, ``batch_size`` images per

@@ -217,6 +217,21 @@ class TestOneEngineManySizes:
             shapes = engine.info.settings["segment"]["shapes"]
         assert shapes["92x100"] == 1 and shapes["32x32"] == len(tiles.plan((90, 100)).windows)
 
+    def test_warmed_shapes_serve_every_size_of_their_buckets_under_on_new_shape_error(
+        self, model: onnx.ModelProto
+    ) -> None:
+        engine = amdinfer.load(model, on_new_shape="error", batch_buckets=[1, 4], **CPU)
+        with engine:
+            whole = amdinfer.segment(model, backend=engine, size_step=64, max_size=128, batch_size=4)
+            ran = whole.warm([(128, 128), (64, 128), (64, 64), (200, 300)])
+            assert sorted({(h, w) for _, h, w in ran}) == [(64, 64), (64, 128), (128, 128)]
+            for h, w in [(40, 50), (64, 64), (30, 100), (100, 128), (127, 100), (150, 250), (300, 200)]:
+                image, truth = _made(h, w, seed=h * w)
+                np.testing.assert_array_equal(whole(image).classes, truth)  # patches of 128 over the bound
+            with pytest.raises(InputError, match="not a prepared shape"):
+                amdinfer.segment(model, backend=engine, size_step=32)(np.zeros((32, 32, 3), np.uint8))
+            assert not engine.info.settings.get("new_shapes", {}).get("compiled")
+
     def test_auto_step_is_the_stride_on_the_cpu(self, model: onnx.ModelProto) -> None:
         with amdinfer.segment(model, **CPU) as seg:
             assert (seg.stride, seg.size_step, seg.bound, seg.patch) == (4, 4, None, None)
