@@ -282,6 +282,22 @@ def parity(session: nox.Session) -> None:
 
 
 @nox.session
+def sahi(session: nox.Session) -> None:
+    """Sliced inference against SAHI 0.12.8 (opt-in): tests/peers/test_sahi_parity.py.
+
+    amdinfer's tiles against ``sahi.slicing.get_slice_bboxes``, its merge against ``sahi.postprocess.combine``
+    (GreedyNMM/NMS, IOS/IOU, per class and agnostic), and ``SlicedPipeline`` against ``get_sliced_prediction`` driving
+    the same amdinfer detector on the same images. SAHI's numpy postprocess backend needs no torch; it brings
+    OpenCV, shapely, pybboxes and the rest, only here, never as an amdinfer dependency.
+    """
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    session.install("sahi==0.12.8")
+    with _session_tmp(session) as tmp:
+        paths = session.posargs or ["tests/peers/test_sahi_parity.py"]
+        session.run("pytest", "-p", "no:cacheprovider", *paths, env=_sandbox_env(tmp))
+
+
+@nox.session
 def mypy(session: nox.Session) -> None:
     """mypy on the package (configuration in pyproject.toml); must stay clean."""
     session.install("-c", str(CONSTRAINTS), "-e", ".[cpu]", "mypy")
