@@ -1002,10 +1002,10 @@ def unet(
     only): the head reads them back, so each pixel's logits are ``2 * (A @ rgb + b)`` for the pixel's ``rgb``
     in [0, 1] (:data:`UNET_CLASSES`: dark, bright, red, green, blue; a pure colour wins by a margin of 2 or
     more) plus ``context`` times seeded decoder features, which depend on the neighbourhood (a receptive field
-    of about ``5 * 2**depth`` pixels each side) and stay below that margin. Height and width must be multiples
-    of the stride ``2**depth`` (metadata ``stride``; the Concat of a skip and an upsampled map fails
-    otherwise). Metadata ``names`` (the classes), ``stride`` and ``task`` = ``semantic-segmentation`` (not
-    Ultralytics' ``segment``, which names instance segmentation).
+    of ``4 * 2**depth - 3`` pixels each side: 5, 13, 29, 61 for depths 1 to 4) and stay below that margin.
+    Height and width must be multiples of the stride ``2**depth`` (metadata ``stride``; the Concat of a skip
+    and an upsampled map fails otherwise). Metadata ``names`` (the classes), ``stride`` and ``task`` =
+    ``semantic-segmentation`` (not Ultralytics' ``segment``, which names instance segmentation).
 
     Args:
         seed: Seed of the weight generator.
