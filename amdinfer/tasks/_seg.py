@@ -212,7 +212,7 @@ class SegmentMasks(Postprocessor):
             keep = at_input.any(axis=(1, 2))
             data, at_input = data.select(keep), at_input[keep]
             det = ScaleBoxes(clip=self.clip).process(data, meta)
-            full = _mask_ops.unletterbox(at_input, orig) > 0.5
+            full = _mask_ops.unletterbox_binary(at_input, orig)
             scale = _mask_ops.content_box(inp, orig)
         polys = _polygons(at_input, scale, orig) if self.polygons else None
         return Detections(

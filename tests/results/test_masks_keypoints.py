@@ -78,7 +78,7 @@ class TestDetectionsWithInstances:
 
     def test_json_round_trip(self) -> None:
         det = _det()
-        back = Detections(**json.loads(det.to_json()))
+        back = Detections(**json.loads(det.to_json(orient="columns")))
         assert np.array_equal(back.masks.data, det.masks.data)
         assert np.allclose(back.keypoints.data, det.keypoints.data)
         assert [p.tolist() for p in back.masks.xy] == [p.tolist() for p in det.masks.xy]
