@@ -1178,6 +1178,29 @@ def cmd_gpu1(a: argparse.Namespace) -> None:
 BEST_FLAGS = ("--max-batch-size", "64", "--max-delay-ms", "2", "--batch-buckets", "8,16,32,64")
 
 
+def _decode_all_cores(*sets: list[bytes]) -> None:
+    """Host JPEG decode rates (OpenCV, one OpenCV thread per decode) on a pool of every core: the most images/s a
+    JPEG recipe can take on this host without a GPU decoder (a served JPEG row above this is not decode-bound)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cv2
+
+    cv2.setNumThreads(1)
+    n = os.cpu_count() or 1
+    with ThreadPoolExecutor(n) as pool:
+        for files, what in zip(sets, ("640x480 JPEG", "page JPEG")):
+            if not files:
+                continue
+            batch = [files[i % len(files)] for i in range(16 * n)]
+            arrays = [np.frombuffer(f, np.uint8) for f in batch]
+
+            def go(arrays: list[np.ndarray] = arrays) -> None:
+                list(pool.map(lambda x: cv2.imdecode(x, cv2.IMREAD_COLOR), arrays))
+
+            rate = _rate(go, len(arrays), 1.0)
+            record({"case": "decode", "what": f"opencv, {n} threads", "image": what, "img_s": round(rate, 1)})
+
+
 def _jpegs_sized(count: int, size: tuple[int, int], quality: int = 90) -> list[bytes]:
     """JPEG files of the shipped document pages resized to ``size`` (width, height) exactly."""
     import io
@@ -1277,13 +1300,17 @@ def cmd_defaults(a: argparse.Namespace) -> None:
         flags = ("--recipe", "yolo", *(("--imgsz", str(imgsz[-1])) if imgsz else ()))
         rows.append(("--recipe yolo, 1 JPEG page/request", yolo, flags, _jpegs(1, None), "images", engine_y))
 
+    _decode_all_cores(jpeg, _jpegs(8, None) if a.yolo else [])
     table: list[dict[str, Any]] = []
     engine_labels = ["classifier uint8 NHWC (bare)", "classifier float NCHW (recipe's engine)", "yolo"]
     for (label, path, flags, x, input_name, engine), engine_label in zip(rows, engine_labels):
         out: dict[str, Any] = {"row": label, "engine_img_s": round(engine, 1)}
         if device_rates.get(engine_label):
             out["engine_device_tensor_img_s"] = device_rates[engine_label]
-        for side, extra in (("default", ()), ("best", BEST_FLAGS)):
+        sides: list[tuple[str, tuple[str, ...]]] = [("default", ()), ("best", BEST_FLAGS)]
+        if "classify" in flags and not smoke:  # the JPEG row: the GPU decoder, the rest default
+            sides.append(("nvjpeg", ("--decoder", "nvjpeg")))
+        for side, extra in sides:
             try:
                 server = ServerProcess(path, "m", providers=providers, precision=precision, devices="0",
                                        max_batch_size=None, max_delay_ms=None, preload_torch=not smoke,
@@ -1310,7 +1337,7 @@ def cmd_defaults(a: argparse.Namespace) -> None:
     for pool in _POOLS.values():
         pool.terminate()
     md = ["| row | engine img/s (host batch; device tensors) | defaults img/s (÷ engine) | best img/s (÷ engine) "
-          "| defaults ÷ best |", "|---|---|---|---|---|"]  # fmt: skip
+          "| defaults ÷ best | --decoder nvjpeg img/s (÷ engine) |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in table:
 
         def cell(side: str, r: dict[str, Any] = r) -> str:
@@ -1321,7 +1348,10 @@ def cmd_defaults(a: argparse.Namespace) -> None:
         both = "default_img_s" in r and "best_img_s" in r and r["best_img_s"]
         ratio = f"{r['default_img_s'] / r['best_img_s']:.2f}" if both else ""
         dev = f"; {r['engine_device_tensor_img_s']:,.0f}" if r.get("engine_device_tensor_img_s") else ""
-        md.append(f"| {r['row']} | {r['engine_img_s']:,.0f}{dev} | {cell('default')} | {cell('best')} | {ratio} |")
+        nv = cell("nvjpeg") if "nvjpeg_img_s" in r or "nvjpeg_error" in r else ""
+        md.append(
+            f"| {r['row']} | {r['engine_img_s']:,.0f}{dev} | {cell('default')} | {cell('best')} | {ratio} | {nv} |"
+        )
     md.append("")
     md += [f"- {r['row']}, defaults: `{r.get('default_start_line', '')}`" for r in table]
     text = "\n".join(md)
