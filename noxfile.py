@@ -352,3 +352,24 @@ def openvino(session: nox.Session) -> None:
             "amdinfer/engines/ort/_epcontext.py",
         ]
         session.run("pytest", "-p", "no:cacheprovider", "-rs", "--doctest-modules", *paths, env=env)
+
+
+@nox.session(python="3.11")
+def migraphx_ref(session: nox.Session) -> None:
+    """Native MIGraphX on its CPU-only ``ref`` target (opt-in): the engine and ``.mxr`` bundles against AMD's real
+    ``migraphx`` module from a CPU-only build of ROCm/AMDMIGraphX (docs/migraphx.md says how it is made). The build's
+    ``lib`` folder (holding ``migraphx.cpython-311-*.so``) is ``$MIGRAPHX_BUILD_LIB``, by default
+    ``~/.cache/migraphx-ref/build/lib``; without it the session skips. Only numpy, onnx, onnxruntime and pytest are
+    installed (pinned), amdinfer without its extras.
+    """
+    import os
+
+    lib = Path(os.environ.get("MIGRAPHX_BUILD_LIB", "~/.cache/migraphx-ref/build/lib")).expanduser()
+    if not any(lib.glob("migraphx*.so")):
+        session.skip(f"no MIGraphX Python module in {lib} (set MIGRAPHX_BUILD_LIB to a CPU-only build's lib folder)")
+    session.install("-c", str(CONSTRAINTS), "numpy", "onnx", "onnxruntime", "ml_dtypes", "protobuf", "pytest")
+    session.install("--no-deps", "-e", ".")
+    with _session_tmp(session) as tmp:
+        env = {**_sandbox_env(tmp), "PYTHONPATH": str(lib), "LD_LIBRARY_PATH": str(lib)}
+        paths = session.posargs or ["tests/bundle/test_mxr.py", "tests/engines/test_migraphx.py"]
+        session.run("pytest", "-p", "no:cacheprovider", "-rs", *paths, env=env)
