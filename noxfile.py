@@ -373,3 +373,22 @@ def migraphx_ref(session: nox.Session) -> None:
         env = {**_sandbox_env(tmp), "PYTHONPATH": str(lib), "LD_LIBRARY_PATH": str(lib)}
         paths = session.posargs or ["tests/bundle/test_mxr.py", "tests/engines/test_migraphx.py"]
         session.run("pytest", "-p", "no:cacheprovider", "-rs", *paths, env=env)
+
+
+@nox.session(python="3.11")
+def ultralytics_goldens(session: nox.Session) -> None:
+    """Segmentation and pose goldens from Ultralytics 8.4.190 itself (opt-in): runs its ``non_max_suppression``,
+    ``process_mask``/``process_mask_native``, ``scale_boxes``, ``scale_masks``, ``Masks.xy`` and ``scale_coords``
+    on the shipped raw outputs (``tests/data/seg_pose_raw.npz``) and rewrites ``tests/data/seg_pose_goldens.npz``
+    (``benchmarks/ultralytics_seg_pose_goldens.py``), then runs the parity test. CPU torch from PyTorch's index;
+    torchvision only for the metadata Ultralytics reads (its NMS is Ultralytics' own).
+    """
+    session.install("torch", "--index-url", "https://download.pytorch.org/whl/cpu")
+    session.install("--no-deps", "ultralytics==8.4.190", "torchvision")
+    session.install("numpy", "opencv-python-headless", "pyyaml", "pillow", "matplotlib", "psutil", "requests", "polars")
+    session.run("python", "benchmarks/ultralytics_seg_pose_goldens.py", "goldens")
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    with _session_tmp(session) as tmp:
+        session.run(
+            "pytest", "-p", "no:cacheprovider", "-rs", "tests/results/test_seg_pose_parity.py", env=_sandbox_env(tmp)
+        )
