@@ -230,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
         pipe.close()
     written = out.close()
     n = len(out.records)
-    unit = {"detect": "boxes", "classify": "classes", "ocr": "text lines", "embed": "vectors", "segment": "class areas"}
-    unit = unit[task]
+    units = {"detect": "boxes", "classify": "classes", "ocr": "text lines", "embed": "vectors", "segment": "areas"}
+    unit = units[task]
     rate = n / seconds if seconds > 0 else float("inf")
     stages = mean_stages(out.speeds)
     each = ", ".join(f"{stages[k]:.1f} ms {k}" for k in ("preprocess", "inference", "postprocess") if k in stages)

@@ -150,8 +150,8 @@ class PredictOutputs:
         shape = getattr(result, "image_shape", None)
         if shape is None and getattr(result, "image", None) is not None:
             shape = tuple(result.image.shape[:2])
-        key = {"detect": "detections", "classify": "classes", "ocr": "lines", "embed": "vector", "segment": "segments"}
-        key = key[self.task]
+        keys = {"detect": "detections", "classify": "classes", "ocr": "lines", "embed": "vector", "segment": "segments"}
+        key = keys[self.task]
         record: dict[str, Any] = {"image": image, "shape": None if shape is None else [int(v) for v in shape]}
         if self.task == "embed":
             record = {"index": len(self.records), "text": image, key: rows[0]["embedding"]}

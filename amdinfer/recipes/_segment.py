@@ -43,20 +43,19 @@ def segment(
     probabilities: bool = False,
     decoder: str = "auto",
     keep_image: bool = True,
-    backend: str = "auto",
+    backend: Any = "auto",
     **load_options: Any,
 ) -> Segmenter:
     """A semantic segmenter in one call: ``LoadImage -> pad -> Normalize(mean, std, 1/255) -> HwcToChw -> model ->
-    blend -> cut -> argmax``, the classes back in the image's own pixels.
-
-    Sizes: the model takes ``(N, 3, H, W)`` with ``H`` and ``W`` multiples of its ``stride`` (argument, else
-    metadata ``stride``, else 32) and answers ``(N, C, H, W)`` logits. Each image is **padded, never resized**, at
-    the bottom and right (its edge pixels repeated) to the next multiple of ``size_step``, and the logits cut back:
-    resizing would change the pixels the model sees and blur the map at thin structures, padding leaves every
-    pixel as it is and changes the answers only within the receptive field of the padded edge. ``size_step``
-    (``"auto"``: the stride on the CPU, 128 rounded up to the stride on an accelerator) is the bucket: every image
-    of one step runs at one engine shape, so one engine serves many sizes without recompiling (the shapes fed are
-    counted in ``engine.info.settings["segment"]``).
+    blend -> cut -> argmax``, the classes back in the image's own pixels. Sizes: the model takes ``(N, 3, H, W)``
+    with ``H`` and ``W`` multiples of its ``stride`` (argument, else metadata ``stride``, else 32) and answers
+    ``(N, C, H, W)`` logits. Each image is **padded, never resized**, at the bottom and right (its edge pixels
+    repeated) to the next multiple of ``size_step``, and the logits cut back: resizing would change the pixels the
+    model sees and blur the map at thin structures, padding leaves every pixel as it is and changes the answers
+    only within the receptive field of the padded edge. ``size_step`` (``"auto"``: the stride on the CPU, 128
+    rounded up to the stride on an accelerator) is the bucket: every image of one step runs at one engine shape,
+    so one engine serves many sizes without recompiling (the shapes fed are counted in
+    ``engine.info.settings["segment"]``; :meth:`Segmenter.warm` prepares them).
 
     Large images: when the padded canvas exceeds the bound (``max_size``, else the engine's ``shapes=`` bound, else
     a fixed model's size; no bound: always whole), or when ``patch`` is given, the image runs in overlapping
@@ -77,11 +76,9 @@ def segment(
             pixels / 255).
         labels: class names (default: metadata ``names``).
         channels: the order of the arrays you pass, ``"RGB"`` or ``"BGR"``; the model gets RGB.
-        probabilities: keep the per-class softmax on each result.
-        decoder, keep_image: as for :func:`yolo`.
+        probabilities, decoder, keep_image: keep the per-class softmax on each result; as for :func:`yolo`.
         backend, **load_options: :func:`amdinfer.load`'s arguments; an :class:`~amdinfer.Engine` as ``backend``
-            runs as it is and stays yours (several segmenters can share one engine; :meth:`Segmenter.close` leaves
-            it open).
+            runs as it is and stays yours (segmenters can share one; their ``close()`` leaves it open).
 
     Returns:
         A :class:`Segmenter`: call it on an image (array, path, bytes) or a list; results are
@@ -373,7 +370,8 @@ class _Results:
     """:meth:`Segmenter.map`'s iterator: chunks of ``n`` images through ``run_batch``; closing stops it."""
 
     def __init__(self, seg: Segmenter, items: Any, n: int) -> None:
-        self._seg, self._items, self._n, self._ready = seg, items, n, iter(())
+        self._seg, self._items, self._n = seg, items, n
+        self._ready: Any = iter(())
 
     def __iter__(self) -> _Results:
         return self
