@@ -187,10 +187,11 @@ class Segmenter:
         self.stride = _stride(stride, meta)
         self.size_step = _size_step(size_step, self.stride, engine)
         bounds = engine.shape_bounds.get(spec.name)
-        self.bound = _hw_arg("max_size", max_size, self.stride) or fixed or (bounds and tuple(bounds.max[2:4]))
+        limit = fixed or (tuple(bounds.max[2:4]) if bounds else None)  # what the engine takes at most
+        self.bound = _hw_arg("max_size", max_size, self.stride) or limit
         self._minimum = fixed or (tuple(bounds.min[2:4]) if bounds else (1, 1))
         self.patch = _hw_arg("patch", patch, self.stride)
-        self._check_sizes(fixed)
+        self._check_sizes(fixed, limit)
         self.labels = _labels(labels=norm[2], proto=engine.model.proto, classes=classes)
         mean, std = _fractions("mean", norm[0], meta), _fractions("std", norm[1], meta)
         stages: list[Any] = [Normalize(mean=mean, std=std, scale=1 / 255), HwcToChw()]
@@ -209,7 +210,12 @@ class Segmenter:
             "shapes": fed,
         }
 
-    def _check_sizes(self, fixed: tuple[int, int] | None) -> None:
+    def _check_sizes(self, fixed: tuple[int, int] | None, limit: Any) -> None:
+        if limit is not None and self.bound is not None and (self.bound[0] > limit[0] or self.bound[1] > limit[1]):
+            raise OptionError(f"max_size: got {self.bound}, expected at most {limit} (the model's size or shapes=)")
+        low = self._minimum
+        if self.patch is not None and (self.patch[0] < low[0] or self.patch[1] < low[1]):
+            raise OptionError(f"patch: got {self.patch}, expected at least {low} (the engine's shapes= minimum)")
         if self.patch is not None and (self.patch[0] % self.stride or self.patch[1] % self.stride):
             raise OptionError(f"patch: got {self.patch}, expected multiples of the model's stride {self.stride}")
         if fixed is not None and self.patch is not None and self.patch != fixed:

@@ -272,6 +272,15 @@ class TestErrors:
             amdinfer.segment(model, **options, **CPU)
         assert isinstance(info.value, AmdinferError) and str(info.value).startswith(named)
 
+    def test_sizes_outside_the_engines_bounds_are_refused(self, model: onnx.ModelProto) -> None:
+        shapes = {"images": [(1, 3, 32, 32), (8, 3, 64, 64)]}
+        with pytest.raises(OptionError, match=r"^max_size: got \(128, 128\), expected at most \(64, 64\)"):
+            amdinfer.segment(model, shapes=shapes, max_size=128, **CPU)
+        with pytest.raises(OptionError, match=r"^patch: got \(16, 16\), expected at least \(32, 32\)"):
+            amdinfer.segment(model, shapes=shapes, patch=16, **CPU)
+        with pytest.raises(OptionError, match=r"^max_size: .* at most \(32, 32\)"):
+            amdinfer.segment(unet(depth=2, image_size=32), max_size=64, **CPU)
+
     def test_a_classifier_is_not_a_segmenter(self) -> None:
         with pytest.raises(OptionError, match=r"model: .*\(N, 3, H, W\) -> \(N, C, H, W\)"):
             amdinfer.segment(tiny_cnn(), **CPU)
@@ -285,7 +294,7 @@ def test_results_round_trip_through_json_and_tensors(model: onnx.ModelProto) -> 
     image, truth = _made(40, 56, seed=9)
     with amdinfer.segment(model, probabilities=True, **CPU) as seg:
         result = seg(image)
-    back = SegmentationMap.from_dict(__import__("json").loads(result.to_json()))
+    back = SegmentationMap.from_dict(__import__("json").loads(result.to_json(orient="columns")))
     np.testing.assert_array_equal(back.classes, truth)
     again = SegmentationMap.from_tensors(result.to_tensors())
     np.testing.assert_array_equal(again.probabilities, result.probabilities)
