@@ -88,8 +88,12 @@ def _drawable(what: str, rows_name: str, *columns: np.ndarray) -> np.ndarray:
     Example:
         >>> _drawable("Detections.plot", "boxes", np.array([[0, 0, 1, 1], [0, np.nan, 1, 1]]), np.ones(2)).tolist()
         [True, False]
+        >>> _drawable("Detections.plot", "boxes", np.zeros((0, 4)), np.zeros(0)).shape  # no rows: nothing to check
+        (0,)
     """
     keep = np.ones(len(columns[0]), bool)
+    if not len(keep):  # reshape(0, -1) is ambiguous to NumPy: an empty result draws no row
+        return keep
     for col in columns:
         keep &= np.isfinite(np.asarray(col, np.float64).reshape(len(keep), -1)).all(axis=1)
     if not keep.all():

@@ -436,7 +436,10 @@ class Matches(ResultForms, TensorResult):
         return int(self.indices.shape[0])
 
     def __getitem__(self, i: int) -> list[Match]:
-        row = range(len(self))[i]
+        n = len(self)
+        if not -n <= int(i) < n:
+            raise IndexError(f"Matches: index {i} is out of range for {n} quer{'ies' if n != 1 else 'y'}")
+        row = range(n)[i]
         texts = self.docs
         return [
             Match(int(j), float(s), None if texts is None else texts[int(j)])
@@ -503,4 +506,4 @@ class Matches(ResultForms, TensorResult):
             lines += [f"    {m.score:6.3f}  {m.index:>3}  {_short(m.text)!r}" for m in self[q]]
         if len(self) > _MAX_ROWS:
             lines.append(f"  ... {len(self) - _MAX_ROWS} more")
-        return "\n".join(lines) + "\n)"
+        return "\n".join(lines) + ("\n)" if len(lines) > 1 else ")")

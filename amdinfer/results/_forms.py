@@ -1,5 +1,5 @@
 """What every result type answers besides its own fields (:class:`ResultForms`): Ultralytics' row form
-``summary(normalize, decimals)`` and what is built on it (``to_df()``, ``to_csv()``, ``to_json(orient="rows")``),
+``summary(normalize, decimals)`` and what is built on it (``to_df()``, ``to_csv()``, ``to_json()``),
 ``show()`` (a notebook's inline picture, or a desktop window), and ``speed`` (milliseconds per stage).
 
 The rows: one plain dict per entry (a box, a class, a text line, an embedding), numbers rounded to ``decimals``,
@@ -38,8 +38,8 @@ __all__ = ["ORIENTS", "STAGES", "ResultForms", "flatten", "in_notebook", "rounde
 
 #: the stages ``speed`` times, in order
 STAGES = ("preprocess", "inference", "postprocess")
-#: ``to_json(orient=...)``: the result's own columns (``to_dict()``), or one dict per entry (``summary()``)
-ORIENTS = ("columns", "rows")
+#: ``to_json(orient=...)``: one dict per entry (``summary()``, the default), or the result's own columns (``to_dict()``)
+ORIENTS = ("rows", "columns")
 
 
 def check_decimals(decimals: Any, what: str) -> int:
@@ -255,14 +255,15 @@ class ResultForms:
         return out.getvalue()
 
     def to_json(
-        self, *, orient: str = "columns", normalize: bool = False, decimals: int | None = None, **kwargs: Any
+        self, *, orient: str = "rows", normalize: bool = False, decimals: int | None = None, **kwargs: Any
     ) -> str:
         """The result as strict JSON (a NaN or infinite number is ``null``, never ``NaN``/``Infinity``).
 
         Args:
-            orient: ``"columns"`` (the default): :meth:`to_dict`, the form the constructor reads back
-                (``Detections(**json.loads(det.to_json()))``); ``"rows"``: :meth:`summary`'s list of dicts,
-                Ultralytics' ``to_json()``.
+            orient: ``"rows"`` (the default): :meth:`summary`'s list of one dict per entry, Ultralytics'
+                ``Results.to_json()`` (for detections ``name``, ``class``, ``confidence``, ``box``
+                ``{x1, y1, x2, y2}``); ``"columns"``: :meth:`to_dict`, the form the constructor reads back
+                (``Detections(**json.loads(det.to_json(orient="columns")))``).
             normalize: with ``orient="rows"``, as in :meth:`summary`.
             decimals: round the numbers (``orient="rows"``: default 5, as Ultralytics; ``"columns"``: default
                 none).
@@ -274,10 +275,10 @@ class ResultForms:
         Example:
             >>> from amdinfer.results import Detections
             >>> det = Detections([[0, 0, 1, 1]], [0.123456], [3], labels=["cat"])
-            >>> det.to_json(decimals=2)[34:]
-            '"scores": [0.12], "classes": [3], "labels": ["cat"], "image_shape": null}'
-            >>> det.to_json(orient="rows", decimals=3)
+            >>> det.to_json(decimals=3)
             '[{"name": "cat", "class": 3, "confidence": 0.123, "box": {"x1": 0.0, "y1": 0.0, "x2": 1.0, "y2": 1.0}}]'
+            >>> det.to_json(orient="columns", decimals=2)[34:]
+            '"scores": [0.12], "classes": [3], "labels": ["cat"], "image_shape": null}'
         """
         what = f"{type(self).__name__}.to_json"
         if not isinstance(orient, str) or orient not in ORIENTS:
@@ -300,7 +301,9 @@ class ResultForms:
 
         Set by a :class:`~amdinfer.Pipeline` run (``__call__``, ``run_batch``, ``map``; the recipes run
         stage by stage on the CPU): an engine call's time is shared out evenly among its items, as Ultralytics
-        does for a batch. ``None`` for a stage not timed: a result built by hand, or by a fused pipeline.
+        does for a batch. A :class:`~amdinfer.pipeline.fuse.FusedPipeline` run sets it too (preprocess: the host
+        stages and the placement into the batch buffer; inference: the fused graph's run, shared out; postprocess:
+        the split into results, shared out). ``None`` for a stage not timed: a result built by hand.
 
         Example:
             >>> from amdinfer.results import Classification

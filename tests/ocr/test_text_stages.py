@@ -181,7 +181,7 @@ def test_textlines_roundtrip_and_errors():
         [0.5, 0.9],
         image_shape=(10, 10),
     )
-    again = TextLines(**json.loads(lines.to_json()))
+    again = TextLines(**json.loads(lines.to_json(orient="columns")))
     assert again.texts == ["a", "é"] and again.quads.tolist() == lines.quads.tolist()
     assert lines[-1].text == "é" and len(lines[1:]) == 1 and lines.boxes[1].tolist() == [1, 5, 6, 8]
     with pytest.raises(InputError, match=r"quads: got shape \(2, 4\)"):

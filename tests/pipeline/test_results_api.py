@@ -178,7 +178,7 @@ class TestSequence:
 
     def test_to_json_round_trips(self) -> None:
         det = _det(np.zeros((40, 60, 3), np.uint8))
-        data = json.loads(det.to_json())
+        data = json.loads(det.to_json(orient="columns"))
         assert data == {
             "boxes": [[5.0, 6.0, 30.0, 20.0], [40.0, 25.0, 55.0, 38.0]],
             "scores": [float(np.float32(0.9)), float(np.float32(0.4))],
@@ -191,7 +191,7 @@ class TestSequence:
         np.testing.assert_array_equal(again.boxes, det.boxes)
         np.testing.assert_array_equal(again.scores, det.scores)
         c = Classification([4, 1], [0.75, 0.25], labels=["a", "b"])
-        assert Classification(**json.loads(c.to_json())).to_dict() == c.to_dict()
+        assert Classification(**json.loads(c.to_json(orient="columns"))).to_dict() == c.to_dict()
 
 
 # ---------------------------------------------------------------------------------------------- odd values
@@ -252,7 +252,7 @@ class TestOddValues:
 
     def test_detections_json_is_strict_and_reads_back(self) -> None:
         det = Detections([[0, 1, 2, np.inf], [np.nan, 1, 2, 3]], [-np.inf, 0.5], [1, 2], image_shape=(4, 5))
-        data = _strict(det.to_json())
+        data = _strict(det.to_json(orient="columns"))
         assert data == {
             "boxes": [[0.0, 1.0, 2.0, None], [None, 1.0, 2.0, 3.0]],
             "scores": [None, 0.5],
@@ -261,7 +261,7 @@ class TestOddValues:
             "image_shape": [4, 5],
         }
         assert _strict(json.dumps(det.to_dict())) == data  # to_dict is strict too
-        assert _strict(det.to_json(indent=2, allow_nan=True)) == data  # no way to ask for NaN back
+        assert _strict(det.to_json(orient="columns", indent=2, allow_nan=True)) == data  # no way to ask for NaN back
         again = Detections(**data)  # type: ignore[arg-type]
         assert np.isnan(again.boxes[[0, 1], [3, 0]]).all() and np.isnan(again.scores[0])
         np.testing.assert_array_equal(again.boxes[:, 1:3], det.boxes[:, 1:3])
@@ -275,7 +275,7 @@ class TestOddValues:
         assert _not_drawn(caplog) == [
             "Classification.plot: 2 of 3 classes not drawn: NaN or infinite coordinates or scores (rows 0, 2)"
         ]
-        data = _strict(c.to_json())
+        data = _strict(c.to_json(orient="columns"))
         assert data == {"indices": [3, 1, 4], "scores": [None, float(np.float32(0.2)), None], "labels": c.labels}
         assert np.isnan(Classification(**data).scores[[0, 2]]).all()  # type: ignore[arg-type]
 
@@ -305,14 +305,14 @@ class TestOddValues:
             "TextLines.plot: 2 of 3 lines not drawn: NaN or infinite coordinates or scores (rows 1, 2)"
         ]
         lines.plot()  # with the texts
-        data = _strict(lines.to_json())
+        data = _strict(lines.to_json(orient="columns"))
         assert data["quads"][0][1] == [float(np.float32(1e30)), 1.0] and data["quads"][1][1] == [None, 0.0]  # type: ignore[index]
         assert data["scores"][2] is None  # type: ignore[index]
 
     def test_matches_json_is_strict(self) -> None:
         from amdinfer.text import Matches
 
-        data = _strict(Matches([[0, 1]], [[np.nan, np.inf]]).to_json())
+        data = _strict(Matches([[0, 1]], [[np.nan, np.inf]]).to_json(orient="columns"))
         assert data["scores"] == [[None, None]]  # type: ignore[index]
 
     def test_write_labels_names_a_non_finite_anchor(self) -> None:

@@ -1,6 +1,6 @@
 """Every result type's shared forms (issue 40, item 3): Ultralytics' box forms and ``conf``/``cls``, ``summary()``,
-``to_df()``/``to_csv()``, ``to_json(orient=..., decimals=...)``, ``show()``, ``speed``; one embedded str is 1-D and
-``Embeddings.search`` refuses text by name.
+``to_df()``/``to_csv()``, ``to_json(orient="rows"|"columns", decimals=...)``, ``show()``, ``speed``; one embedded
+str is 1-D and ``Embeddings.search`` refuses text by name.
 
 Truths: box conversions computed by hand for known boxes in a non-square image (so a swapped width and height
 shows); Ultralytics' own ``Boxes``/``Results`` when it is installed (skipped otherwise); the :mod:`csv` and
@@ -117,19 +117,21 @@ class TestSummary:
             assert json.loads(text) == result.summary(decimals=decimals)
         assert json.loads(_det().to_json(orient="rows", decimals=2))[2]["confidence"] == 0.12
 
-    def test_json_columns_keep_the_old_form(self) -> None:
+    def test_json_rows_by_default_columns_on_request(self) -> None:
         det = _det()
+        assert json.loads(det.to_json()) == det.summary()  # rows, rounded to 5 decimals, as Ultralytics
+        assert det.to_json() == det.to_json(orient="rows", decimals=5)
         plain = json.loads(json.dumps(det.to_dict()))
-        assert json.loads(det.to_json()) == plain  # the default is unchanged
-        back = Detections(**json.loads(det.to_json(decimals=1)))
+        assert json.loads(det.to_json(orient="columns")) == plain
+        back = Detections(**json.loads(det.to_json(orient="columns", decimals=1)))
         np.testing.assert_allclose(back.scores, [0.9, 0.8, 0.1], rtol=1e-6)
-        assert json.loads(det.to_json(indent=2)) == plain
-        with pytest.raises(OptionError, match=r"orient: got 'records', expected one of \['columns', 'rows'\]"):
+        assert json.loads(det.to_json(orient="columns", indent=2)) == plain
+        with pytest.raises(OptionError, match=r"orient: got 'records', expected one of \['rows', 'columns'\]"):
             det.to_json(orient="records")
         with pytest.raises(OptionError, match=r"normalize: got True with orient='columns', expected orient='rows'"):
-            det.to_json(normalize=True)
+            det.to_json(orient="columns", normalize=True)
         lines = TextLines(np.zeros((1, 4, 2)), ["hé"], [0.5])
-        assert "hé" in lines.to_json(orient="rows") and "hé" in lines.to_json()  # texts as they read
+        assert "hé" in lines.to_json() and "hé" in lines.to_json(orient="columns")  # texts as they read
 
     def test_csv_read_back(self) -> None:
         for result in self._results():

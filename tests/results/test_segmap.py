@@ -45,7 +45,7 @@ def test_json_and_tensor_round_trips() -> None:
     classes = _classes(1)
     probs = np.random.default_rng(0).random((4, *classes.shape)).astype(np.float32)
     seg = SegmentationMap(classes, probabilities=probs, labels=["a", "b", "c", "d"])
-    back = SegmentationMap.from_dict(json.loads(seg.to_json()))
+    back = SegmentationMap.from_dict(json.loads(seg.to_json(orient="columns")))
     np.testing.assert_array_equal(back.classes, classes)
     assert back.labels == seg.labels and back.num_classes == 4
     again = SegmentationMap.from_tensors(seg.to_tensors())

@@ -96,7 +96,7 @@ def text_lines_plot_nan_and_huge_quads(d: Path) -> object:
 @case("results")
 def detections_to_json_nan_inf(d: Path) -> object:
     det = Detections([[0, 1, 2, np.inf], [np.nan, 1, 2, 3]], [-np.inf, 0.5], [1, 2])
-    text = det.to_json()  # was: bare NaN / Infinity / -Infinity
+    text = det.to_json(orient="columns")  # was: bare NaN / Infinity / -Infinity
     data = _strict(text)
     assert data == {
         "boxes": [[0.0, 1.0, 2.0, None], [None, 1.0, 2.0, 3.0]],
@@ -114,9 +114,9 @@ def classification_text_lines_matches_json_nan(d: Path) -> object:
     from amdinfer.text import Matches
 
     texts = [
-        Classification([1], [np.nan]).to_json(),
-        TextLines([[[0, 0], [np.inf, 0], [1, 1], [0, 1]]], ["a"], [np.nan]).to_json(),
-        Matches([[0]], [[np.inf]]).to_json(),
+        Classification([1], [np.nan]).to_json(orient="columns"),
+        TextLines([[[0, 0], [np.inf, 0], [1, 1], [0, 1]]], ["a"], [np.nan]).to_json(orient="columns"),
+        Matches([[0]], [[np.inf]]).to_json(orient="columns"),
     ]
     for text in texts:
         _strict(text)

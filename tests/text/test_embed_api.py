@@ -202,9 +202,9 @@ def test_embeddings_similarity_search_and_json() -> None:
     assert emb.search([1.0, 0.0], k=10).indices.shape == (1, 3)  # at most len(corpus)
     tie = Embeddings([[1.0, 0.0], [2.0, 0.0]]).search([1.0, 0.0], k=2)
     assert tie.indices.tolist() == [[0, 1]]  # ties keep the corpus order
-    back = Embeddings(**json.loads(emb.to_json()))
+    back = Embeddings(**json.loads(emb.to_json(orient="columns")))
     assert back.texts == emb.texts and np.array_equal(back.vectors, emb.vectors)
-    assert json.loads(found.to_json())["indices"] == [[2, 0], [1, 0]]
+    assert json.loads(found.to_json(orient="columns"))["indices"] == [[2, 0], [1, 0]]
     assert "up" in repr(found) and "Embeddings(3 x 2" in repr(emb)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from ...engines._staging import PinnedStaging
 from ...errors import InputError, OptionError, StageError
 from ...preprocess import CenterCrop, Letterbox, Resize, check_image
 from ...results import Classification, Detections
+from ...results._forms import set_speed
 from ...stages import Postprocessor, Preprocessor, Sample, _stage_error
 from .._auto import auto_batch_size, device_free_memory, hint_fixed, on_accelerator, record, split_size
 from .._executor import ByShape, Executor, Slot, default_threads
@@ -22,6 +24,7 @@ from .._map import PipelineMap, map_options
 from .._source_images import attach, call, check_keep, preprocess
 from ._graph import _GEOMETRY, _META_KEY
 from ._model import check_fixed_buckets
+from ._speed import SPEED, share, timed_stream
 
 log = logging.getLogger("amdinfer")
 
@@ -211,8 +214,8 @@ class FusedPipeline:
 
     def _place(self, index: int, item: Any, slot: Slot) -> dict[str, Any]:
         """Item ``index`` through the host stages into its slot of the batch buffer: the geometry stage writes
-        there itself; otherwise the result is copied in."""
-        writer = self._writer
+        there itself; otherwise the result is copied in. Its time is the item's ``speed["preprocess"]``."""
+        start, writer = time.perf_counter(), self._writer
         sample = self._stages(index, Sample.wrap(item), self._host[:-1] if writer is not None else self._host)
         meta = dict(sample.meta)
         if writer is None:
@@ -232,6 +235,7 @@ class FusedPipeline:
                 raise _stage_error(index, name, exc) from exc
             data = out
         meta.setdefault("orig_shape", (int(data.shape[0]), int(data.shape[1])))
+        share([meta], start, "preprocess")
         return meta
 
     def _rows(self, n: int) -> int:
@@ -247,15 +251,22 @@ class FusedPipeline:
         return feed
 
     def _run(self, batch: np.ndarray, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return self._engine.run(self._feed(batch, metas))
+        start = time.perf_counter()
+        outputs = self._engine.run(self._feed(batch, metas))
+        share(metas, start, "inference")
+        return outputs
 
     def _run_stream(self, batches: Iterator[tuple[np.ndarray, list[dict[str, Any]]]]) -> Iterator[dict[str, Any]]:
         """:meth:`map`'s engine side: ``run_many``, which on a GPU copies batch k+1 to the device (its own
-        thread and stream) while batch k computes; one batch read ahead (the executor keeps three going)."""
-        return self._engine.run_many((self._feed(b, m) for b, m in batches), prefetch=1)
+        thread and stream) while batch k computes; one batch read ahead (the executor keeps three going). A
+        batch's engine time is shared out among its items (:func:`~amdinfer.pipeline.fuse._speed.timed_stream`)."""
+        return timed_stream(lambda feeds: self._engine.run_many(feeds, prefetch=1), self._feed, batches)
 
     def _split(self, outputs: dict[str, Any], metas: Sequence[dict[str, Any]]) -> list[Any]:
-        return self.results(outputs, [Sample(None, m) for m in metas])
+        start = time.perf_counter()
+        results = self.results(outputs, [Sample(None, m) for m in metas])
+        share(metas, start, "postprocess")
+        return [set_speed(r, m[SPEED]) for r, m in zip(results, metas)]
 
     def feeds(self, images: Iterable[Any]) -> tuple[dict[str, np.ndarray], list[Sample]]:
         """The engine feed for a batch of images (host stages applied, in parallel, straight into the batch
