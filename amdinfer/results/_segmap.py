@@ -76,8 +76,9 @@ class SegmentationMap(ResultForms, TensorResult):
 
     ``summary()`` has one row per class present: ``name``, ``class``, ``area`` (pixels; with ``normalize``, the
     fraction of the image) and ``confidence`` (the class's mean probability over its pixels, with
-    probabilities; else ``None``). ``to_dict()``/``to_json()``: the size, labels, per-class pixel counts and
-    each present class's mask as COCO run-length encoding (:func:`rle_encode`); :meth:`from_dict` reads it back.
+    probabilities; else ``None``); ``to_json()`` gives those rows. ``to_dict()`` (``to_json(orient="columns")``):
+    the size, labels, per-class pixel counts and each present class's mask as COCO run-length encoding
+    (:func:`rle_encode`); :meth:`from_dict` reads it back.
 
     Tensors (:meth:`to_tensors`): ``classes`` ``(H, W)``, with probabilities ``probabilities`` ``float32
     (C, H, W)``, with names ``labels`` ``BYTES (C,)``.
@@ -182,7 +183,7 @@ class SegmentationMap(ResultForms, TensorResult):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, image: Any = None) -> SegmentationMap:
-        """The map whose :meth:`to_dict` (or ``json.loads(to_json())``) gave ``data``.
+        """The map whose :meth:`to_dict` (or ``json.loads(to_json(orient="columns"))``) gave ``data``.
 
         Raises:
             InputError: masks that overlap, leave pixels out, or do not match ``image_shape``.
