@@ -181,17 +181,25 @@ class Detections(ResultForms, TensorResult):
 
     @property
     def xyxy(self) -> np.ndarray:
-        """``float32 (k, 4)`` ``x1, y1, x2, y2`` in pixels: :attr:`boxes` (Ultralytics' ``Boxes.xyxy``)."""
+        """``float32 (k, 4)`` ``x1, y1, x2, y2`` in pixels: :attr:`boxes` (Ultralytics' ``Boxes.xyxy``).
+
+        Example:
+            >>> det = Detections([[1, 2, 3, 4]], [0.5], [7])
+            >>> det.xyxy.tolist(), det.conf.tolist(), det.cls.tolist()  # and conf, cls
+            ([[1.0, 2.0, 3.0, 4.0]], [0.5], [7])
+        """
         return self.boxes
 
     @property
     def conf(self) -> np.ndarray:
-        """``float32 (k,)`` confidences: :attr:`scores` (Ultralytics' ``Boxes.conf``)."""
+        """``float32 (k,)`` confidences: :attr:`scores` (Ultralytics' ``Boxes.conf``). Example: see :attr:`xyxy`."""
         return self.scores
 
     @property
     def cls(self) -> np.ndarray:
-        """``int64 (k,)`` class indices: :attr:`classes` (Ultralytics' ``Boxes.cls``, which holds them as floats)."""
+        """``int64 (k,)`` class indices: :attr:`classes` (Ultralytics' ``Boxes.cls``, which holds them as floats).
+
+        Example: see :attr:`xyxy`."""
         return self.classes
 
     @property
