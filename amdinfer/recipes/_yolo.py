@@ -116,7 +116,7 @@ def yolo(
 
     size, backend_of_decoder = _hw("imgsz", imgsz), _decoder(decoder)
     slicing = _slicing(tiles, tile_overlap, tile_merge, agnostic)
-    model, post, fuse = resolve_task(model, task, fuse, retina_masks)
+    model, post, fuse = resolve_task(model, task, fuse, retina_masks, tiles)
 
     def stages(engine: Any, _: Any, channels: str) -> tuple[list[Any], list[Any]]:
         return _yolo_stages(engine, size, channels, conf, iou, max_det, agnostic, classes, backend_of_decoder, post)

@@ -13,10 +13,13 @@ from ..model import ModelLike, ModelSource
 __all__ = ["resolve_task", "task_postprocess"]
 
 
-def resolve_task(model: ModelLike, task: Any, fuse: Any, retina_masks: Any) -> tuple[ModelSource, dict[str, Any], Any]:
+def resolve_task(
+    model: ModelLike, task: Any, fuse: Any, retina_masks: Any, tiles: Any = None
+) -> tuple[ModelSource, dict[str, Any], Any]:
     """``model`` read once, what the post-processing needs (its task: :func:`amdinfer.tasks.detect_task`, and
     ``retina_masks``), and the ``fuse`` to use: a segmentation or pose model runs its post-processing stage by stage
-    (``fuse="auto"`` becomes ``False``; ``True`` is refused)."""
+    (``fuse="auto"`` becomes ``False``; ``True`` is refused), and not sliced (``tiles`` is refused: the tile merge
+    keeps boxes, and would drop the masks and keypoints)."""
     from ..tasks import detect_task
 
     source = model if isinstance(model, ModelSource) else ModelSource.from_any(model)
@@ -26,6 +29,11 @@ def resolve_task(model: ModelLike, task: Any, fuse: Any, retina_masks: Any) -> t
     post = {"task": name, "retina_masks": bool(retina_masks)}
     if name == "detect":
         return source, post, fuse
+    if tiles is not None:
+        raise OptionError(
+            f"tiles: got {tiles!r} for a {name} model, expected None: sliced inference merges boxes only, and would "
+            "drop the masks and keypoints (task='detect' slices its boxes)"
+        )
     if fuse is True:
         raise OptionError(
             f"fuse: got True for a {name} model, expected 'auto' or False: masks and keypoints are made on the host "

@@ -37,6 +37,10 @@ class TestTask:
         with pytest.raises(ModelError, match="expected two"):
             detect_task(yolov8(image_size=64), "segment")
 
+    def test_tiles_are_refused_rather_than_dropping_masks(self) -> None:
+        with pytest.raises(OptionError, match="would drop the masks and keypoints"):
+            amdinfer.yolo(yolov8_pose(image_size=64), tiles=(32, 32), **CPU)
+
     def test_fuse_true_is_refused_for_masks(self) -> None:
         with pytest.raises(OptionError, match="masks and keypoints are made on the host"):
             amdinfer.yolo(yolov8_seg(image_size=64, num_classes=2), fuse=True, **CPU)
