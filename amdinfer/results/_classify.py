@@ -63,17 +63,23 @@ class Classification(ResultForms, TensorResult):
 
     @property
     def index(self) -> int:
-        """The best class index."""
+        """The best class index.
+
+        Example:
+            >>> c = Classification([3, 1], [0.75, 0.25], labels=["cat", "dog"])
+            >>> c.index, c.score, c.label  # and score, label
+            (3, 0.75, 'cat')
+        """
         return int(self.indices[0])
 
     @property
     def score(self) -> float:
-        """The best class score."""
+        """The best class score. Example: see :attr:`index`."""
         return float(self.scores[0])
 
     @property
     def label(self) -> str | None:
-        """The best class name, or ``None`` without labels."""
+        """The best class name, or ``None`` without labels. Example: see :attr:`index`."""
         return None if self.labels is None else self.labels[0]
 
     def to_dict(self) -> dict[str, Any]:

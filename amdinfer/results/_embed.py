@@ -66,12 +66,18 @@ class Embedding(ResultForms, TensorResult):
 
     @property
     def shape(self) -> tuple[int]:
-        """``(d,)``: the vector's shape."""
+        """``(d,)``: the vector's shape.
+
+        Example:
+            >>> e = Embeddings([[0.6, 0.8]], ["hi"])
+            >>> e[0].shape, e[0].dim, e.dim  # and dim, Embeddings.dim
+            ((2,), 2, 2)
+        """
         return (int(self.vector.shape[0]),)
 
     @property
     def dim(self) -> int:
-        """The vector size ``d``."""
+        """The vector size ``d``. Example: see :attr:`shape`."""
         return int(self.vector.shape[0])
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -163,7 +169,7 @@ class Embeddings(ResultForms, TensorResult):
 
     @property
     def dim(self) -> int:
-        """The vector size ``d``."""
+        """The vector size ``d``. Example: see :attr:`Embedding.shape`."""
         return int(self.vectors.shape[1])
 
     def __len__(self) -> int:
@@ -429,15 +435,19 @@ class Matches(ResultForms, TensorResult):
 
     @property
     def top1(self) -> np.ndarray:
-        """``int64 (q,)``: each query's best corpus row."""
+        """``int64 (q,)``: each query's best corpus row.
+
+        Example:
+            >>> Matches([[1, 0], [0, 1]], [[0.9, 0.2], [0.8, 0.1]]).top1.tolist()
+            [1, 0]
+        """
         return self.indices[:, 0]
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
 
     def __getitem__(self, i: int) -> list[Match]:
-        n = len(self)
-        if not -n <= int(i) < n:
+        if not -(n := len(self)) <= int(i) < n:
             raise IndexError(f"Matches: index {i} is out of range for {n} quer{'ies' if n != 1 else 'y'}")
         row = range(n)[i]
         texts = self.docs

@@ -55,12 +55,24 @@ class TensorResult(abc.ABC):
 
     @abc.abstractmethod
     def to_tensors(self) -> Tensors:
-        """The result's tensors, by name."""
+        """The result's tensors, by name.
+
+        Example:
+            >>> from amdinfer.results import Detections
+            >>> {k: v.shape for k, v in Detections([[0, 0, 1, 1]], [0.5], [2]).to_tensors().items()}
+            {'boxes': (1, 4), 'scores': (1,), 'classes': (1,)}
+        """
 
     @classmethod
     @abc.abstractmethod
     def from_tensors(cls: type[R], tensors: Mapping[str, Any]) -> R:
-        """The result that :meth:`to_tensors` gave ``tensors``."""
+        """The result that :meth:`to_tensors` gave ``tensors``.
+
+        Example:
+            >>> from amdinfer.results import Detections
+            >>> Detections.from_tensors(Detections([[0, 0, 1, 1]], [0.5], [2]).to_tensors()).classes.tolist()
+            [2]
+        """
 
     @classmethod
     def from_batch(cls: type[R], tensors: Mapping[str, Any], n: int, **options: Any) -> list[R]:
