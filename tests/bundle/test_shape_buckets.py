@@ -86,3 +86,17 @@ def test_a_shape_bucket_bundle_from_the_cli_with_on_new_shape_error(tmp_path: Pa
     with amdinfer.load(folder, verify=False) as engine:
         with pytest.raises(amdinfer.InputError, match=r"on_new_shape='error'"):
             engine.run(np.zeros((1, 3, 16, 16), np.float32))  # pad would fit it into 2x3x16x16; error refuses
+
+
+def test_the_bundle_policy_is_the_default_and_the_caller_may_ask_for_another(tmp_path: Path) -> None:
+    folder = write_bundle(fcn(), tmp_path / "b", shapes=[{"x": (1, 3, 8, 8)}, {"x": (4, 3, 8, 8)}], providers=["cpu"])
+    assert read_manifest(folder)["kind"] == "ORT optimized graph, shared by the buckets"  # they differ in batch only
+    with amdinfer.load(folder, verify=False) as engine:
+        assert engine.info.settings["new_shapes"]["policy"] == "pad"
+        x = np.random.default_rng(4).random((3, 3, 8, 8), np.float32)
+        np.testing.assert_allclose(engine.run(x)["y"], reference(fcn(), x), rtol=1e-5, atol=1e-6)  # padded to 4
+        assert engine.info.settings["new_shapes"]["padded_calls"] == 1
+        with pytest.raises(amdinfer.InputError, match="is not a prepared shape"):
+            engine.run(np.zeros((1, 3, 8, 16), np.float32))
+    with amdinfer.load(folder, verify=False, on_new_shape="compile") as engine:
+        assert engine.run(np.zeros((1, 3, 8, 16), np.float32))["y"].shape == (1, 4)  # the shared graph is dynamic

@@ -125,3 +125,11 @@ def test_a_tampered_bundle_stops_the_server_at_start_with_one_line(tmp_path: Pat
 def test_other_buckets_for_a_bundle_are_one_line(repo: Path) -> None:
     (line,) = _serve_fails([str(repo / "cnn"), "--batch-buckets", "8"])
     assert re.search(r"batch_buckets \[8\], but the bundle .*cnn was built for \[1, 4\]", line), line
+
+
+def test_shape_buckets_batch_at_most_their_smallest_batch(tmp_path: Path) -> None:
+    from amdinfer.serve._bundles import bundle_batching, bundle_folder
+
+    folder = write_bundle(tiny_cnn(), tmp_path / "b", shapes=[{"input": (2, 3, 32, 32)}, {"input": (4, 3, 32, 32)}])
+    assert bundle_folder(folder / "manifest.json") == folder and bundle_folder(tmp_path) is None
+    assert bundle_batching(folder) == {"batch_buckets": (), "max_batch_size": 2}
