@@ -13,6 +13,12 @@
 #   PARTS="split" bash benchmarks/issue38_h200.sh              # one_call_split.py (one call of 64: one batch or split)
 #   PARTS="ocr16" bash benchmarks/issue38_h200.sh              # ocr.py on all the host's cores, CPU EP, vs RapidOCR
 #   PARTS="decode" bash benchmarks/issue38_h200.sh             # decode.py on a few files (the rates, not a long run)
+#   PARTS="frames" bash benchmarks/issue38_h200.sh             # classify_frames.py alone (with the parts of its default)
+#   PARTS="stream" bash benchmarks/issue38_h200.sh             # serving.py stream: ModelStreamInfer vs unary (issue 40)
+#   PARTS="bundle" bash benchmarks/issue38_h200.sh             # bundle_cold.py, CUDA EP: bundle vs cold vs cache (39)
+#   PARTS="sliced segsizes" bash benchmarks/issue38_h200.sh    # sliced.py, segment_sizes.py (issue 41)
+#   PARTS="goldens" bash benchmarks/issue38_h200.sh            # Ultralytics' seg/pose post-processing goldens (41;
+#                                                              # ~/g/ulw: the ultralytics wheel and what it imports)
 #
 # Writes under $OUT: one file per part and issue38_h200.log.
 set -uo pipefail
@@ -65,6 +71,29 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         ;;
     decode)
         python3 benchmarks/decode.py --count "${DECODE_COUNT:-256}" --repeats 2 --out "$OUT/decode.json" 2>&1 | tail -30
+        ;;
+    frames)
+        python3 benchmarks/classify_frames.py --out "$OUT" 2>&1 | tail -24
+        ;;
+    stream)
+        python3 benchmarks/serving.py stream --clients 8 64 --requests "${STREAM_REQUESTS:-2000}" --out "$OUT/stream" \
+            2>&1 | tail -30
+        ;;
+    bundle)
+        python3 benchmarks/bundle_cold.py --providers cuda,cpu --yolo "$MODEL" --json "$OUT/bundle_cold.json" 2>&1 | tail -30
+        ;;
+    sliced)
+        python3 benchmarks/sliced.py --device cuda --out "$OUT" 2>&1 | tail -30
+        ;;
+    segsizes)
+        python3 benchmarks/segment_sizes.py --provider cuda --out "$OUT" 2>&1 | tail -30
+        ;;
+    goldens)
+        if [ ! -d "$HOME/ulsite/ultralytics" ]; then
+            python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/ulsite" "$G"/ulw/*.whl
+        fi
+        PYTHONPATH="$PYTHONPATH:$HOME/ulsite" python3 benchmarks/ultralytics_seg_pose_goldens.py --out "$OUT/goldens" \
+            2>&1 | tail -30
         ;;
     *) echo "unknown part $part" ;;
     esac

@@ -33,6 +33,10 @@ from typing import Any
 
 import numpy as np
 
+try:  # torch first: it loads the CUDA libraries onnxruntime-gpu links against (the H200 run)
+    import torch  # noqa: F401
+except ImportError:  # the CPU run
+    pass
 import amdinfer
 from amdinfer.preprocess import HwcToChw, Letterbox, Normalize
 from amdinfer.reference import box_iou
