@@ -244,6 +244,17 @@ class BundledEpContextEngine(Engine):
         for engine in self._parts.values():
             engine.close()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its bundle folder: the copy is loaded again, checks included (``verify=False``)."""
+        folder = self._parts_given[0][1].parent.parent
+        return (_reload, (str(folder), self._device, self._options.on_new_shape))
+
+
+def _reload(folder: str, device: int, on_new_shape: str) -> Engine:
+    from ._open import load_bundle
+
+    return load_bundle(folder, device=device, on_new_shape=on_new_shape, verify=False)
+
 
 def open_epcontext(folder: Path, data: Mapping[str, Any], device: int, options: dict[str, Any]) -> Engine:
     """The engine over an EPContext bundle: every bucket's session made now from its compiled model."""

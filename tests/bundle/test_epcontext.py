@@ -217,3 +217,15 @@ def test_the_cpu_ep_compiles_nothing_and_compile_epcontext_says_so(tmp_path: Pat
         compile_epcontext(
             ort, models.tiny_cnn().SerializeToString(), tmp_path / "m.ctx.onnx", "CPUExecutionProvider", {}, 0
         )
+
+
+@needs_openvino
+def test_a_pickled_engine_is_the_bundle_loaded_again(ov_bundle: Path) -> None:
+    import pickle
+
+    feeds = models.random_inputs(models.tiny_cnn(), batch=3, seed=3)
+    with amdinfer.load(ov_bundle, verify=False) as engine:
+        copy = pickle.loads(pickle.dumps(engine))
+        with copy:
+            assert copy.info.settings["bundle"]["dir"] == str(ov_bundle.resolve())
+            np.testing.assert_array_equal(copy.run(feeds)["logits"], engine.run(feeds)["logits"])
