@@ -29,7 +29,14 @@ from ._keypoints import Keypoints
 from ._masks import Masks
 from ._tensors import _bytes, _strings
 
-__all__ = ["instance_dict", "instance_rows", "instance_tensors", "instances", "instances_from_tensors"]
+__all__ = [
+    "instance_dict",
+    "instance_rows",
+    "instance_tensors",
+    "instances",
+    "instances_from_tensors",
+    "select_instances",
+]
 
 
 def _masks(value: Any, polygons: Any, k: int, what: str) -> Masks | None:
@@ -82,6 +89,15 @@ def instances(
         if coef.ndim != 2 or coef.shape[0] != k:
             raise InputError(f"{what}: coefficients: got shape {coef.shape}, expected ({k}, num_masks)")
     return out_masks, kp, coef
+
+
+def select_instances(det: Any, index: np.ndarray) -> dict[str, Any]:
+    """The constructor's ``masks``, ``keypoints`` and ``coefficients`` of ``det``'s rows at ``index`` (ints)."""
+    return {
+        "masks": None if det.masks is None else det.masks.select(index),
+        "keypoints": None if det.keypoints is None else det.keypoints.select(index),
+        "coefficients": None if det.coefficients is None else det.coefficients[index],
+    }
 
 
 def instance_dict(det: Any) -> dict[str, Any]:

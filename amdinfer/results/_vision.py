@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from . import _draw, _draw_masks
+from . import _draw, _draw_masks, _instances
 from ._base import _MAX_ROWS, _drawable, _image, _json_list, _labels, _shows_picture
 from ._draw import PALETTE
 from ._forms import ResultForms
@@ -85,12 +85,10 @@ class Detections(ResultForms, TensorResult):
         image: the image they were found in (uint8 ``(H, W, 3)`` RGB), or ``None``. :func:`amdinfer.yolo` keeps
             what it decoded, or the array you passed (not a copy: change it and ``plot()`` changes; a BGR
             array is kept as its RGB view). Sets ``image_shape`` when that is not given.
-        masks: a segmentation model's :class:`~amdinfer.results.Masks`, one per box in pixels of ``image_shape``
-            (``polygons=``: their ``xy``), or ``None``. The constructor also takes a ``bool (k, H, W)`` array or
-            ``to_dict()``'s RLE dicts.
-        keypoints: a pose model's :class:`~amdinfer.results.Keypoints` (``(k, K, 3)`` x, y, visibility), or ``None``.
-        coefficients: ``float32 (k, num_masks)`` mask coefficients between a segmentation decode and its mask
-            stage (:mod:`amdinfer.tasks`), else ``None``.
+        masks, keypoints: a segmentation model's :class:`~amdinfer.results.Masks` (one per box, in pixels of
+            ``image_shape``; also a ``bool (k, H, W)`` array or ``to_dict()``'s RLE dicts, ``polygons=`` their
+            ``xy``), a pose model's :class:`~amdinfer.results.Keypoints` (``(k, K, 3)``), or ``None``.
+        coefficients: ``float32 (k, nm)`` mask coefficients between the decode and mask stages of :mod:`amdinfer.tasks`.
 
     Ultralytics' forms (its ``Boxes``): :attr:`xyxy`, :attr:`xywh`, :attr:`xyxyn`, :attr:`xywhn`, :attr:`conf`,
     :attr:`cls`; and every result's ``summary()``, ``to_df()``, ``to_csv()``, ``to_json(orient="rows")``,
@@ -260,6 +258,17 @@ class Detections(ResultForms, TensorResult):
     def _columns(self) -> list[str]:
         return list(BOX_COLUMNS)
 
+    def _boxes_only(self) -> Detections:
+        return Detections(self.boxes, self.scores, self.classes, self.labels, self.image_shape)
+
+    def to_df(self, normalize: bool = False, decimals: int = 5) -> Any:
+        """The boxes' table (:meth:`ResultForms.to_df`); masks and keypoints are in :meth:`summary` and the JSON."""
+        return ResultForms.to_df(self._boxes_only(), normalize, decimals)
+
+    def to_csv(self, normalize: bool = False, decimals: int = 5) -> str:
+        """The boxes' CSV (:meth:`ResultForms.to_csv`); masks and keypoints are in :meth:`summary` and the JSON."""
+        return ResultForms.to_csv(self._boxes_only(), normalize, decimals)
+
     def select(self, index: Any) -> Detections:
         """A new :class:`Detections` with the rows picked by ``index`` (indices or a boolean mask), keeping the image.
 
@@ -284,6 +293,7 @@ class Detections(ResultForms, TensorResult):
             raise InputError(f"Detections: index: got {index.tolist()}, expected values in [{-n}, {n})")
         index %= max(n, 1)
         labels = None if self.labels is None else [self.labels[int(i)] for i in index]
+        kept = _instances.select_instances(self, index)
         return Detections(
             self.boxes[index],
             self.scores[index],
@@ -291,9 +301,7 @@ class Detections(ResultForms, TensorResult):
             labels,
             self.image_shape,
             image=self.image,
-            masks=None if self.masks is None else self.masks.select(index),
-            keypoints=None if self.keypoints is None else self.keypoints.select(index),
-            coefficients=None if self.coefficients is None else self.coefficients[index],
+            **kept,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -101,6 +101,11 @@ class TestDetectionsWithInstances:
         assert row["segments"]["x"] == pytest.approx((xy[:, 0] / 8).tolist(), abs=1e-5)
         assert row["keypoints"]["visible"] == pytest.approx(det.keypoints.conf[1].tolist())
 
+    def test_tables_hold_the_boxes(self) -> None:
+        det = _det()
+        assert det.to_csv().splitlines()[0] == "name,class,confidence,x1,y1,x2,y2"
+        assert len(det.to_csv().splitlines()) == 3
+
     def test_counts_and_sizes_are_checked(self) -> None:
         with pytest.raises(InputError, match="got 1 masks for 2 boxes"):
             Detections([[0, 0, 1, 1]] * 2, [0.5, 0.4], [0, 0], masks=np.zeros((1, 4, 4), bool))
