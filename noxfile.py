@@ -392,3 +392,14 @@ def ultralytics_goldens(session: nox.Session) -> None:
         session.run(
             "pytest", "-p", "no:cacheprovider", "-rs", "tests/results/test_seg_pose_parity.py", env=_sandbox_env(tmp)
         )
+
+
+@nox.session
+def results_pandas(session: nox.Session) -> None:
+    """The results' ``to_df()`` with pandas 3.1.1 installed (opt-in; pandas is never an amdinfer dependency, and the
+    default test environment checks the ``BackendUnavailableError`` without it): every type, empty results too."""
+    session.install("-c", str(CONSTRAINTS), "-e", ".[cpu,test]")
+    session.install("pandas==3.1.1")
+    with _session_tmp(session) as tmp:
+        paths = session.posargs or ["tests/results/test_result_forms.py", "tests/results/test_empty_rows_speed.py"]
+        session.run("pytest", "-p", "no:cacheprovider", *paths, env=_sandbox_env(tmp))
