@@ -59,8 +59,9 @@ def _shows_picture(image: np.ndarray | None) -> bool:
 def _json_list(values: Any) -> list[Any]:
     """``values.tolist()`` with ``None`` for each NaN or infinite number: what strict JSON can carry (``null``).
 
-    ``np.asarray(..., dtype=np.float32)`` reads ``None`` back as NaN, so ``Result(**json.loads(r.to_json()))``
-    keeps a non-finite entry non-finite (an infinity comes back as NaN).
+    ``np.asarray(..., dtype=np.float32)`` reads ``None`` back as NaN, so
+    ``Result(**json.loads(r.to_json(orient="columns")))`` keeps a non-finite entry non-finite (an infinity comes
+    back as NaN).
     """
     arr = np.asarray(values)
     if arr.dtype.kind not in "fc":
