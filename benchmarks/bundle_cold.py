@@ -192,9 +192,10 @@ def main() -> None:
                 print(f"{label} | {PROVIDERS[short]} | cold {c:.3f} s | cache {k:.3f} s | bundle {b:.3f} s | "
                       f"{c / b:.1f}x", flush=True)  # fmt: skip
     print(json.dumps(results["machine"]))
-    print("median (min) of the processes, load + first answer:")
-    print("| model | provider | cold compile | amdinfer cache | bundle | bundle vs cold | bundle vs cache | plugins |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("median (min) of the processes, load + first answer; then the load alone, cold / cache / bundle:")
+    head = "| model | provider | cold compile | amdinfer cache | bundle | bundle vs cold | bundle vs cache | plugins |"
+    print(head + " load alone |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in results["rows"]:
         c, k, b = (row[x]["first_answer_s"] for x in ("cold", "cache", "bundle"))
         cm, km, bm = (row[x]["first_answer_min_s"] for x in ("cold", "cache", "bundle"))
@@ -202,7 +203,8 @@ def main() -> None:
         reg = row["bundle"]["plugin_registration_s"]
         cells = f"| {c:.3f} ({cm:.3f}) s | {k:.3f} ({km:.3f}) s{hit} | {b:.3f} ({bm:.3f}) s "
         ratios = f"| {c / b:.1f}x ({cm / bm:.1f}x) | {k / b:.1f}x ({km / bm:.1f}x) | {reg:.2f} s |"
-        print(f"| {row['model']} | {row['provider']} {cells}{ratios}")
+        alone = " / ".join(f"{row[x]['load_s']:.2f}" for x in ("cold", "cache", "bundle"))
+        print(f"| {row['model']} | {row['provider']} {cells}{ratios} {alone} s |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
