@@ -16,7 +16,7 @@
 #   PARTS="frames" bash benchmarks/issue38_h200.sh             # classify_frames.py alone (with the parts of its default)
 #   PARTS="stream" bash benchmarks/issue38_h200.sh             # serving.py stream: ModelStreamInfer vs unary (issue 40)
 #   PARTS="bundle" bash benchmarks/issue38_h200.sh             # bundle_cold.py, CUDA EP: bundle vs cold vs cache (39)
-#   PARTS="sliced segsizes" bash benchmarks/issue38_h200.sh    # sliced.py, segment_sizes.py (issue 41)
+#   PARTS="sliced segsizes seghost" bash ...                   # sliced.py, segment_sizes.py, seg_pose_host_cost.py (41)
 #   PARTS="goldens" bash benchmarks/issue38_h200.sh            # Ultralytics' seg/pose post-processing goldens (41;
 #                                                              # ~/g/ulw: the ultralytics wheel and what it imports)
 #
@@ -87,6 +87,9 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         ;;
     segsizes)
         python3 benchmarks/segment_sizes.py --provider cuda --out "$OUT" 2>&1 | tail -30
+        ;;
+    seghost)
+        python3 benchmarks/seg_pose_host_cost.py --provider CUDAExecutionProvider 2>&1 | tail -20 | tee "$OUT/seg_pose_host_cost.txt"
         ;;
     goldens)
         if [ ! -d "$HOME/ulsite/ultralytics" ]; then
