@@ -7,6 +7,7 @@ The user's keywords become the chosen backend's option record (``OrtOptions``, `
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
 import os
@@ -84,6 +85,12 @@ def load(
         model = ModelSource.from_any(model, base_dir=base_dir)
     if not isinstance(backend, str):
         raise OptionError(f"backend: got {type(backend).__name__}, expected a backend name or an Engine instance")
+    if precision == "int8" and options.get("quantizer") is None:
+        raise OptionError(
+            "precision='int8': no calibration data was given, and every backend needs it (uncalibrated int8 gives "
+            "wrong answers); pass quantizer=Int8Quantizer(calibration=samples) (amdinfer.quantize), or to a recipe "
+            "(amdinfer.yolo, classify, ocr, text.embed) calibration=[images or texts like yours]"
+        )
     common = dict(device=device, precision=precision, **options)
     if providers is not None:
         common["providers"] = list(providers) if not isinstance(providers, str) else [providers]
@@ -91,6 +98,7 @@ def load(
         backend = "ort"  # naming ONNX Runtime providers means ONNX Runtime
     if backend != "auto":
         entry = get_backend(backend)
+        _check_options(common, _accepted([entry]), f"backend {entry.name!r}")
         return entry.build(model, _with_precision_quantizer(entry, common))
 
     return _load_auto(model, common)
@@ -172,30 +180,57 @@ def _onnxruntime_missing() -> bool:
         return True
 
 
+def _accepted(entries: Sequence[BackendEntry]) -> dict[str, tuple[str, ...] | None]:
+    """The option names of each backend in ``entries`` (``None``: any), leaving out those that cannot import."""
+    accepted: dict[str, tuple[str, ...] | None] = {}
+    for entry in entries:
+        try:
+            accepted[entry.name] = entry.option_names()
+        except ImportError:
+            continue
+    return accepted
+
+
 def _check_auto_options(options: dict[str, Any]) -> None:
     """Under ``backend="auto"``: an option that no registered backend takes is a typo, reported before loading.
 
     Backends whose module cannot be imported are left out of the check (their options are unknown), so a
     backend that cannot load never turns a valid option into an error.
     """
-    accepted: dict[str, tuple[str, ...]] = {}
-    for entry in auto_order():
-        try:
-            names = entry.option_names()
-        except ImportError:
-            continue
-        if names is None:
-            return
-        accepted[entry.name] = names
-    if not accepted:
-        return
-    valid = sorted(set().union(*accepted.values()))
+    _check_options(options, _accepted(auto_order()), "options")
+
+
+def _check_options(options: dict[str, Any], accepted: dict[str, tuple[str, ...] | None], what: str) -> None:
+    """A misspelt option is an :class:`OptionError` with the closest valid names (difflib), not the whole list.
+
+    Example:
+        >>> _check_options({"use_cache": 0}, {"ort": ("cache", "threads")}, "options")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: options: unknown option(s) ['use_cache'] (did you mean 'cache'?); the options ...
+    """
+    if not accepted or any(names is None for names in accepted.values()):
+        return  # none importable, or a factory taking **kwargs: any name may be right
+    valid = sorted(set().union(*(names for names in accepted.values() if names is not None)))
     unknown = [k for k in options if k not in valid]
-    if unknown:
-        takes = "; ".join(f"{name} takes {list(names)}" for name, names in accepted.items())
-        raise OptionError(
-            f"options: unknown option(s) {unknown}{did_you_mean(unknown, valid)}; no backend takes them ({takes})"
-        )
+    if not unknown:
+        return
+    hint = did_you_mean(unknown, valid)
+    if not hint:
+        close = sorted({c for k in unknown for c in difflib.get_close_matches(k, valid, n=3, cutoff=0.4)})
+        hint = f" (the closest valid names: {', '.join(close)})" if close else ""
+    raise OptionError(f"{what}: unknown option(s) {unknown}{hint}; {_documented(list(accepted))}")
+
+
+def _documented(backends: list[str]) -> str:
+    """Where the options of ``backends`` are documented: their option records (``docs/engines.md``)."""
+    records = []
+    for name in backends:
+        record = get_backend(name).options_type()
+        if record is not None:
+            records.append(f"{record.__module__.replace('._options', '')}.{record.__qualname__}")
+    where = f" ({', '.join(records)})" if records else ""
+    return f"the options are documented with each backend's record{where} and in docs/engines.md"
 
 
 def _with_precision_quantizer(entry: BackendEntry, options: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 For each model and provider, three ways to get the first answer in a fresh Python process:
 
-* cold: ``amdinfer.load(model, use_cache=False)`` then one ``run``: ONNX Runtime optimizes the graph and the EP
+* cold: ``amdinfer.load(model, cache=False)`` then one ``run``: ONNX Runtime optimizes the graph and the EP
   compiles it (OpenVINO: its CPU plugin builds the network; CUDA EP: kernels and cuDNN plans are chosen);
 * cache: the same with ``cache_dir=`` whose entry the first (unmeasured) process wrote: amdinfer's compiled-model
   cache holds ORT's optimized graph (for a plugin EP such as OpenVINO it holds nothing: ``info.notes`` says so,
@@ -118,7 +118,7 @@ def _measure(model: Path, shape: list[int], short: str, work: Path, repeats: int
     write_bundle(str(model), bundle, shapes=[{_input_name(model): shape}], providers=[provider], overwrite=True)
     base = {"providers": [provider]}
     cells = {
-        "cold": (str(model), {**base, "use_cache": False}),
+        "cold": (str(model), {**base, "cache": False}),
         "cache": (str(model), {**base, "cache_dir": str(cache)}),
         "bundle": (str(bundle), {"verify": False}),
     }

@@ -3,7 +3,7 @@
 Three ways to get the first answer in a fresh Python process, on MIGraphX's ``ref`` target (the CPU-only build;
 ``--target gpu`` on an AMD GPU):
 
-* cold: ``amdinfer.load(model, backend="migraphx", use_cache=False, shapes=...)``: parse, compile, then one ``run``;
+* cold: ``amdinfer.load(model, backend="migraphx", cache=False, shapes=...)``: parse, compile, then one ``run``;
 * cache: the same with ``cache_dir=`` whose ``.mxr`` entry an earlier (unmeasured) process wrote;
 * bundle: ``amdinfer.load(bundle_folder, verify=False)`` on a bundle ``write_bundle`` wrote beforehand (unmeasured):
   the manifest, every file's SHA-256 and MIGraphX's version/target/architecture are checked, each bucket's ``.mxr``
@@ -65,14 +65,14 @@ def measure(model: Path, shape: list[int], target: str, repeats: int, run: bool,
 
     base = {"backend": "migraphx", "target": target, "shapes": {"input": shape}}
     folder = write_bundle(model, work / "bundle", backend="migraphx", target=target, shapes=[{"input": tuple(shape)}],
-                          use_cache=False)  # fmt: skip
+                          cache=False)  # fmt: skip
     bundle_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
     cache = work / "cache"
     _child(str(model), {**base, "cache_dir": str(cache)}, shape, False)  # fills the cache
     _child(str(folder), {"verify": True}, shape, False)  # the goldens, once per machine (not measured)
     runs: dict[str, list[dict]] = {"cold": [], "cache": [], "bundle": []}
     for _ in range(repeats):
-        runs["cold"].append(_child(str(model), {**base, "use_cache": False}, shape, run))
+        runs["cold"].append(_child(str(model), {**base, "cache": False}, shape, run))
         runs["cache"].append(_child(str(model), {**base, "cache_dir": str(cache)}, shape, run))
         runs["bundle"].append(_child(str(folder), {"verify": False}, shape, run))
     assert all(r["cache_hit"] for r in runs["cache"]), runs["cache"]

@@ -5,7 +5,7 @@ the wall time of that call; the table shows the median over the processes. The p
 the other, so no other runtime's threads are alive while one loads (the interference of issue 16 cannot
 happen here); the report names the machine and the load average, which is what moves these figures.
 
-* no cache: ``use_cache=False`` (ONNX Runtime optimizes the graph at every start).
+* no cache: ``cache=False`` (ONNX Runtime optimizes the graph at every start).
 * cold: an empty cache folder (optimize + write the optimized model / compile + save the ``.mxr``).
 * cached: the entry exists (ORT loads the optimized model with graph optimizations off; MIGraphX loads
   the compiled program instead of compiling).
@@ -63,7 +63,7 @@ def measure(model: Path, base: dict, repeats: int, workdir: Path) -> dict[str, o
     """Median seconds (whole ``amdinfer.load``, and its session build / compile part) per cache state."""
     runs: dict[str, list[dict]] = {"no_cache": [], "cold": [], "cached": []}
     for i in range(repeats):
-        runs["no_cache"].append(_child(model, {**base, "use_cache": False}))
+        runs["no_cache"].append(_child(model, {**base, "cache": False}))
         r = _child(model, {**base, "cache_dir": str(workdir / f"cold-{base['backend']}-{i}")})
         assert r["cache_hit"] is False, r
         runs["cold"].append(r)

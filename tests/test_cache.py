@@ -407,7 +407,7 @@ def x(model):
 
 @pytest.fixture(scope="module")
 def want(model, x):
-    with amdinfer.load(model, backend="ort", providers=["cpu"], use_cache=False) as engine:
+    with amdinfer.load(model, backend="ort", providers=["cpu"], cache=False) as engine:
         return engine.run(x)["logits"]
 
 
@@ -493,12 +493,12 @@ class TestOrtEngineCache:
             assert engine.info.cache_hit is True
 
     def test_contradictions(self, tmp_path: Path, model) -> None:
-        with pytest.raises(amdinfer.OptionError, match="use_cache=False"):
-            self.load(model, cache_dir=tmp_path, use_cache=False)
+        with pytest.raises(amdinfer.OptionError, match="cache=False"):
+            self.load(model, cache_dir=tmp_path, cache=False)
         with pytest.raises(amdinfer.OptionError, match="optimized_model_path"):
             self.load(model, cache_dir=tmp_path, optimized_model_path=tmp_path / "o.onnx")
-        with pytest.raises(amdinfer.OptionError, match="use_cache: got 'yes'"):
-            self.load(model, use_cache="yes")
+        with pytest.raises(amdinfer.OptionError, match="cache: got 'yes'"):
+            self.load(model, cache="yes")
 
 
 # ---------------------------------------------------------------------------------------------- clearing while loading

@@ -182,7 +182,7 @@ def test_every_loading_command_takes_the_engine_options(command, model_path) -> 
         "providers": [("migraphx", {"migraphx_fp16_enable": "1", "device_id": "0"}), "cpu"],
         "inter_op_threads": 2,
         "graph_optimization": "disable",
-        "use_cache": True,
+        "cache": True,
         "cache_dir": "c",
     }
 

@@ -146,7 +146,7 @@ class TestFp16OnCpu:
     def test_notes_and_one_warning_per_process(self, cnn, monkeypatch, caplog) -> None:
         monkeypatch.setattr(ort_session, "_fp16_on_cpu_said", False)
         with caplog.at_level(logging.WARNING, logger="amdinfer.ort"):
-            engines = [amdinfer.load(cnn, precision="fp16", providers=["cpu"], use_cache=False) for _ in range(2)]
+            engines = [amdinfer.load(cnn, precision="fp16", providers=["cpu"], cache=False) for _ in range(2)]
         for engine in engines:
             assert engine.info.precision == "fp16"
             assert any("brings no speed-up" in n and "at every load" in n for n in engine.info.notes)
@@ -155,7 +155,7 @@ class TestFp16OnCpu:
         assert len(said) == 1 and said[0].levelno == logging.WARNING
 
     def test_fp32_says_nothing(self, cnn) -> None:
-        with amdinfer.load(cnn, providers=["cpu"], use_cache=False) as engine:
+        with amdinfer.load(cnn, providers=["cpu"], cache=False) as engine:
             assert not any("speed-up" in n for n in engine.info.notes)
 
     def test_stderr_once_without_logging_configured(self, cnn, tmp_path) -> None:
@@ -165,7 +165,7 @@ class TestFp16OnCpu:
             f"""
             import amdinfer
             for _ in range(3):
-                amdinfer.load({str(path)!r}, precision="fp16", providers=["cpu"], use_cache=False).close()
+                amdinfer.load({str(path)!r}, precision="fp16", providers=["cpu"], cache=False).close()
             """
         )
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -187,7 +187,7 @@ class TestFp16OnCpu:
 
     def test_cache_keeps_the_conversion(self, cnn, tmp_path, monkeypatch) -> None:
         x = random_inputs(cnn, batch=2, seed=9)["input"]
-        with amdinfer.load(cnn, precision="fp16", providers=["cpu"], use_cache=False) as plain:
+        with amdinfer.load(cnn, precision="fp16", providers=["cpu"], cache=False) as plain:
             want = plain.run(x)["logits"]
             assert "rewrite_cache" not in plain.info.settings
         calls = []
@@ -228,7 +228,7 @@ class TestNameSurvivesRewrites:
         return p
 
     def test_fp16(self, path) -> None:
-        with amdinfer.load(path, precision="fp16", providers=["cpu"], use_cache=False) as engine:
+        with amdinfer.load(path, precision="fp16", providers=["cpu"], cache=False) as engine:
             assert repr(engine) == "<OrtEngine resnet_like.onnx on cpu, fp16>"
             assert engine.model.name == "resnet_like.onnx" and engine.model.path is None
 

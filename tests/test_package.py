@@ -267,7 +267,7 @@ def test_a_recipe_parses_its_model_once(tmp_path: Path, monkeypatch: pytest.Monk
     onnx.save(model, path)
     parses: list[int] = []  # every parse of a ModelProto goes through ParseFromString (onnx.load included)
     monkeypatch.setattr(onnx.ModelProto, "ParseFromString", _counting(onnx.ModelProto.ParseFromString, parses))
-    det = amdinfer.yolo(path, providers=["CPUExecutionProvider"], use_cache=False)
+    det = amdinfer.yolo(path, providers=["CPUExecutionProvider"], cache=False)
     try:
         assert det.postprocess[0].labels == ("cat", "dog")  # read from the one parsed model
     finally:

@@ -311,11 +311,11 @@ def _cache_parts(source: Any) -> dict[str, Any]:
 
 
 def batch_dynamic_verdict(
-    source: Any, *, cache_dir: str | Path | None = None, use_cache: bool = True
+    source: Any, *, cache_dir: str | Path | None = None, cache: bool = True
 ) -> tuple[Verdict, onnx.ModelProto | None]:
     """The verdict of :func:`prove_batch_dynamic` on ``source`` (a :class:`~amdinfer.model.ModelSource`), proven
     once per model: cached by its SHA-256 (and the rule's and ONNX Runtime's versions) in this process and, unless
-    ``use_cache=False``, in the compiled-model cache (``cache_dir``, else the default folder). Returns the verdict
+    ``cache=False``, in the compiled-model cache (``cache_dir``, else the default folder). Returns the verdict
     and, when it is applied, the rewritten model (the rewrite is deterministic: redone, never stored).
 
     Example:
@@ -331,13 +331,13 @@ def batch_dynamic_verdict(
     parts = _cache_parts(source)
     key = CompiledModelCache.key(**parts)
     verdict = _MEMO.get(key)
-    cache = CompiledModelCache(cache_dir) if use_cache else None
-    if verdict is None and cache is not None:
-        verdict = _read(cache, key, parts)
+    store = CompiledModelCache(cache_dir) if cache else None
+    if verdict is None and store is not None:
+        verdict = _read(store, key, parts)
     if verdict is None:
         verdict = prove_batch_dynamic(source.proto)
-        if verdict.cacheable and cache is not None:
-            _write(cache, key, parts, verdict)
+        if verdict.cacheable and store is not None:
+            _write(store, key, parts, verdict)
     if verdict.cacheable:
         _MEMO[key] = verdict
     return verdict, (make_batch_dynamic(source.proto) if verdict.applied else None)

@@ -99,7 +99,7 @@ def _optimized(
     rel = "ort/model.optimized.onnx"
     t = time.perf_counter()
     keywords: dict[str, Any] = dict(
-        providers=providers, precision=precision, device=device, optimized_model_path=work / rel, use_cache=False,
+        providers=providers, precision=precision, device=device, optimized_model_path=work / rel, cache=False,
         **options,
     )  # fmt: skip
     if precision in ("fp16", "float16", "half") and options.get("quantizer") is None:

@@ -264,7 +264,7 @@ def open_epcontext(folder: Path, data: Mapping[str, Any], device: int, options: 
     bounds = options.pop("shapes", None)  # bounds to compile for: the buckets' compiled shapes are what there is
     ort = dict(
         providers=[(name, dict(opts)) for name, opts in data["providers"]], device=device,
-        graph_optimization="disable", use_cache=False, transformer_fusion=False, tuning=False, **options,
+        graph_optimization="disable", cache=False, transformer_fusion=False, tuning=False, **options,
     )  # fmt: skip
     batches = data.get("batch_buckets") or []
     if batches and len(batches) == len(buckets):

@@ -59,7 +59,7 @@ def _golden_engine(source: ModelSource) -> tuple[Any, str]:
         return get_backend("reference").build(source, {}), "reference"
     except (UnsupportedOperatorError, BackendUnavailableError) as exc:
         log.info("bundle goldens: reference engine passed over (%s); ONNX Runtime's CPU EP", exc)
-        cpu = {"providers": ["CPUExecutionProvider"], "use_cache": False}
+        cpu = {"providers": ["CPUExecutionProvider"], "cache": False}
         return get_backend("ort").build(source, cpu), "ort-cpu"
 
 

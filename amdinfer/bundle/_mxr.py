@@ -219,7 +219,7 @@ def open_mxr(folder: Path, data: Mapping[str, Any], device: int, options: dict[s
         "target": settings.get("target", "gpu"),
         "precision": data["precision"],
         "device": device,
-        "use_cache": False,
+        "cache": False,
         **options,
     }
     for name, value in settings.get("compile", {}).items():

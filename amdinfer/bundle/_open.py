@@ -161,7 +161,7 @@ def _check_request(
                 f"{name}: a bundle is loaded as it was built ({data['kind']}); rebuild it to change {name}"
             )
     options.pop("cache_dir", None)  # the bundle is the compiled form; the cache is not used
-    options.pop("use_cache", None)
+    options.pop("cache", None)
 
 
 def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, Any]) -> Engine:
@@ -184,7 +184,7 @@ def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, An
     files = {b["file"] for b in buckets}
     providers = [(name, dict(opts)) for name, opts in data["providers"]]
     keywords: dict[str, Any] = dict(
-        providers=providers, device=device, graph_optimization="disable", use_cache=False, transformer_fusion=False,
+        providers=providers, device=device, graph_optimization="disable", cache=False, transformer_fusion=False,
         tuning=False, **options,
     )  # fmt: skip
     batches = data.get("batch_buckets") or []

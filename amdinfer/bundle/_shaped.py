@@ -68,7 +68,7 @@ def compile_per_bucket(
         rel = f"ort/{plan['name']}.optimized.onnx"
         keywords: dict[str, Any] = dict(
             providers=providers, precision=precision, device=device, optimized_model_path=work / rel,
-            use_cache=False, **options,
+            cache=False, **options,
         )  # fmt: skip
         if precision != "fp32" and options.get("quantizer") is None:
             from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
@@ -102,7 +102,7 @@ def open_per_bucket(folder: Path, data: Mapping[str, Any], device: int, options:
     options.pop("shapes", None)  # the buckets' shapes are what there is
     ort = dict(
         providers=[(name, dict(opts)) for name, opts in data["providers"]], device=device,
-        graph_optimization="disable", use_cache=False, transformer_fusion=False, tuning=False, **options,
+        graph_optimization="disable", cache=False, transformer_fusion=False, tuning=False, **options,
     )  # fmt: skip
     largest = max(buckets, key=lambda b: sum(int(np.prod(s)) for s in b["shapes"].values()))
     engine = BundledEpContextEngine(

@@ -11,7 +11,7 @@ from ._feeds import model_specs, plan_feeds
 from ._load_args import engine_options
 
 #: Options a bundle decides itself (it is its own compiled form; its buckets come from --batch/--input-shapes).
-_OWN = ("use_cache", "cache_dir", "batch_buckets", "shapes", "optimized_model_path")
+_OWN = ("cache", "cache_dir", "batch_buckets", "shapes", "optimized_model_path")
 
 
 def add_bundle_arguments(p: argparse.ArgumentParser) -> None:

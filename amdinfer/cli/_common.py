@@ -357,7 +357,7 @@ def cache_line(args: argparse.Namespace, info: Any) -> str:
         return f"cache     {'hit' if info.cache_hit else 'miss'} ({len(info.settings['programs'])} program(s))"
     if getattr(args, "cache", None) is False:
         return "cache     off (--no-cache)"
-    if not takes_option(info.backend, "use_cache"):
+    if not takes_option(info.backend, "cache"):
         return f"cache     none (backend {info.backend} keeps no compiled artefact)"
     return f"cache     not used ({'; '.join(info.notes) or 'see engine.info.settings'})"
 

@@ -15,7 +15,16 @@ from .._support._files import check_allocation
 from ..engines._checks import tensors_only
 from ..errors import InputError, OptionError
 
-__all__ = ["feed_shapes", "feeds_for", "load_npz", "make_feeds", "model_specs", "plan_feeds", "shape_bounds"]
+__all__ = [
+    "feed_shapes",
+    "feeds_for",
+    "fixed_batch_hint",
+    "load_npz",
+    "make_feeds",
+    "model_specs",
+    "plan_feeds",
+    "shape_bounds",
+]
 
 
 def load_npz(path: str, what: str = "--inputs") -> dict[str, np.ndarray]:
@@ -104,8 +113,27 @@ def feed_shapes(
     batched = [s for s in specs if s.shape and not isinstance(s.shape[0], int)]
     if batch is not None and specs and not batched and any(s.shape and s.shape[0] != batch for s in specs):
         fixed = ", ".join(f"{s.name} {_fmt(s.shape)}" for s in specs)
-        raise OptionError(f"--batch {batch}: the model's batch axis is fixed ({fixed})")
+        raise OptionError(f"--batch {batch}: the model's batch axis is fixed ({fixed}); {fixed_batch_hint(specs)}")
     return out
+
+
+def fixed_batch_hint(specs: Sequence[Any]) -> str:
+    """The way forward for ``--batch`` on a model whose batch axis is fixed: its own batch, or a dynamic axis.
+
+    Example:
+        >>> from amdinfer.types import TensorSpec
+        >>> fixed_batch_hint([TensorSpec("images", "float32", (1, 3, 64, 64))]).split(", or ")[0]
+        "give --batch 1 (the model's own batch)"
+    """
+    first = specs[0]
+    own = first.shape[0] if first.shape else 1
+    return (
+        f"give --batch {own} (the model's own batch), or give the model a dynamic batch axis: export it with one "
+        f'(Ultralytics model.export(format="onnx", dynamic=True); torch.onnx.export(..., '
+        f'dynamic_axes={{"{first.name}": {{0: "batch"}}}})) or rewrite this file with '
+        "amdinfer._support._dynamic_batch.make_batch_dynamic (what amdinfer.yolo/classify do with "
+        "dynamic_batch=True, proven on the CPU first; docs/pipeline.md), then bench the rewritten file"
+    )
 
 
 def _dim(value: int | None, model_dim: Any) -> str:

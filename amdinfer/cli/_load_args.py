@@ -24,7 +24,7 @@ def takes_option(backend: str, option: str) -> bool:
     """Whether ``backend`` (``auto``: any backend it tries) takes ``option``; unknown when it cannot be imported.
 
     Example:
-        >>> takes_option("reference", "use_cache"), takes_option("ort", "use_cache")
+        >>> takes_option("reference", "cache"), takes_option("ort", "cache")
         (False, True)
     """
     from ..engines.registry import auto_order, get_backend
@@ -100,14 +100,14 @@ def add_engine_args(g: Any) -> None:
 
 
 def cache_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
-    """``use_cache=``/``cache_dir=`` for ``backend`` from ``--cache/--no-cache/--cache-dir`` (on by default).
+    """``cache=``/``cache_dir=`` for ``backend`` from ``--cache/--no-cache/--cache-dir`` (on by default).
 
     Raises:
         OptionError: ``--cache-dir`` with ``--no-cache``, or with a backend that keeps no compiled artefact.
 
     Example:
         >>> cache_options(argparse.Namespace(cache=None, cache_dir=None), "ort")
-        {'use_cache': True}
+        {'cache': True}
         >>> cache_options(argparse.Namespace(cache=None, cache_dir="c"), "reference")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -116,7 +116,7 @@ def cache_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     use, folder = getattr(args, "cache", None), getattr(args, "cache_dir", None)
     if folder is not None and use is False:
         raise OptionError(f"--cache-dir {folder!r}: given together with --no-cache; drop one of them")
-    if not takes_option(backend, "use_cache"):
+    if not takes_option(backend, "cache"):
         if folder is not None:
             raise OptionError(
                 f"--cache-dir {folder!r}: backend {backend!r} keeps no compiled artefact, so it has no cache; "
@@ -124,8 +124,8 @@ def cache_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
             )
         return {}
     if use is False:
-        return {"use_cache": False}
-    return {"use_cache": True, **({"cache_dir": folder} if folder is not None else {})}
+        return {"cache": False}
+    return {"cache": True, **({"cache_dir": folder} if folder is not None else {})}
 
 
 def _provider_list(args: argparse.Namespace, backend: str) -> list[Any] | None:

@@ -94,7 +94,7 @@ def _against(args: argparse.Namespace, feeds: dict[str, Any]) -> Any:
     if args.against_providers:
         options["providers"] = [p.strip() for p in args.against_providers.split(",") if p.strip()]
         backend = "ort" if backend == "auto" else backend
-    if takes_option(backend, "use_cache"):
+    if takes_option(backend, "cache"):
         options.update(cache_options(args, backend))
     if backend != "reference":
         shapes = {k: tuple(np.asarray(v).shape) for k, v in feeds.items()}

@@ -134,7 +134,7 @@ class MigraphxOptions(EngineOptions):
             "the folder of the compiled-model cache", "(default ``$AMDINFER_CACHE_DIR`` or the user cache folder)."
         ),
     )
-    use_cache: bool = field(
+    cache: bool = field(
         default=True, metadata=option_doc("whether to store compiled programs (.mxr) and load them on the next start")
     )
     fast_math: bool = field(default=True, metadata=option_doc("compile(fast_math=): faster approximate math functions"))
@@ -160,10 +160,10 @@ class MigraphxOptions(EngineOptions):
             raise OptionError(
                 f"dynamic_shapes: got {self.dynamic_shapes!r}, expected one of {list(DYNAMIC_SHAPE_MODES)}"
             )
-        for name in ("use_cache", "fast_math", "exhaustive_tune", "offload_copy"):
+        for name in ("cache", "fast_math", "exhaustive_tune", "offload_copy"):
             check_bool(name, getattr(self, name))
-        if self.cache_dir is not None and not self.use_cache:
-            raise OptionError("cache_dir: given together with use_cache=False; drop one of them")
+        if self.cache_dir is not None and not self.cache:
+            raise OptionError("cache_dir: given together with cache=False; drop one of them")
         if self.default_dim_value is not None:
             check_int("default_dim_value", self.default_dim_value, minimum=1)
         if not self.offload_copy and self.target != "gpu":
@@ -229,7 +229,7 @@ class MigraphxEngine(Engine):
         parse_path = source.path if source.path is not None and source._bytes is None else None
         parsed = self._prepare_source(source, info)
         self._check_operators(mgx, parsed, source.name, version, info)
-        cache = CompiledModelCache(o.cache_dir) if o.use_cache else None
+        cache = CompiledModelCache(o.cache_dir) if o.cache else None
         arch = (
             visible_gpu_arch(self._device) if o.target == "gpu" else ("ref" if o.target == "ref" else cpu_signature())
         )

@@ -406,17 +406,28 @@ def check_calibration(calibration: Any, load_options: Mapping[str, Any], items: 
     ``quantizer=``, and is a list of ``items`` (one array is refused: is it one image or a stack?).
 
     Raises:
-        OptionError: the message names ``calibration`` and what was received.
+        OptionError: the message names ``calibration`` and what was received (also for ``precision="int8"``
+            without calibration data or a quantizer: every backend refuses uncalibrated int8).
 
     Example:
         >>> check_calibration(None, {}), check_calibration(["page.png"], {"precision": "int8"})
         (False, True)
+        >>> check_calibration(None, {"precision": "int8"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: calibration: none given with precision='int8', expected a list of images ...
         >>> check_calibration(["page.png"], {})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         amdinfer.errors.OptionError: calibration: given with precision='fp32', expected precision='int8' (...)
     """
     if calibration is None:
+        if load_options.get("precision") == "int8" and load_options.get("quantizer") is None:
+            raise OptionError(
+                f"calibration: none given with precision='int8', expected a list of {items} like the ones you will "
+                f"run (a few hundred; uncalibrated int8 gives wrong answers on every backend): pass calibration="
+                f"[...{items}], or quantizer=Int8Quantizer(calibration=...) for samples you prepared yourself"
+            )
         return False
     if load_options.get("quantizer") is not None:
         raise OptionError("calibration: given together with quantizer=; pass one or the other")

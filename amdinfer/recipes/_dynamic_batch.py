@@ -91,8 +91,8 @@ def carry_record(source: Any, target: Any) -> None:
 def _verdict(source: ModelSource, load: dict[str, Any]) -> Any:
     from .._support._dynamic_batch import batch_dynamic_verdict
 
-    use_cache = load.get("use_cache", True) is not False
-    return batch_dynamic_verdict(source, cache_dir=load.get("cache_dir"), use_cache=use_cache)
+    cache = load.get("cache", True) is not False
+    return batch_dynamic_verdict(source, cache_dir=load.get("cache_dir"), cache=cache)
 
 
 def load_engine(model: ModelLike, choice: Any, backend: str, load: dict[str, Any]) -> Any:

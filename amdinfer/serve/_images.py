@@ -154,9 +154,68 @@ declares 30000 x 30000 (width x height) = 900,000,000 pixels, above the limit of
             raise InputError(f"input {name!r}: item {i}: got {type(item).__name__}, expected the bytes of an image")
         if not item:
             raise InputError(f"input {name!r}: item {i} is empty, expected an encoded image (JPEG, PNG, ...)")
+        sent = sent_as_text(item)
+        if sent is not None:
+            raise InputError(
+                f"input {name!r}: item {i}: got {sent}, expected the image file's own bytes; {SEND_BINARY}"
+            )
         if max_pixels is not None:
             try:
                 check_image_pixels(item, max_pixels)
             except InputError as exc:
-                raise InputError(f"input {name!r}: item {i}: {exc}") from None
+                seen = f"; received {_head(item)}" if str(exc).startswith("not a decodable") else ""
+                raise InputError(f"input {name!r}: item {i}: {exc}{seen}") from None
     return items
+
+
+#: How to send an image so that the server gets the file's bytes (docs/serving.md#images-in-images-out).
+SEND_BINARY = (
+    "send each file's raw bytes as one element of a BYTES tensor: tritonclient's "
+    "InferInput('images', [1], 'BYTES').set_data_from_numpy(np.array([open(path, 'rb').read()], dtype=object), "
+    "binary_data=True), or curl --data-binary with Triton's binary extension (a JSON header whose input has "
+    '"parameters": {"binary_data_size": 4 + file size}, the Inference-Header-Content-Length header, then a 4-byte '
+    "little-endian length and the file; docs/serving.md)"
+)
+
+_IMAGE_MAGIC = {b"\xff\xd8": "JPEG", b"\x89PNG": "PNG", b"GIF8": "GIF", b"RIFF": "WebP", b"BM": "BMP",
+                b"II*\x00": "TIFF", b"MM\x00*": "TIFF"}  # fmt: skip
+
+
+def sent_as_text(item: bytes) -> str | None:
+    """What an image element that is text holds (base64 of an image, a data URI, JSON), or ``None`` for bytes
+    that are not one of those (a real image file is never refused here: none of them is such text).
+
+    Example:
+        >>> import base64
+        >>> sent_as_text(base64.b64encode(b"\\xff\\xd8\\xff\\xe0 a JPEG"))
+        'base64 text of a JPEG file (16 characters), not the file'
+        >>> sent_as_text(b'{"data": "..."}')
+        'JSON text (15 characters)'
+        >>> sent_as_text(b"\\xff\\xd8\\xff\\xe0") is None
+        True
+    """
+    import base64
+    import binascii
+
+    try:
+        text = item.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    if not text:
+        return None
+    size = f"{len(text)} characters"
+    if text.startswith("data:"):
+        return f"a data URI ({text[:30]}..., {size}), not the file"
+    if text[0] in "{[":
+        return f"JSON text ({size})"
+    try:
+        raw = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    kind = next((k for magic, k in _IMAGE_MAGIC.items() if raw.startswith(magic)), None)
+    return None if kind is None else f"base64 text of a {kind} file ({size}), not the file"
+
+
+def _head(item: bytes) -> str:
+    """The first bytes of an element, for a message (never the whole body)."""
+    return f"{len(item):,} bytes starting {item[:12]!r}"

@@ -366,7 +366,7 @@ class TestCalibrationAndOptions:
         [
             ({"target": "tpu"}, r"target: got 'tpu', expected one of \['gpu', 'ref', 'cpu'\]"),
             ({"dynamic_shapes": "maybe"}, "dynamic_shapes: got 'maybe'"),
-            ({"cache_dir": "/tmp/x", "use_cache": False}, "cache_dir: given together with use_cache=False"),
+            ({"cache_dir": "/tmp/x", "cache": False}, "cache_dir: given together with cache=False"),
             ({"default_dim_value": 0}, "default_dim_value: got 0"),
             ({"fast_math": "yes"}, "fast_math: got 'yes'"),
             ({"precision": "fp64"}, "MIGraphX computes in fp32 at most"),
@@ -430,7 +430,7 @@ class TestWithRealMigraphx:
         model = models.tiny_cnn(image_size=16)
         x = models.random_inputs(model, batch=8, seed=2)["input"]
         want = reference_outputs(model, {"input": x})["logits"]
-        with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], use_cache=False) as eng:
+        with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], cache=False) as eng:
             for n in (1, 2, 3, 5, 8):
                 np.testing.assert_allclose(eng.run(x[:n])["logits"], want[:n], rtol=1e-4, atol=1e-5)
             assert eng.programs == 3
@@ -441,7 +441,7 @@ class TestWithRealMigraphx:
         want = reference_outputs(model, {"input": x})["logits"]
         shapes = {"input": [(1, 3, 16, 16), (4, 3, 16, 16), (2, 3, 16, 16)]}
         with amdinfer.load(
-            model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", use_cache=False
+            model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", cache=False
         ) as eng:
             for n in (1, 3):
                 np.testing.assert_allclose(eng.run(x[:n])["logits"], want[:n], rtol=1e-4, atol=1e-5)
@@ -454,7 +454,7 @@ class TestWithRealMigraphx:
         want = reference_outputs(model, {"x": x})
         shapes = {"x": [(1, 5), (4, 5)]} if mode == "program" else None
         with amdinfer.load(
-            model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes=mode, use_cache=False
+            model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes=mode, cache=False
         ) as engine:
             got = engine.run(x)
             assert list(got) == ["am", "cnt", "sm"]
@@ -471,7 +471,7 @@ class TestWithRealMigraphx:
         model = models.tiny_cnn(image_size=16)
         feeds = models.random_inputs(model, batch=2, seed=1)
         want = reference_outputs(model, feeds)
-        with amdinfer.load(model, backend="migraphx", target="ref", precision=precision, use_cache=False) as engine:
+        with amdinfer.load(model, backend="migraphx", target="ref", precision=precision, cache=False) as engine:
             got = engine.run(feeds)
             assert engine.info.precision == precision and engine.info.settings["quantization"] == "migraphx." + call
         assert got["logits"].dtype == np.float32  # MIGraphX converts back at the outputs
@@ -487,7 +487,7 @@ class TestWithRealMigraphx:
         feeds = models.random_inputs(model, batch=2, seed=7)
         want = reference_outputs(model, feeds)
         q = Int8Quantizer(calibration=cal, progress=False, cache=False)
-        with amdinfer.load(model, backend="migraphx", target="ref", quantizer=q, use_cache=False) as engine:
+        with amdinfer.load(model, backend="migraphx", target="ref", quantizer=q, cache=False) as engine:
             got = engine.run(feeds)
             assert engine.info.precision == "int8"
             assert "3 calibration batches" in engine.info.settings["quantization"]
@@ -517,7 +517,7 @@ class TestWithRealMigraphx:
         shapes = {"images": [(1, 3, 32, 32), (2, 3, 32, 32)]}
         try:
             engine = amdinfer.load(
-                model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", use_cache=False
+                model, backend="migraphx", target="ref", shapes=shapes, dynamic_shapes="program", cache=False
             )
         except amdinfer.ModelError as exc:  # MIGraphX 2.16: CONCAT: all input dimensions should match in axis 0
             assert "MIGraphX cannot parse it" in str(exc) and "dynamic_shapes='per_shape'" in str(exc)
@@ -752,7 +752,7 @@ class TestEngineGlueWithStandIn:
     def test_per_shape_programs_and_buckets(self, stand_in) -> None:
         model = models.tiny_cnn()
         x = models.random_inputs(model, batch=7, seed=1)["input"]
-        with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], use_cache=False) as e:
+        with amdinfer.load(model, backend="migraphx", target="ref", batch_buckets=[2, 4, 8], cache=False) as e:
             assert e.programs == 0  # symbolic batch and no bounds: compiled on first use
             for n in (1, 2, 3, 4, 7):
                 assert e.run(x[:n])["logits"].shape == (n, 10)
@@ -768,7 +768,7 @@ class TestEngineGlueWithStandIn:
             shapes=shapes,
             dynamic_shapes="program",
             precision="fp16",
-            use_cache=False,
+            cache=False,
         ) as e:
             assert e.programs == 1 and e.info.precision == "fp16"
             assert e.info.settings["quantization"] == "migraphx.quantize_fp16(ins_names=['all'])"
@@ -794,7 +794,7 @@ class TestEngineGlueWithStandIn:
             target="ref",
             quantizer=q,
             shapes={"input": (2, 3, 32, 32)},
-            use_cache=False,
+            cache=False,
         ) as e:
             assert e.info.precision == "int8"
         (call,) = [c for c in stand_in.calls if c.startswith("quantize_int8")]
@@ -805,7 +805,7 @@ class TestEngineGlueWithStandIn:
         model = models.tiny_cnn()
         x = models.random_inputs(model, batch=1, seed=2)["input"]
         with amdinfer.load(
-            model, backend="migraphx", target="gpu", offload_copy=False, shapes={"input": x.shape}, use_cache=False
+            model, backend="migraphx", target="gpu", offload_copy=False, shapes={"input": x.shape}, cache=False
         ) as e:
             stand_in.calls.clear()
             out = e.run(x)["logits"]

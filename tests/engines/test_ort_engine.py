@@ -211,8 +211,8 @@ def test_model_needing_newer_runtime_ir_is_lowered(cnn, monkeypatch) -> None:
         return real(model, *a, **k)
 
     monkeypatch.setattr(ort, "InferenceSession", picky)
-    # use_cache=False: the session must be built from the model's bytes (a cached optimized model is a path).
-    engine = OrtEngine(cnn, providers=["cpu"], use_cache=False)
+    # cache=False: the session must be built from the model's bytes (a cached optimized model is a path).
+    engine = OrtEngine(cnn, providers=["cpu"], cache=False)
     assert calls[-1] == 9 and engine.model.ir_version == 9
     assert any("lowered to 9" in n for n in engine.info.notes)
 

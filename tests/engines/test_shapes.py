@@ -20,7 +20,7 @@ from amdinfer.types import TensorSpec
 KINDS = {
     "ort": {"backend": "ort", "providers": ["cpu"], "threads": 1},
     "reference": {"backend": "reference"},
-    "migraphx-ref": {"backend": "migraphx", "target": "ref", "use_cache": False},
+    "migraphx-ref": {"backend": "migraphx", "target": "ref", "cache": False},
 }
 BOUNDS = {"input": [(1, 3, 32, 32), (8, 3, 32, 32)]}
 

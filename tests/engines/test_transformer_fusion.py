@@ -67,11 +67,11 @@ def _cpu_stands_in_for_a_gpu():
 def test_auto_leaves_the_cpu_alone_by_default(encoder, monkeypatch) -> None:
     monkeypatch.setattr(_transformer, "AUTO_PROVIDERS", AUTO_DEFAULT)
     assert "CPUExecutionProvider" not in AUTO_DEFAULT and "CUDAExecutionProvider" in AUTO_DEFAULT
-    with amdinfer.load(encoder, providers=CPU, use_cache=False) as engine:
+    with amdinfer.load(encoder, providers=CPU, cache=False) as engine:
         record = engine.info.settings["transformer_fusion"]
         assert record["applied"] is False and "measured no faster" in record["reason"]
         assert "Attention" not in _ops(engine.model.proto)
-    with amdinfer.load(encoder, providers=CPU, use_cache=False, transformer_fusion=True) as engine:
+    with amdinfer.load(encoder, providers=CPU, cache=False, transformer_fusion=True) as engine:
         assert "Attention" in _ops(engine.model.proto)
 
 
@@ -81,7 +81,7 @@ def minilm(tmp_path_factory):
     """(unfused engine, fused engine, cache folder) on the trained MiniLM, 2 threads."""
     path = checked_model_path()
     cache = tmp_path_factory.mktemp("fusion-cache")
-    unfused = amdinfer.load(path, providers=CPU, threads=2, transformer_fusion=False, use_cache=False)
+    unfused = amdinfer.load(path, providers=CPU, threads=2, transformer_fusion=False, cache=False)
     fused = amdinfer.load(path, providers=CPU, threads=2, cache_dir=cache)
     yield unfused, fused, cache
     unfused.close()
@@ -234,11 +234,11 @@ def test_a_missing_optimizer_is_said(encoder, monkeypatch) -> None:
         raise BackendUnavailableError("transformer_fusion: ONNX Runtime's transformer optimizer cannot be imported")
 
     monkeypatch.setattr(_transformer, "_optimizer", unavailable)
-    with amdinfer.load(encoder, providers=CPU, use_cache=False) as engine:  # a cached fused model needs no optimizer
+    with amdinfer.load(encoder, providers=CPU, cache=False) as engine:  # a cached fused model needs no optimizer
         assert engine.info.settings["transformer_fusion"]["applied"] is False
         assert any("transformer fusion: not applied: transformer_fusion: ONNX" in n for n in engine.info.notes)
     with pytest.raises(BackendUnavailableError, match="cannot be imported"):
-        amdinfer.load(encoder, providers=CPU, transformer_fusion=True, use_cache=False)
+        amdinfer.load(encoder, providers=CPU, transformer_fusion=True, cache=False)
 
 
 def test_the_cli_flag(encoder, tmp_path, capsys) -> None:

@@ -115,7 +115,7 @@ def test_workers_must_be_a_positive_int(model) -> None:
 def test_sessions_of_other_shapes_load_the_optimized_graph_with_optimizations_off(model, tmp_path, cache) -> None:
     import onnxruntime as ort
 
-    options = {"cache_dir": str(tmp_path)} if cache else {"use_cache": False}
+    options = {"cache_dir": str(tmp_path)} if cache else {"cache": False}
     with amdinfer.load(model, providers=["cpu"], shape_sessions=8, **options) as engine:
         builder, calls = engine._builder, []
         new = builder.new_session
@@ -140,7 +140,7 @@ def test_sessions_of_other_shapes_load_the_optimized_graph_with_optimizations_of
 
 
 def test_a_graph_that_does_not_load_falls_back_to_the_model(model) -> None:
-    with amdinfer.load(model, providers=["cpu"], shape_sessions=8, use_cache=False) as engine:
+    with amdinfer.load(model, providers=["cpu"], shape_sessions=8, cache=False) as engine:
         engine._builder._optimized = b"not an onnx model"
         engine.warm(SHAPES[:2])
         x = _x(SHAPES[1])

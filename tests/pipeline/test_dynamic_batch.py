@@ -390,9 +390,9 @@ def test_the_verdict_is_cached_by_the_model_hash(
     assert len(proofs) == 1
     assert any(p.suffix == ".json" for p in tmp_path.rglob("*"))
     dyn._MEMO.clear()
-    with amdinfer.yolo(fixed, imgsz=SIZE, dynamic_batch=True, use_cache=False, **CPU):
+    with amdinfer.yolo(fixed, imgsz=SIZE, dynamic_batch=True, cache=False, **CPU):
         pass
-    assert len(proofs) == 2  # use_cache=False: proven again
+    assert len(proofs) == 2  # cache=False: proven again
     other = batch1_export(yolov8(seed=4, image_size=SIZE, num_classes=4))  # another hash: its own proof
     with amdinfer.yolo(other, imgsz=SIZE, dynamic_batch=True, **CPU):
         pass

@@ -308,7 +308,7 @@ class TestClassify:
             return parse(self, data)
 
         monkeypatch.setattr(onnx.ModelProto, "ParseFromString", counting)
-        clf = amdinfer.classify(path, use_cache=False, **CPU)
+        clf = amdinfer.classify(path, cache=False, **CPU)
         try:
             assert clf.postprocess[0].labels == ("a", "b", "c", "d") and clf.preprocess[1].size == 48
         finally:

@@ -181,7 +181,7 @@ def test_engine_info_shows_a_loaded_models_certificate(certified, tmp_path) -> N
     _, qmodel, cert, _ = certified
     path = tmp_path / "q.onnx"
     onnx.save(qmodel, path)
-    with amdinfer.load(path, providers=["cpu"], use_cache=False) as engine:
+    with amdinfer.load(path, providers=["cpu"], cache=False) as engine:
         shown = engine.info.settings["precision_certificate"]
         assert shown["trusted"] is True and shown["verdict"] == cert.verdict and shown["summary"] == cert.summary()
         assert f"precision certificate: {cert.summary()}" in engine.info.notes
@@ -192,7 +192,7 @@ def test_engine_info_says_a_tampered_certificate_is_not_trusted(certified, tmp_p
     tampered = _copy(qmodel)
     tampered.graph.name = "renamed after certification"
     with caplog.at_level(logging.WARNING, logger="amdinfer.quantize"):
-        with amdinfer.load(tampered, providers=["cpu"], use_cache=False) as engine:
+        with amdinfer.load(tampered, providers=["cpu"], cache=False) as engine:
             shown = engine.info.settings["precision_certificate"]
             assert shown["trusted"] is False and "changed after it was certified" in shown["problem"]
             assert not any(n.startswith("precision certificate: int8") for n in engine.info.notes)
@@ -300,7 +300,7 @@ def measured(monkeypatch) -> list[int]:
 def _int8_engine(model, cache):
     calib = [random_inputs(model, batch=2, seed=s) for s in range(4)]
     q = Int8Quantizer(calibration=calib, progress=False, cache=cache)
-    return q, amdinfer.load(model, providers=["cpu"], quantizer=q, use_cache=False)
+    return q, amdinfer.load(model, providers=["cpu"], quantizer=q, cache=False)
 
 
 def test_a_cache_hit_reuses_the_stored_verdict(tmp_path, measured, capsys) -> None:

@@ -105,7 +105,7 @@ def cli_profile_trace_symlink(d: Path) -> object:
 def cli_run_save_symlink(d: Path) -> object:
     out, _ = _through_symlink(d, "run_save_symlink", ["run", "m.onnx", "--providers", "cpu", "--save", "{out}"], "o")
     x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
-    with amdinfer.load(tiny_cnn(), use_cache=False, **CPU) as engine, np.load(out) as saved:
+    with amdinfer.load(tiny_cnn(), cache=False, **CPU) as engine, np.load(out) as saved:
         np.testing.assert_array_equal(saved["input/input"], x)  # the golden-file format (verify --golden)
         np.testing.assert_allclose(saved["output/logits"], engine.run(x)["logits"], rtol=1e-5)
     return "a link at --save is replaced by the .npz (at exactly that name); the file it pointed at is unchanged"
@@ -212,7 +212,7 @@ def hint_bfloat16_names_ml_dtypes(d: Path) -> object:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
-    with amdinfer.load(model, use_cache=False, **CPU) as engine:
+    with amdinfer.load(model, cache=False, **CPU) as engine:
         return engine.run({"x": np.zeros(2, np.float32)})
 
 
@@ -220,7 +220,7 @@ def hint_bfloat16_names_ml_dtypes(d: Path) -> object:
       r"\(1, 3, 32, 32\) float32 \(changed in place after engine\.prepare\)")  # fmt: skip
 def prepare_feed_resized(d: Path) -> object:
     x = np.zeros((2, 3, 32, 32), np.float32)
-    with amdinfer.load(tiny_cnn(), use_cache=False, io_binding=True, **CPU) as engine:
+    with amdinfer.load(tiny_cnn(), cache=False, io_binding=True, **CPU) as engine:
         step = engine.prepare({"input": x})
         step()
         x.resize((1, 3, 32, 32), refcheck=False)

@@ -26,7 +26,7 @@ if __name__ == "__main__":
 
         import amdinfer
 
-        amdinfer.load(tiny_cnn(), use_cache=False, **CPU).run(x32())
+        amdinfer.load(tiny_cnn(), cache=False, **CPU).run(x32())
         os.setgid(65534)
         os.setuid(65534)
     print("\n" + json.dumps(outcome(CASES[name], scratch)), flush=True)

@@ -7,6 +7,7 @@ and ``bytes_contents``).
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import io
 import json
@@ -330,6 +331,25 @@ class TestBadImages:
         body = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": ["not a picture"]}]}
         status, answer = _post(image_server.http, "det", json.dumps(body).encode())
         assert status == 400 and "input 'images': item 0" in answer["error"], answer
+
+    @pytest.mark.parametrize("how", ["json", "binary"])
+    def test_base64_text_is_named_with_the_way_to_send_bytes(self, image_server, how):
+        text = base64.b64encode(FILES[0]).decode()
+        if how == "json":
+            body = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": [text]}]}
+            status, answer = _post(image_server.http, "det", json.dumps(body).encode())
+            assert status == 400, answer
+            message = answer["error"]
+        else:
+            message = _http_error(image_server, "det", [_http([FILES[0], text.encode()])])
+        item = 0 if how == "json" else 1
+        assert f"input 'images': item {item}: got base64 text of a JPEG file ({len(text)} characters)" in message
+        assert "expected the image file's own bytes" in message  # what was expected
+        assert "binary_data=True" in message and "--data-binary" in message  # the way forward: tritonclient, curl
+
+    def test_json_text_is_named(self, image_server):
+        message = _http_error(image_server, "det", [_http([FILES[0], b'{"image": "..."}'])])
+        assert "input 'images': item 1: got JSON text (16 characters)" in message and "binary_data=True" in message
 
     @pytest.mark.parametrize(
         "raw, message",

@@ -151,7 +151,7 @@ class OrtOptions(EngineOptions):
             "the compiled-model cache folder", "(see ``docs/cache.md``); giving it turns the cache on."
         ),
     )
-    use_cache: bool | None = field(
+    cache: bool | None = field(
         default=None,
         metadata=option_doc(
             "whether to cache the ORT-optimized model",
@@ -260,7 +260,7 @@ class OrtOptions(EngineOptions):
         check_optional_bool("spin_wait", self.spin_wait, none_means="ONNX Runtime's default")
         for name in ("allow_cpu_nodes", "tuning", "fp16_io"):
             check_bool(name, getattr(self, name))
-        for name in ("use_cache", "io_binding", "tf32"):
+        for name in ("cache", "io_binding", "tf32"):
             check_optional_bool(name, getattr(self, name))
         if self.outputs_on not in OUTPUTS_ON:
             raise OptionError(f"outputs_on: got {self.outputs_on!r}, expected one of {list(OUTPUTS_ON)}")

@@ -87,8 +87,8 @@ def compute_precision(model: onnx.ModelProto) -> str | None:
     return low.pop() if len(low) == 1 and "fp32" not in casts else None
 
 
-def optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_model_path: Any) -> Any:
-    """The compiled-model cache the ORT engine uses, or None (see the ``use_cache`` argument).
+def optimized_model_cache(cache_dir: Any, cache: bool | None, optimized_model_path: Any) -> Any:
+    """The compiled-model cache the ORT engine uses, or None (see the ``cache`` argument).
 
     Example:
         >>> optimized_model_cache(None, False, None) is None
@@ -96,11 +96,11 @@ def optimized_model_cache(cache_dir: Any, use_cache: bool | None, optimized_mode
     """
     from ...cache import CACHE_ENV, CompiledModelCache
 
-    if use_cache is False:
+    if cache is False:
         if cache_dir is not None:
-            raise OptionError("cache_dir: given together with use_cache=False; drop one of them")
+            raise OptionError("cache_dir: given together with cache=False; drop one of them")
         return None
-    explicit = use_cache is True or cache_dir is not None
+    explicit = cache is True or cache_dir is not None
     if not explicit and not os.environ.get(CACHE_ENV):
         return None
     if optimized_model_path is not None:
@@ -131,7 +131,7 @@ class SessionBuilder:
         self._precision = precision
         self._device = device
         self._bounds = bounds
-        self.cache = optimized_model_cache(options.cache_dir, options.use_cache, options.optimized_model_path)
+        self.cache = optimized_model_cache(options.cache_dir, options.cache, options.optimized_model_path)
         #: ONNX Runtime's text for the last failed session creation (for error messages).
         self.last_error: str | None = None
         self._optimized: bytes | None = None  # the engine's optimized graph, for the sessions of other shapes
@@ -272,7 +272,7 @@ class SessionBuilder:
         Example:
             >>> import onnxruntime as ort
             >>> from amdinfer.testing.models import tiny_cnn
-            >>> builder = SessionBuilder(ort, OrtOptions(use_cache=False), precision="fp32", device=0, bounds={})
+            >>> builder = SessionBuilder(ort, OrtOptions(cache=False), precision="fp32", device=0, bounds={})
             >>> src, info = ModelSource.from_any(tiny_cnn()), EngineInfo("ort")
             >>> first, second = (builder.like(src, ["CPUExecutionProvider"], [{}], info) for _ in range(2))
             >>> info.settings["shape_session_graph"]
@@ -402,7 +402,7 @@ class SessionBuilder:
             >>> import onnxruntime as ort
             >>> from amdinfer.quantize import Fp16Quantizer
             >>> from amdinfer.testing.models import tiny_cnn
-            >>> builder = SessionBuilder(ort, OrtOptions(use_cache=False), precision="fp16", device=0, bounds={})
+            >>> builder = SessionBuilder(ort, OrtOptions(cache=False), precision="fp16", device=0, bounds={})
             >>> src = ModelSource(tiny_cnn(), name="cnn.onnx")
             >>> builder.rewrite(Fp16Quantizer(), src, EngineInfo("ort")).name
             'cnn.onnx'
