@@ -86,8 +86,24 @@ class _Bar:
                 shown = self.total if self.total is not None else "?"
                 self._log.info("%s: started (%s %ss)", self.desc, shown, self.unit)
             return self
-        self._bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr, leave=False)
+        self._bar = tqdm(
+            total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr, leave=False, bar_format=self.format()
+        )
         return self
+
+    def format(self) -> str | None:
+        """tqdm's ``bar_format`` for a bar that counts seconds (``unit="s"``): ``4.2/6.0 s`` with one decimal,
+        not tqdm's ``4.219196839999995/6.0``; ``None`` (tqdm's own) for counts.
+
+        Example:
+            >>> _Bar("bench", 6.0, "s", False, None).format()
+            '{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]'
+            >>> _Bar("bench", 50, "call", False, None).format() is None
+            True
+        """
+        if self.unit != "s":
+            return None
+        return "{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]"
 
     def update(self, n: float = 1) -> None:
         """Count ``n`` more."""

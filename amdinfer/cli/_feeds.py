@@ -102,9 +102,9 @@ def feed_shapes(
                     shape[0] = 1
                 else:
                     raise OptionError(
-                        f"input {spec.name!r}: axis {i} is dynamic ({model_shape[i]!r}); give its size with "
+                        f"input {spec.name!r}: axis {i} is dynamic ({_brief(model_shape[i])!r}); give its size with "
                         f"--input-shapes {spec.name}:{'x'.join(_dim(x, model_shape[j]) for j, x in enumerate(shape))} "
-                        f"(a number for {model_shape[i]}) or inputs with --inputs"
+                        f"(a number for {_brief(model_shape[i])}) or inputs with --inputs"
                     )
         out[spec.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
         check_allocation(
@@ -137,7 +137,20 @@ def fixed_batch_hint(specs: Sequence[Any]) -> str:
 
 
 def _dim(value: int | None, model_dim: Any) -> str:
-    return str(value) if value is not None else str(model_dim or "?")
+    if value is not None:
+        return str(value)
+    return str(model_dim) if model_dim and len(str(model_dim)) <= 24 else "?"
+
+
+def _brief(dim: Any, most: int = 24) -> str:
+    """A symbolic dimension for a message: a long traced expression cut to ``most`` characters.
+
+    Example:
+        >>> _brief("height"), _brief("Floor(Div(Add(Mul(height, 2), Sub(width, 1)), 32))")
+        ('height', 'Floor(Div(Add(Mul(hei...')
+    """
+    text = str(dim)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _fmt(shape: Sequence[Any]) -> str:

@@ -40,8 +40,52 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _shape(shape: list[Any]) -> str:
-    return "(" + ", ".join(str(d) if d is not None else "?" for d in shape) + ")"
+#: A symbolic dimension longer than this is shown by a short name (``s0``, ``s1``, ...) with a legend line.
+_LONG_DIM = 16
+#: The most characters of an expression a legend line shows (the whole one is under ``--json``).
+_LEGEND_CHARS = 96
+
+
+class _Symbols:
+    """Short names for long symbolic dimensions (a traced export's ``Floor(Div(...))`` expressions), one per
+    distinct expression, and the legend that says what each stands for.
+
+    Example:
+        >>> sym = _Symbols()
+        >>> long = "((height + 31) // 32) * 32 - (height + 1)"
+        >>> sym.shape([1, 3, long, "width"]), sym.shape([long])
+        ('(1, 3, s0, width)', '(s0)')
+        >>> sym.legend()
+        ['symbols    s0 = ((height + 31) // 32) * 32 - (height + 1)']
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def dim(self, d: Any) -> str:
+        if d is None:
+            return "?"
+        text = str(d)
+        if isinstance(d, str) and len(text) > _LONG_DIM:
+            return self.names.setdefault(text, f"s{len(self.names)}")
+        return text
+
+    def shape(self, shape: list[Any]) -> str:
+        return "(" + ", ".join(self.dim(d) for d in shape) + ")"
+
+    def legend(self) -> list[str]:
+        lines = []
+        for text, name in self.names.items():
+            shown = (
+                text if len(text) <= _LEGEND_CHARS else f"{text[:_LEGEND_CHARS]}... ({len(text)} characters; --json)"
+            )
+            lines.append(f"symbols    {name} = {shown}")
+        return lines
+
+
+def _quoted(sym: _Symbols, d: Any) -> str:
+    short = sym.dim(d)
+    return repr(d) if short == str(d) else short
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,15 +111,17 @@ def run(args: argparse.Namespace) -> int:
         f"graph      {stats['nodes']} nodes, {_count(stats['parameters'])} parameters "
         f"({_bytes(stats['parameter_bytes'])})",
     ]
+    sym = _Symbols()
     for kind in ("inputs", "outputs"):
         for s in stats[kind]:
-            lines.append(f"{kind[:-1]:<10} {s['name']}: {s['dtype']} {_shape(s['shape'])}")
+            lines.append(f"{kind[:-1]:<10} {s['name']}: {s['dtype']} {sym.shape(s['shape'])}")
     if stats["dynamic"]:
         dyn = "; ".join(
-            f"{name} " + ", ".join(f"axis {a} {d!r}" for a, d in v["axes"].items())
+            f"{name} " + ", ".join(f"axis {a} {_quoted(sym, d)}" for a, d in v["axes"].items())
             for name, v in stats["dynamic"].items()
         )
         lines.append(f"dynamic    {dyn}")
+    lines += sym.legend()
     hist = stats["op_histogram"]
     lines.append(f"ops        {len(hist)} types: " + ", ".join(f"{op} {n}" for op, n in hist.items()))
     est = stats.get("estimate")

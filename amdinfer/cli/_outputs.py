@@ -65,10 +65,12 @@ def check_plot_path(path: str, what: str, args: argparse.Namespace) -> Path:
 
 
 def save_figure(fig: Any, path: Path, what: str) -> None:
-    """Write a matplotlib figure to ``path`` (format from its suffix) through ``_files.write_atomic``."""
+    """Write a matplotlib figure to ``path`` (format from its suffix) through ``_files.write_atomic``; the saved
+    area is what was drawn (``bbox_inches="tight"``), so a long label is never cut at the canvas's edge."""
     from .._support._files import write_atomic
 
-    write_atomic(path, lambda f: fig.savefig(f, format=path.suffix[1:].lower()), argument=what)
+    fmt = path.suffix[1:].lower()
+    write_atomic(path, lambda f: fig.savefig(f, format=fmt, bbox_inches="tight"), argument=what)
 
 
 def save_npz(path: Path, arrays: Mapping[str, Any], what: str) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import OptionError
+from ..model import ModelSource
 from ..quantize._tasks import TASKS
 from ._certificate_out import add_certificate_args, check_certificate_paths, write_certificate
 from ._common import (
@@ -247,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     )
     t0 = time.perf_counter()
     searched = _budget_search(args, quantizer, source, held_out) if bounds else None
-    qmodel = searched.model if searched is not None else quantizer.quantize(source.proto)
+    qmodel = searched.model if searched is not None else quantizer.quantize(source)  # its name names the entry
     seconds = time.perf_counter() - t0
     import onnx
 
@@ -255,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
 
     note(args, f"evaluating on {len(held_out)} samples")
     report = evaluate(
-        qmodel,
-        source.proto,
+        ModelSource(qmodel, name=f"{Path(source.name).stem}.{args.precision}.onnx"),
+        source,
         held_out,
         task=searched.verdict.task if searched is not None else args.task,
         tolerance=AccuracyTolerance(**{b.metric: b.value for b in bounds}) if bounds else None,

@@ -215,6 +215,7 @@ class Int8Quantizer(QuantizerBase):
         #: The last :meth:`quantize`'s precision certificate (the check's verdict, attached to the model it returned).
         self.certificate: PrecisionCertificate | None = None
         self._reused = False  # the last check's figures were the cached model's certificate's
+        self._model_name: str | None = None  # the file quantize() was given, for its cache entry
         self._fresh: tuple[PrecisionCertificate, AgreementCheck] | None = None
         self._cache = resolve_cache(cache)
         self._only: list[str] | None = None
@@ -311,7 +312,9 @@ class Int8Quantizer(QuantizerBase):
             [1]
         """
         prepared = prepare_model(model, optimize=self.prepare)
-        float_sha = ModelSource.from_any(model, check=False).sha256
+        source = ModelSource.from_any(model, check=False)
+        float_sha = source.sha256
+        self._model_name = source.name if not source.name.startswith("<") else None  # the cache entry's name
         quantized = self._quantize_prepared(prepared, check=(prepared, float_sha))
         if self.min_cosine is not None:
             self.agreement = self._check(quantized, prepared, float_sha)
@@ -419,7 +422,8 @@ class Int8Quantizer(QuantizerBase):
 
         def meta() -> dict[str, Any]:
             fresh = {META_KEY: self._fresh[0].to_dict()} if self._fresh is not None else {}
-            return {"model": src.proto.graph.name or "<ModelProto>", **fresh}
+            name = self._model_name or src.proto.graph.name or "<ModelProto>"
+            return {"model": name, **fresh}  # the file's name, as the engines' entries (`amdinfer cache list`)
 
         try:
             proto, hit = self._cache.get_or_build(key, parts=parts, build=build, load=load, suffix=".onnx", meta=meta)

@@ -245,9 +245,13 @@ class QuantizationReport(HasVerdict):
         ax = fig.add_subplot()
         ys = [e.rms for e in self.layers]
         ax.plot(range(len(ys)), ys, marker=".", linewidth=0.8)
-        for e in self.worst_layers(3):
+        for k, e in enumerate(self.worst_layers(3)):
             i = self.layers.index(e)
-            ax.annotate(e.node, (i, e.rms), fontsize=7, rotation=20)
+            right = i > len(ys) / 2  # the label reads away from the nearer edge, so it stays on the canvas
+            ax.annotate(
+                _short(e.node), (i, e.rms), xytext=(-8 if right else 8, -14 * (k + 1)), textcoords="offset points",
+                ha="right" if right else "left", va="top", fontsize=7, arrowprops={"arrowstyle": "-", "lw": 0.5},
+            )  # fmt: skip
         if log_scale and any(y > 0 for y in ys):
             ax.set_yscale("log")
         ax.set_xlabel("tensor (graph order)")
@@ -257,5 +261,18 @@ class QuantizationReport(HasVerdict):
             from .._support._files import write_atomic
 
             fmt = Path(path).suffix.lstrip(".").lower() or "png"
-            write_atomic(path, lambda f: fig.savefig(f, format=fmt), argument="path")
+            write_atomic(path, lambda f: fig.savefig(f, format=fmt, bbox_inches="tight"), argument="path")
         return fig
+
+
+def _short(name: str, most: int = 48) -> str:
+    """A node name for a plot label: at most ``most`` characters, the middle elided (the ends tell layers apart).
+
+    Example:
+        >>> _short("/model.22/cv2.2/cv2.2.0/conv/Conv_quant", 24)
+        '/model.22/c…v/Conv_quant'
+    """
+    if len(name) <= most:
+        return name
+    half = (most - 1) // 2
+    return name[:half] + "…" + name[len(name) - (most - 1 - half) :]
