@@ -200,7 +200,30 @@ def _check_auto_options(options: dict[str, Any]) -> None:
     _check_options(options, _accepted(auto_order()), "options")
 
 
-def _check_options(options: dict[str, Any], accepted: dict[str, tuple[str, ...] | None], what: str) -> None:
+def _check_load_options(options: dict[str, Any], backend: Any, also: Sequence[str] = ()) -> None:
+    """What :func:`load` checks of ``options`` before anything loads, for a caller that passes them on (a recipe's
+    ``**load_options``); ``also``: the caller's own argument names, offered for a misspelling too.
+
+    Example:
+        >>> _check_load_options({"calibratoin": []}, "ort", also=["calibration"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        amdinfer.errors.OptionError: backend 'ort': unknown option(s) ['calibratoin'] (did you mean 'calibration'?)...
+    """
+    if not isinstance(backend, str):
+        return  # an Engine instance: load says what cannot apply to it
+    given = {k: v for k, v in options.items() if k != "base_dir"}
+    if backend == "auto" and given.get("providers") is not None:
+        backend = "ort"  # as load: naming ONNX Runtime providers means ONNX Runtime
+    if backend == "auto":
+        _check_options(given, _accepted(auto_order()), "options", also)
+    else:
+        _check_options(given, _accepted([get_backend(backend)]), f"backend {backend!r}", also)
+
+
+def _check_options(
+    options: dict[str, Any], accepted: dict[str, tuple[str, ...] | None], what: str, also: Sequence[str] = ()
+) -> None:
     """A misspelt option is an :class:`OptionError` with the closest valid names (difflib), not the whole list.
 
     Example:
@@ -215,9 +238,10 @@ def _check_options(options: dict[str, Any], accepted: dict[str, tuple[str, ...] 
     unknown = [k for k in options if k not in valid]
     if not unknown:
         return
-    hint = did_you_mean(unknown, valid)
+    names = sorted({*valid, *also})
+    hint = did_you_mean(unknown, names)
     if not hint:
-        close = sorted({c for k in unknown for c in difflib.get_close_matches(k, valid, n=3, cutoff=0.4)})
+        close = sorted({c for k in unknown for c in difflib.get_close_matches(k, names, n=3, cutoff=0.4)})
         hint = f" (the closest valid names: {', '.join(close)})" if close else ""
     raise OptionError(f"{what}: unknown option(s) {unknown}{hint}; {_documented(list(accepted))}")
 

@@ -131,6 +131,12 @@ class TestMisspeltOptions:
         with pytest.raises(amdinfer.OptionError, match=r"\['use_cache'\] \(did you mean 'cache'\?\)"):
             amdinfer.yolo(yolov8(image_size=32, num_classes=2), imgsz=32, use_cache=False)
 
+    @pytest.mark.parametrize(("typo", "meant"), [("calibratoin", "calibration"), ("precison", "precision")])
+    def test_a_recipe_offers_its_own_names_too(self, typo, meant) -> None:
+        with pytest.raises(amdinfer.OptionError) as exc:
+            amdinfer.yolo(yolov8(image_size=32, num_classes=2), imgsz=32, providers=["cpu"], **{typo: []})
+        assert str(exc.value).startswith(f"backend 'ort': unknown option(s) [{typo!r}] (did you mean {meant!r}?)")
+
     def test_far_from_any_name_gives_no_guess_and_no_list(self) -> None:
         with pytest.raises(amdinfer.OptionError) as exc:
             amdinfer.load(tiny_cnn(), backend="ort", xyzzy=1)

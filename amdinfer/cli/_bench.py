@@ -483,5 +483,6 @@ def check_within_profile(
                 i = bad[0]
                 raise OptionError(
                     f"--batch {shape[0] if batch else _dims(shape)}: input {name!r} axis {i} must lie within "
-                    f"--min-shapes {name}:{_dims(lo)} and --max-shapes {name}:{_dims(hi)} ({lo[i]}..{hi[i]})"
+                    f"--min-shapes {name}:{_dims(lo)} and --max-shapes {name}:{_dims(hi)} ({lo[i]}..{hi[i]}); give "
+                    f"sizes within {lo[i]}..{hi[i]}, or widen the profile to hold {shape[i]}"
                 )

@@ -116,7 +116,10 @@ def _recipe(
     check_dynamic_batch(args.get("dynamic_batch", "auto"))
     geometry_plan(args.get("geometry", "auto"), fuse, "cpu")  # a bad geometry is refused before the model loads
     keep = check_keep(args["keep_image"])
+    from .._load import _check_load_options
     from ..quantize._data import check_calibration
+
+    _check_load_options(load, backend, also=list(args))  # a misspelt keyword: the closest names, the recipe's too
 
     if check_calibration(args["calibration"], load):
         model = ModelSource.from_any(model)  # read once: the calibration's stages and the engine share it
