@@ -100,7 +100,7 @@ def _optimized(
     t = time.perf_counter()
     keywords: dict[str, Any] = dict(
         providers=providers, precision=precision, device=device, optimized_model_path=work / rel, cache=False,
-        **options,
+        **saved_graph_options(providers, options),
     )  # fmt: skip
     if precision in ("fp16", "float16", "half") and options.get("quantizer") is None:
         from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
@@ -124,6 +124,23 @@ def _optimized(
         "settings": {"graph_optimization": getattr(info.options, "graph_optimization", "all")},
         "certificate": _certificate(work, cert),
     }
+
+
+def saved_graph_options(providers: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for a session whose optimized graph a bundle keeps: on a GPU provider the ``extended`` level
+    unless the caller chose one, since ``all`` adds the provider's layout rewrite (the CUDA EP's NHWC ops, domain
+    ``com.ms.internal.nhwc``) that a saved graph cannot hold: such a file fails ONNX's checker and does not load
+    (found on the H200). The loading session applies the layout itself, without compiling.
+
+    Example:
+        >>> saved_graph_options(["CUDAExecutionProvider"], {}), saved_graph_options(["cpu"], {})
+        ({'graph_optimization': 'extended'}, {})
+    """
+    first = providers[0] if providers else "CPUExecutionProvider"
+    name = first if isinstance(first, str) else first[0]
+    if "graph_optimization" in options or str(name).lower() in ("cpu", "cpuexecutionprovider"):
+        return dict(options)
+    return {**options, "graph_optimization": "extended"}
 
 
 def _certificate(work: Path, cert: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -53,6 +53,7 @@ def compile_per_bucket(
     """``ort/<bucket>.optimized.onnx`` per bucket (ORT's ``optimized_model_filepath`` of the model fixed to the
     bucket's shapes, ``static``), each run once on the bucket's shapes; ``{"kind", "providers", "files", ...}``."""
     from ..engines.registry import get_backend
+    from ._compile import saved_graph_options
     from ._golden import golden_feeds
 
     if precision not in ("fp32", "fp16", "float16", "half"):
@@ -68,7 +69,7 @@ def compile_per_bucket(
         rel = f"ort/{plan['name']}.optimized.onnx"
         keywords: dict[str, Any] = dict(
             providers=providers, precision=precision, device=device, optimized_model_path=work / rel,
-            cache=False, **options,
+            cache=False, **saved_graph_options(providers, options),
         )  # fmt: skip
         if precision != "fp32" and options.get("quantizer") is None:
             from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
