@@ -12,8 +12,6 @@ reach >= 0.7x the device-tensor engine. One run prints, each as frames/s and as 
 * the parts of the default alone (:func:`parts`): ``graph_engine_device`` / ``graph_engine_host`` (the fused frames
   engine, geometry in the graph, on a uint8 batch on the device / on the host), ``h2d_pinned`` / ``h2d_pageable`` (one
   batch copied to the device, with GB/s), ``fill_one_thread`` (``np.stack`` of the frames into a buffer);
-* ``default_bound_copy`` / ``default_again``: the default with the pinned upload of
-  :mod:`amdinfer.engines.ort._pinned_upload` off (the bound run's own copy), then on again;
 * ``answers``: the default's top-5 against the host geometry's on the same frames (equal: the exact resize).
 
 The model: torchvision's ``resnet50(weights=None)`` exported to ONNX with a dynamic batch (random weights: the
@@ -177,12 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     row["default_kind"], row["default_geometry"] = type(clf).__name__, getattr(clf, "geometry", None)
     print(f"  default: {row['default_kind']}, geometry {row['default_geometry']}")
     parts(row, clf, frames, (h, w), gpu, timed)
-    runner = getattr(getattr(getattr(clf, "_fused", {}).get((h, w)), "engine", None), "_runner", None)
-    if runner is not None and hasattr(runner, "pinned_upload"):  # the default before the pinned upload (A/B)
-        runner.pinned_upload = False
-        timed("default_bound_copy", stream(clf), 16 * B)
-        runner.pinned_upload = True
-        timed("default_again", stream(clf), 16 * B)
     with amdinfer.classify(model, precision="fp16", geometry="host", **load) as host:
         timed("host", stream(host), 16 * B)
         want = [r.indices.tolist() for r in host.run_batch(frames)]
@@ -194,17 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         timed("fuse", stream(fused), 16 * B)
         fused.close()
     engine = row.get("engine")
-    for key in (
-        "default",
-        "default_bound_copy",
-        "default_again",
-        "host",
-        "fuse",
-        "graph_engine_host",
-        "graph_engine_device",
-        "h2d_pinned",
-        "fill_one_thread",
-    ):
+    for key in ("default", "host", "fuse", "graph_engine_host", "graph_engine_device", "h2d_pinned", "fill_one_thread"):
         if engine and row.get(key):
             row[f"{key}_vs_engine"] = round(row[key] / engine, 3)
     row["seconds"] = round(time.perf_counter() - t0, 1)

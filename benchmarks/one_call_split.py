@@ -9,8 +9,6 @@ batch shapes. This script measures it again with every shape warmed first, alter
 * ``2 x 32`` and ``4 x 16``: ``split_size`` forced to 32 / 16 (the executor streams the sub-batches, placing k+1
   while the engine runs k);
 * the engine alone on device tensors at 64, 32 and 16 rows (how the engine's own rate moves with the batch);
-* one call of 64 and a map of 1,024 pages with the pinned upload on, off, on (A/B of
-  :mod:`amdinfer.engines.ort._pinned_upload`);
 * one call of each form under :func:`timeline`: the busy milliseconds of placement, engine and finishing, and how much
   placement ran while the engine did (the cause of a gap: what the call waits on).
 
@@ -53,12 +51,6 @@ def forced(sub: int | None) -> Any:
     if sub is None:
         return original
     return lambda n, batch, buckets=(), fixed=None: sub if n >= 2 * sub else None
-
-
-def runner_set(runner: Any, upload: bool) -> None:
-    """Turn the pinned upload (:mod:`amdinfer.engines.ort._pinned_upload`) on or off on an IO-binding runner."""
-    if runner is not None and hasattr(runner, "pinned_upload"):
-        runner.pinned_upload = upload
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -153,21 +145,6 @@ def measure(model_path: str, *, gpu: bool, rounds: int, batch: int) -> list[dict
                 for name, sub in FORMS.items():
                     fused_module.split_size = forced(sub)
                     rates[name].append(dd.call_rate(lambda: det(items), batch, seconds=1.5))
-            runner = getattr(det.engine, "_runner", None)
-            stream_items = [images[i % len(images)] for i in range(16 * batch)]
-            for upload in (True, False, True) if hasattr(runner, "pinned_upload") else (True,):
-                runner_set(runner, upload)
-                fused_module.split_size = original
-                one = dd.call_rate(lambda: det(items), batch, seconds=1.5)
-                mapped = dd.call_rate(lambda: list(det.map(stream_items, batch_size=batch)), len(stream_items),
-                                      seconds=1.5)  # fmt: skip
-                row = {"precision": precision, "pinned_upload": upload, "one_call_pages_s": round(one, 1),
-                       "map_pages_s": round(mapped, 1), "engine_64": round(engine[batch], 1),
-                       "one_call_÷_engine": round(one / engine[batch], 2),
-                       "map_÷_engine": round(mapped / engine[batch], 2)}  # fmt: skip
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-            runner_set(runner, True)
             lines: dict[str, Any] = {}
             for name, sub in FORMS.items():
                 fused_module.split_size = forced(sub)
@@ -217,18 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if "form" not in r:
-            continue
         lines.append(
             f"| {r['precision']} | {r['form']} | {r['pages_s']:,} | {r['÷ engine']} | "
             f"{json.dumps(r['engine_by_rows'])} | {r['same_box_counts']} | {_line(r.get('timeline'))} |"
         )
-    lines += ["", "| precision | pinned upload | one call of 64 pages/s (÷ engine) | map of 1,024 pages/s (÷ engine) |",
-              "|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        if "pinned_upload" in r:
-            lines.append(f"| {r['precision']} | {r['pinned_upload']} | {r['one_call_pages_s']:,} "
-                         f"({r['one_call_÷_engine']}) | {r['map_pages_s']:,} ({r['map_÷_engine']}) |")  # fmt: skip
     md = "\n".join(lines) + "\n"
     print(md, flush=True)
     if args.out:

@@ -127,20 +127,21 @@ def _optimized(
 
 
 def saved_graph_options(providers: list[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` for a session whose optimized graph a bundle keeps: on a GPU provider the ``extended`` level
-    unless the caller chose one, since ``all`` adds the provider's layout rewrite (the CUDA EP's NHWC ops, domain
-    ``com.ms.internal.nhwc``) that a saved graph cannot hold: such a file fails ONNX's checker and does not load
-    (found on the H200). The loading session applies the layout itself, without compiling.
+    """``options`` for a session whose optimized graph a bundle keeps: on a GPU provider the ``extended`` level and
+    NCHW convolutions unless the caller chose them, since the CUDA EP's NHWC layout rewrite (``prefer_nhwc``, which
+    amdinfer tunes on) writes ops of the internal domain ``com.ms.internal.nhwc`` that a saved graph cannot hold:
+    such a file fails ONNX's checker and does not load (found on the H200). The loading session applies its own
+    layout, without compiling.
 
     Example:
         >>> saved_graph_options(["CUDAExecutionProvider"], {}), saved_graph_options(["cpu"], {})
-        ({'graph_optimization': 'extended'}, {})
+        ({'graph_optimization': 'extended', 'prefer_nhwc': False}, {})
     """
     first = providers[0] if providers else "CPUExecutionProvider"
     name = first if isinstance(first, str) else first[0]
-    if "graph_optimization" in options or str(name).lower() in ("cpu", "cpuexecutionprovider"):
+    if str(name).lower() in ("cpu", "cpuexecutionprovider"):
         return dict(options)
-    return {**options, "graph_optimization": "extended"}
+    return {"graph_optimization": "extended", "prefer_nhwc": False, **options}
 
 
 def _certificate(work: Path, cert: dict[str, Any] | None) -> dict[str, Any] | None:

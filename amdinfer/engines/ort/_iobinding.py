@@ -41,10 +41,9 @@ import numpy as np
 from ..._support._concurrency import ordered_results
 from ..._support._validate import check_int
 from ...errors import InputError
-from .._dlpack import DeviceArray, DeviceFeed, device_feed
+from .._dlpack import DeviceArray, DeviceFeed
 from ._capture import CAPTURE_GATE, CAPTURE_RUNS, CaptureGate
 from ._errors import translate_run_error
-from ._pinned_upload import pinnable, pinned_upload
 from ._providers import ort_device_type
 from ._values import ORT_TYPES
 
@@ -154,9 +153,6 @@ class IoBindingRunner:
         #: turn on the graph path. 64 MiB from the H200 measurements (docs/gpu.md): below it (ResNet-50 b64,
         #: YOLOv8 b1) the graph path was faster, above it (ResNet-50 b256, YOLOv8 b64/b256) the overlap.
         self.overlap_bytes = 64 << 20
-        #: a pinned host batch is copied by PyTorch ahead of the run (:mod:`._pinned_upload`); an attribute, so a
-        #: benchmark can compare both ways in one process
-        self.pinned_upload = True
         #: the process-wide :class:`~amdinfer.engines.ort._capture.CaptureGate` (an attribute: tests watch it)
         self.gate: CaptureGate = CAPTURE_GATE
         self._plain_run_options = ort.RunOptions()
@@ -376,11 +372,6 @@ class IoBindingRunner:
             output name -> NumPy array or :class:`DeviceArray`.
         """
         slot, names, on_device = self._slot_of(feeds, outputs, outputs_on)
-        if self.pinned_upload:
-            with self._section(False):  # never inside another thread's graph capture
-                staged = pinned_upload(feeds, self._dev, self._dev_id)
-            if staged is not None:  # copied ahead, outside the slot's lock: the slot's copy is device to device
-                feeds = {name: device_feed(name, tensor) for name, tensor in staged.items()}
         with slot.lock:
             graph = self._uses_graph(slot, feeds)
             with self._section(graph and slot.outputs is not None and slot.graph_runs < CAPTURE_RUNS):
@@ -485,7 +476,7 @@ class IoBindingRunner:
             feeds = check(batch)
             on_device = self._wants_device(feeds, outputs_on)
             host = all(type(v) is np.ndarray for v in feeds.values())
-            if host and not self._pins(feeds) and sum(v.nbytes for v in feeds.values()) >= self.overlap_bytes:
+            if host and sum(v.nbytes for v in feeds.values()) >= self.overlap_bytes:
                 return self._host_run(feeds, names, on_device)
             return self.run(feeds, names, outputs_on)
 
@@ -494,8 +485,7 @@ class IoBindingRunner:
         if first is None:
             return
         feeds0 = check(first)
-        small = sum(getattr(v, "nbytes", 0) for v in feeds0.values() if type(v) is np.ndarray) < self.overlap_bytes
-        if small and not self._pins(feeds0):  # a pinned batch overlaps through the pool: its copy is ahead
+        if sum(getattr(v, "nbytes", 0) for v in feeds0.values() if type(v) is np.ndarray) < self.overlap_bytes:
             # Small batches: a bound, graph-replayed run beats overlapping copies (measured on an H200:
             # ResNet-50 fp16 b1 1,470 vs 570 img/s, b64 6,471 vs 5,760).
             yield self.run(feeds0, names, outputs_on)
@@ -505,9 +495,6 @@ class IoBindingRunner:
         it = itertools.chain([feeds0], it)
         with ThreadPoolExecutor(max_workers=prefetch + 1, thread_name_prefix="amdinfer-run") as pool:
             yield from ordered_results(lambda batch: pool.submit(one, batch), it, depth=prefetch + 1)
-
-    def _pins(self, feeds: Mapping[str, Any]) -> bool:
-        return self.pinned_upload and pinnable(feeds, self._dev)
 
     # ------------------------------------------------------------------ lifecycle
     @property
