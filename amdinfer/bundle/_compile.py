@@ -20,7 +20,7 @@ from ..model import ModelSource
 from ._epcontext import KIND_EPCONTEXT, compile_epcontext_buckets
 from ._golden import golden_feeds
 from ._mxr import KIND_MXR, compile_mxr
-from ._shaped import beyond_batch, compile_per_bucket
+from ._shaped import beyond_batch, compile_per_bucket, saved_graph_options
 
 __all__ = ["EPCONTEXT_PROVIDERS", "KIND_EPCONTEXT", "KIND_MXR", "KIND_OPTIMIZED", "compile_buckets", "static_model"]
 
@@ -124,24 +124,6 @@ def _optimized(
         "settings": {"graph_optimization": getattr(info.options, "graph_optimization", "all")},
         "certificate": _certificate(work, cert),
     }
-
-
-def saved_graph_options(providers: list[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` for a session whose optimized graph a bundle keeps: on a GPU provider the ``extended`` level and
-    NCHW convolutions unless the caller chose them, since the CUDA EP's NHWC layout rewrite (``prefer_nhwc``, which
-    amdinfer tunes on) writes ops of the internal domain ``com.ms.internal.nhwc`` that a saved graph cannot hold:
-    such a file fails ONNX's checker and does not load (found on the H200). The loading session applies its own
-    layout, without compiling.
-
-    Example:
-        >>> saved_graph_options(["CUDAExecutionProvider"], {}), saved_graph_options(["cpu"], {})
-        ({'graph_optimization': 'extended', 'prefer_nhwc': False}, {})
-    """
-    first = providers[0] if providers else "CPUExecutionProvider"
-    name = first if isinstance(first, str) else first[0]
-    if str(name).lower() in ("cpu", "cpuexecutionprovider"):
-        return dict(options)
-    return {"graph_optimization": "extended", "prefer_nhwc": False, **options}
 
 
 def _certificate(work: Path, cert: dict[str, Any] | None) -> dict[str, Any] | None:

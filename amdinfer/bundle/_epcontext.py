@@ -247,13 +247,14 @@ class BundledEpContextEngine(Engine):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its bundle folder: the copy is loaded again, checks included (``verify=False``)."""
         folder = self._parts_given[0][1].parent.parent
-        return (_reload, (str(folder), self._device, self._options.on_new_shape))
+        if RELOAD is None:
+            raise BundleError(f"bundle {folder}: cannot pickle an engine that amdinfer.bundle did not open")
+        return (RELOAD, (str(folder), self._device, self._options.on_new_shape))
 
 
-def _reload(folder: str, device: int, on_new_shape: str) -> Engine:
-    from ._open import load_bundle
-
-    return load_bundle(folder, device=device, on_new_shape=on_new_shape, verify=False)
+#: The loader a pickled engine is opened again with (:func:`amdinfer.bundle._open.reload_bundle`), set by the module
+#: that opens these engines: it sits above this one, which does not import it.
+RELOAD: Any = None
 
 
 def open_epcontext(folder: Path, data: Mapping[str, Any], device: int, options: dict[str, Any]) -> Engine:

@@ -171,11 +171,17 @@ def _open(folder: Path, data: dict[str, Any], device: int, options: dict[str, An
 
         return open_mxr(folder, data, device, options)
     if data["kind"] == KIND_EPCONTEXT:
+        from . import _epcontext
         from ._epcontext import open_epcontext
+
+        _epcontext.RELOAD = reload_bundle
 
         return open_epcontext(folder, data, device, options)
     if data["kind"] == KIND_OPTIMIZED_PER_BUCKET:
+        from . import _epcontext
         from ._shaped import open_per_bucket
+
+        _epcontext.RELOAD = reload_bundle
 
         return open_per_bucket(folder, data, device, options)
     from ..engines.ort import OrtEngine
@@ -250,3 +256,8 @@ def bundled_model(directory: str | os.PathLike) -> Any:
 
         return epcontext_specs_model(folder, data)  # static per bucket: the source model's axes
     return ModelSource.from_any(folder / data.get("settings", {}).get("model_file", data["buckets"][0]["file"]))
+
+
+def reload_bundle(folder: str, device: int, on_new_shape: str) -> Engine:
+    """A pickled bundle engine opened again from its folder, checks included (``verify=False``)."""
+    return load_bundle(folder, device=device, on_new_shape=on_new_shape, verify=False)

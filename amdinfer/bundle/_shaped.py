@@ -30,6 +30,24 @@ __all__ = ["KIND_OPTIMIZED_PER_BUCKET", "beyond_batch", "compile_per_bucket", "o
 KIND_OPTIMIZED_PER_BUCKET = "ORT optimized graph, one per bucket (static shapes)"
 
 
+def saved_graph_options(providers: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for a session whose optimized graph a bundle keeps: on a GPU provider the ``extended`` level and
+    NCHW convolutions unless the caller chose them, since the CUDA EP's NHWC layout rewrite (``prefer_nhwc``, which
+    amdinfer tunes on) writes ops of the internal domain ``com.ms.internal.nhwc`` that a saved graph cannot hold:
+    such a file fails ONNX's checker and does not load (found on the H200). The loading session applies its own
+    layout, without compiling.
+
+    Example:
+        >>> saved_graph_options(["CUDAExecutionProvider"], {}), saved_graph_options(["cpu"], {})
+        ({'graph_optimization': 'extended', 'prefer_nhwc': False}, {})
+    """
+    first = providers[0] if providers else "CPUExecutionProvider"
+    name = first if isinstance(first, str) else first[0]
+    if str(name).lower() in ("cpu", "cpuexecutionprovider"):
+        return dict(options)
+    return {"graph_optimization": "extended", "prefer_nhwc": False, **options}
+
+
 def beyond_batch(plans: list[dict[str, Any]]) -> bool:
     """Whether the buckets differ on an axis other than the batch axis (0) of some input."""
     first = plans[0]["shapes"]
@@ -53,7 +71,6 @@ def compile_per_bucket(
     """``ort/<bucket>.optimized.onnx`` per bucket (ORT's ``optimized_model_filepath`` of the model fixed to the
     bucket's shapes, ``static``), each run once on the bucket's shapes; ``{"kind", "providers", "files", ...}``."""
     from ..engines.registry import get_backend
-    from ._compile import saved_graph_options
     from ._golden import golden_feeds
 
     if precision not in ("fp32", "fp16", "float16", "half"):
