@@ -357,3 +357,19 @@ def test_trained_yolov8n_predict_names_and_boxes_equal_the_recipe(tmp_path) -> N
     assert [r["name"] for r in record["detections"]] == [DOCLAYNET[c] for c in det.classes]
     lines = Path("t/labels", Path(page).stem + ".txt").read_text().splitlines()
     assert [int(line.split()[0]) for line in lines] == det.classes.tolist()
+
+
+@pytest.mark.parametrize("task", ["segment", "pose"])
+def test_predict_picks_the_yolo_recipe_for_ultralytics_segment_and_pose_models(task, tmp_path) -> None:
+    """Ultralytics' ``task=segment``/``pose`` metadata: predict runs amdinfer.yolo, whose boxes it writes (before:
+    "cannot tell the task")."""
+    from amdinfer.testing.models import yolov8_pose, yolov8_seg
+
+    path = tmp_path / f"{task}.onnx"
+    onnx.save((yolov8_seg if task == "segment" else yolov8_pose)(image_size=64), path)
+    assert main(["predict", str(path), str(SHAPES / "images"), "--save-dir", "o", "--conf", "0.01", *CPU]) == 0
+    with amdinfer.yolo(path, conf=0.01, providers=["cpu"]) as pipe:
+        expected = pipe(str(SHAPES / "images"))
+    assert getattr(expected[0], "masks" if task == "segment" else "keypoints") is not None
+    records = json.loads((tmp_path / "o" / "predictions.json").read_text())
+    assert [[r["box"] for r in rec["detections"]] for rec in records] == [d.boxes.tolist() for d in expected]

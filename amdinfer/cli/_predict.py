@@ -75,13 +75,17 @@ def add_engine_group(p: argparse.ArgumentParser) -> None:
 
 
 def guess_task(source: Any) -> str:
-    """``detect`` for a YOLO detector (Ultralytics' ``task`` metadata, or one output that is a YOLO head for the
+    """``detect`` for a YOLO detector (Ultralytics' ``task`` metadata, ``segment`` and ``pose`` included: the YOLO
+    recipe answers their masks and keypoints; or one output that is a YOLO head for the
     model's fixed input size), the metadata's ``classify``; else an :class:`OptionError` asking for ``--task``.
 
     Example:
         >>> from amdinfer.model import ModelSource
         >>> from amdinfer.testing.models import tiny_cnn, yolov8
         >>> guess_task(ModelSource.from_any(yolov8(image_size=64, num_classes=2)))
+        'detect'
+        >>> from amdinfer.testing.models import yolov8_pose
+        >>> guess_task(ModelSource.from_any(yolov8_pose(image_size=64)))  # the yolo recipe, which finds the keypoints
         'detect'
         >>> guess_task(ModelSource.from_any(tiny_cnn()))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -93,6 +97,8 @@ def guess_task(source: Any) -> str:
     meta = {p.key: p.value for p in source.proto.metadata_props}
     if meta.get("task") in ("detect", "classify"):
         return meta["task"]
+    if meta.get("task") in ("segment", "pose"):  # Ultralytics' YOLO masks and keypoints: amdinfer.yolo answers both
+        return "detect"
     if meta.get("task") == "semantic-segmentation":  # amdinfer.testing.models.unet; Ultralytics' segment is YOLO's
         return "segment"
     outs = [tuple(o.shape) for o in source.outputs]
