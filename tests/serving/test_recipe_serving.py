@@ -112,8 +112,8 @@ def test_serve_refuses_recipes_and_options_before_anything_loads(tmp_path: Path)
         "recipe: got 'yolov9', expected one of ['yolo', 'classify', 'ocr']",
         "recipe: got 'embed', expected one of ['yolo', 'classify', 'ocr'] (embed is not served: it reads texts "
         "through a tokenizer, and the server serves image recipes)",
-        "recipe_options: got option 'conf' for recipe 'classify', expected options among ['decoder', 'fuse', "
-        "'geometry', 'max_image_pixels', 'pipeline_threads', 'topk']",
+        "recipe_options: got option 'conf' for recipe 'classify', expected options among ['decoder', "
+        "'dynamic_batch', 'fuse', 'geometry', 'max_image_pixels', 'pipeline_threads', 'topk']",
         "recipe_options: got ['conf'] without a recipe, expected recipe= one of ['yolo', 'classify', 'ocr']",
         "recipe_options: 'ocr' needs rec (the recogniser model; cls, the classifier, is optional)",
         "recipe_options: fuse: not carried to the server processes of workers_per_device=2 (only the flags of "
