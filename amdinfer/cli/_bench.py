@@ -473,7 +473,7 @@ def check_within_profile(
         Traceback (most recent call last):
         ...
         amdinfer.errors.OptionError: --batch 8: input 'x' axis 0 must lie within --min-shapes x:1x4 and \
---max-shapes x:4x4 (1..4)
+--max-shapes x:4x4 (1..4); give sizes within 1..4, or widen the profile to hold 8
     """
     for plan in plans:
         for name in profile.opt:
