@@ -273,7 +273,12 @@ class TestSequenceAndOptionalIO:
     def seq_engine(self, engine_kind: str):
         if not _takes_containers(engine_kind):
             pytest.skip(f"{engine_kind} takes tensors only (tested by test_a_backend_without_them_refuses_at_load)")
-        with conformance.make_engine(engine_kind, sequence_model()) as engine:
+        try:
+            engine = conformance.make_engine(engine_kind, sequence_model())
+        except amdinfer.BackendUnavailableError as exc:  # a plugin EP with a device here that takes no such node
+            assert "took no node of the model" in str(exc), exc  # refused, never run on the CPU behind its back
+            pytest.skip(f"{engine_kind}: the requested EP takes no node of a sequence model (refused: {exc})")
+        with engine:
             yield engine
 
     def test_specs_say_sequence(self, seq_engine) -> None:
