@@ -368,7 +368,12 @@ class TestSequenceAndOptionalIO:
                 conformance.make_engine(engine_kind, optional_model())
             return
         value = np.arange(6, dtype=np.float32).reshape(2, 3)
-        with conformance.make_engine(engine_kind, optional_model()) as engine:
+        try:
+            first = conformance.make_engine(engine_kind, optional_model())
+        except amdinfer.BackendUnavailableError as exc:  # OpenVINO's CPU plugin fails to build an optional graph
+            assert engine_kind == "ort-openvino", exc  # refused with its cause, never run elsewhere silently
+            pytest.skip(f"{engine_kind}: the requested EP cannot build an optional-input model (refused: {exc})"[:400])
+        with first as engine:
             (o,) = engine.inputs
             assert o.is_optional and not o.is_sequence and o.type_name == "optional(tensor(float32))"
             got = engine.run({"o": value})
