@@ -187,7 +187,7 @@ _GEOMETRY = RecipeOption(
     "geometry", (str,), "where equal frames are resized and cropped: auto (in the graph on an accelerator), host "
     "or graph", choices=GEOMETRIES, flag=False,
 )  # fmt: skip
-#: whether a batch-1 export gets a dynamic batch (``auto``: on an accelerator, when proven; amdinfer.recipes._dynamic_batch)
+#: whether a batch-1 export gets a dynamic batch (auto: on an accelerator, when proven; recipes._dynamic_batch)
 _DYNAMIC_BATCH = RecipeOption(
     "dynamic_batch", (bool, str), "a batch-1 export made batch-dynamic: auto (on an accelerator, when proven), true "
     "(any device) or false (never)", choices=(True, False, "auto"), flag=False,
