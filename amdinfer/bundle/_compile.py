@@ -20,7 +20,7 @@ from ..model import ModelSource
 from ._epcontext import KIND_EPCONTEXT, compile_epcontext_buckets
 from ._golden import golden_feeds
 from ._mxr import KIND_MXR, compile_mxr
-from ._shaped import beyond_batch, compile_per_bucket, saved_graph_options
+from ._shaped import beyond_batch, compile_per_bucket, saved_graph_keywords
 
 __all__ = ["EPCONTEXT_PROVIDERS", "KIND_EPCONTEXT", "KIND_MXR", "KIND_OPTIMIZED", "compile_buckets", "static_model"]
 
@@ -98,14 +98,7 @@ def _optimized(
     (work / "ort").mkdir()
     rel = "ort/model.optimized.onnx"
     t = time.perf_counter()
-    keywords: dict[str, Any] = dict(
-        providers=providers, precision=precision, device=device, optimized_model_path=work / rel, cache=False,
-        **saved_graph_options(providers, options),
-    )  # fmt: skip
-    if precision in ("fp16", "float16", "half") and options.get("quantizer") is None:
-        from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
-
-        keywords.setdefault("precision_quantizer", precision_quantizer)
+    keywords = saved_graph_keywords(providers, precision, device, work / rel, options)
     engine = get_backend("ort").build(source, keywords)
     with engine:
         info = engine.info

@@ -48,6 +48,22 @@ def saved_graph_options(providers: list[Any], options: dict[str, Any]) -> dict[s
     return {"graph_optimization": "extended", "prefer_nhwc": False, **options}
 
 
+def saved_graph_keywords(
+    providers: list[Any], precision: str, device: int, path: Path, options: dict[str, Any]
+) -> dict[str, Any]:
+    """The ORT engine's keywords for a session that writes the optimized graph a bundle keeps at ``path``: no
+    cache, :func:`saved_graph_options`, and for a bare fp16 the precision quantizer ``amdinfer.load`` passes."""
+    keywords: dict[str, Any] = dict(
+        providers=providers, precision=precision, device=device, optimized_model_path=path, cache=False,
+        **saved_graph_options(providers, options),
+    )  # fmt: skip
+    if precision in ("fp16", "float16", "half") and options.get("quantizer") is None:
+        from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
+
+        keywords.setdefault("precision_quantizer", precision_quantizer)
+    return keywords
+
+
 def beyond_batch(plans: list[dict[str, Any]]) -> bool:
     """Whether the buckets differ on an axis other than the batch axis (0) of some input."""
     first = plans[0]["shapes"]
@@ -84,14 +100,7 @@ def compile_per_bucket(
     for plan in plans:
         t = time.perf_counter()
         rel = f"ort/{plan['name']}.optimized.onnx"
-        keywords: dict[str, Any] = dict(
-            providers=providers, precision=precision, device=device, optimized_model_path=work / rel,
-            cache=False, **saved_graph_options(providers, options),
-        )  # fmt: skip
-        if precision != "fp32" and options.get("quantizer") is None:
-            from ..quantize._fp16 import precision_quantizer  # what amdinfer.load passes for a bare fp16
-
-            keywords.setdefault("precision_quantizer", precision_quantizer)
+        keywords = saved_graph_keywords(providers, precision, device, work / rel, options)
         fixed = source.derived(static(source.proto, plan["shapes"]), check=False)
         with get_backend("ort").build(fixed, keywords) as engine:
             engine.run(golden_feeds(source, plan["shapes"], 0))
