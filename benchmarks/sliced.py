@@ -10,6 +10,8 @@ and answered by ``amdinfer.yolo(model, tiles=...)``'s SlicedPipeline:
 * ``sliced-map``: ``sliced.map(images, batch_size=--batch)``: decode, tiling, preprocessing on the executor's
   worker threads, the tiles of consecutive images sharing engine batches, NMS per tile, the SAHI merge per image.
 * ``sliced-run_batch``: ``sliced.run_batch(images)``: all tiles in one call (sub-batches streamed on a GPU).
+* ``detector-map``: the detector's own ``map`` on the very pieces the pipeline feeds it (tiles and the whole
+  images' canvases, cut beforehand): what slicing and merging add on top of it.
 
 tiles/s = pieces / seconds (best of ``--repeat``), and the ratio to ``engine`` (the issue's target: >= 0.7 on the
 H200). ``--model yolov8`` (default) is the YOLOv8n-size builder with random weights at the tile size, 80 classes;
@@ -103,8 +105,15 @@ def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
         t_map = _best(by_map, args.repeat)
         recall = _recall(truths, answers)
         t_batch = _best(lambda: sliced.run_batch(images), args.repeat)
+        # the detector alone on the same pieces (the tiles and the whole images, letterboxed as the pipeline feeds
+        # them): what the slicing and the merge add on top of the detector's own stream
+        fed = [p.data for im in images for p in sliced._split(0, im)[1].items]
+        t_det = _best(lambda: list(sliced.detector.map(fed, batch_size=args.batch)), args.repeat)
         kind = type(sliced.detector).__name__
-        for mode, seconds in (("engine", base), ("sliced-map", t_map), ("sliced-run_batch", t_batch)):
+        geometry = getattr(sliced.detector, "geometry", None)
+        print(f"# {provider}: detector {kind}, geometry {geometry}", flush=True)
+        modes = (("engine", base), ("detector-map", t_det), ("sliced-map", t_map), ("sliced-run_batch", t_batch))
+        for mode, seconds in modes:
             rows.append(
                 {
                     "device": provider,

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, OptionError, StageError, StageInputError
-from ..preprocess import LoadImage
+from ..postprocess import ScaleBoxes
+from ..preprocess import Letterbox, LoadImage
 from ..reference._slicing import POSTPROCESS_TYPES, _check_match, merge_predictions, slice_boxes
 from ..results import Detections
 from ..stages import FanOut, Gather, Pieces, Sample, _source
@@ -45,6 +46,8 @@ __all__ = ["MergeTiles", "SlicedPipeline", "Tiles"]
 TILE = "tile"
 #: the item's metadata key :class:`Tiles` writes: the image's ``(height, width)``, tiles, whole image added
 SLICES = "slices"
+#: the whole-image piece's metadata key :class:`SlicedPipeline` writes when it letterboxed that piece itself
+WHOLE = "whole_letterbox"
 
 
 class Tiles(FanOut):
@@ -213,13 +216,28 @@ class MergeTiles(Gather):
         )
 
 
-def _loader(detector: Any) -> LoadImage | None:
-    """The detector's first stage when it decodes images (a Pipeline's ``preprocess``, a fused one's host stages)."""
+def _host_stages(detector: Any) -> Any:
+    """The detector's host stages: a Pipeline's ``preprocess``, a fused one's host stages."""
     stages = getattr(detector, "preprocess", None)
-    if stages is None:
-        stages = getattr(detector, "_host", ())
+    return getattr(detector, "_host", ()) if stages is None else stages
+
+
+def _loader(detector: Any) -> LoadImage | None:
+    """The detector's first stage when it decodes images."""
+    stages = _host_stages(detector)
     first = stages[0] if stages else None
     return first if isinstance(first, LoadImage) else None
+
+
+def _letterbox(detector: Any) -> Letterbox | None:
+    """The detector's host letterbox when its stages are exactly ``[LoadImage,] Letterbox, ...``: the stage that
+    :class:`SlicedPipeline` applies to the whole image itself, so that piece reaches the detector at its input
+    size, as the tiles do (equal pieces batch on one engine shape; see :meth:`SlicedPipeline._split`)."""
+    stages = list(_host_stages(detector))
+    if stages and isinstance(stages[0], LoadImage):
+        stages = stages[1:]
+    first = stages[0] if stages else None
+    return first if isinstance(first, Letterbox) else None
 
 
 class SlicedPipeline:
@@ -268,6 +286,7 @@ class SlicedPipeline:
         self.detector, self.tiles, self.merge = detector, tiles, merge
         self._owns = bool(owns_detector)
         self._load = _loader(detector)
+        self._whole = _letterbox(detector)
         self._keep = bool(getattr(detector, "_keep_image", False))
 
     @property
@@ -296,10 +315,32 @@ class SlicedPipeline:
         except Exception as exc:
             kind = StageInputError if isinstance(exc, InputError) else StageError
             raise kind(f"item {index}: Tiles: {type(exc).__name__}: {exc}") from exc
-        return split, split.data
+        pieces: Pieces = split.data
+        info = split.meta.get(SLICES) or {}
+        if self._whole is not None and pieces.parent is None and info.get("whole"):
+            pieces.items[-1] = self._letterboxed(index, pieces.items[-1])
+        return split, pieces
+
+    def _letterboxed(self, index: int, whole: Sample) -> Sample:
+        """The whole-image piece letterboxed here by the detector's own stage: the detector's letterbox of that
+        canvas is the identity (scale 1, no padding), so its pixels and answers are the ones the detector would
+        make from the image, and its boxes go back through the canvas's geometry (``ScaleBoxes``) before the
+        merge. Why: every piece then has the detector's input size (tiles of that size), so a GPU batch of them
+        runs on one fused engine instead of falling back to the host geometry for a window of mixed sizes."""
+        assert self._whole is not None
+        try:
+            canvas = self._whole(Sample(whole.data))
+        except Exception as exc:
+            kind = StageInputError if isinstance(exc, InputError) else StageError
+            raise kind(f"item {index}: Letterbox of the whole image: {type(exc).__name__}: {exc}") from exc
+        geometry = {k: canvas.meta[k] for k in ("affine", "orig_shape") if k in canvas.meta}
+        return Sample(canvas.data, {**whole.meta, WHOLE: geometry})
 
     def _gather(self, split: Sample, pieces: Pieces, results: list[Any]) -> Detections:
         meta = dict(split.meta)
+        geometry = pieces.items[-1].meta.get(WHOLE) if pieces.items else None
+        if geometry is not None and isinstance(results[-1], Detections):  # the canvas's boxes in the image's pixels
+            results = [*results[:-1], ScaleBoxes()(Sample(results[-1], dict(geometry))).data]
         det = self.merge.gather(pieces.parent, results, pieces.items, meta)
         image = meta.get(KEY)
         if image is not None:

@@ -194,3 +194,53 @@ class TestSlicedPipelineErrors:
         sliced = SlicedPipeline(detector, tiles=Tiles(640, 640))
         with pytest.raises(StageInputError, match="item 1"):
             sliced.run_batch([np.zeros((700, 700, 3), np.uint8), np.zeros((5, 5, 7), np.uint8)])
+
+
+class _Recorder:
+    """A detector wrapper that records the shapes of the pieces it is given (and answers with the detector)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.shapes = inner, []
+        self.preprocess = inner.preprocess  # type: ignore[attr-defined]
+        self._keep_image = False
+
+    def run_batch(self, items):
+        items = list(items)
+        self.shapes.extend(np.asarray(x).shape for x in items)
+        return self.inner.run_batch(items)  # type: ignore[attr-defined]
+
+    def map(self, items, **kw):
+        def seen():
+            for x in items:
+                self.shapes.append(np.asarray(x).shape)
+                yield x
+
+        return self.inner.map(seen(), **kw)  # type: ignore[attr-defined]
+
+
+def test_whole_image_piece_is_letterboxed_to_the_tiles_size_and_answers_as_the_image() -> None:
+    """The whole-image piece reaches the detector at its input size (as the tiles: one batch shape), and its
+    boxes, mapped back through the canvas's geometry, are the detector's own answer on the image (the truth: the
+    detector run on the whole image directly)."""
+    from amdinfer.testing.models import yolov8
+
+    det = amdinfer.yolo(yolov8(image_size=128, num_classes=3, seed=0), conf=0.01, **CPU)
+    try:
+        image = np.random.default_rng(5).integers(0, 255, (300, 500, 3), dtype=np.uint8)
+        rec = _Recorder(det)
+        sliced = SlicedPipeline(rec, tiles=Tiles(128, 128))
+        sliced.run_batch([image])
+        assert set(rec.shapes) == {(128, 128, 3)}  # tiles and the whole image alike
+        rec.shapes.clear()
+        list(sliced.map([image, image], batch_size=8))
+        assert set(rec.shapes) == {(128, 128, 3)}
+        direct = det(image)
+        _, pieces = sliced._split(0, image)
+        answers = det.run_batch([p.data for p in pieces.items])
+        mapped = ScaleBoxes()(Sample(answers[-1], dict(pieces.items[-1].meta["whole_letterbox"]))).data
+        assert len(direct) > 0 and len(mapped) == len(direct)
+        np.testing.assert_allclose(mapped.boxes, direct.boxes, rtol=0, atol=1e-3)
+        np.testing.assert_array_equal(mapped.classes, direct.classes)
+        np.testing.assert_allclose(mapped.scores, direct.scores, rtol=0, atol=1e-6)
+    finally:
+        det.close()
