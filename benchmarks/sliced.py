@@ -76,6 +76,59 @@ def _engine_rate(model: Any, provider: str, pieces: list[np.ndarray], tile: int,
         return _best(run, repeat)
 
 
+def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[str, Any]:
+    """Where the detector's time goes on one batch of pieces, each part alone (the GPU run): the fused engine of the
+    tile size on a host uint8 batch and on one already on the device, the bare model on a float batch on the
+    device, filling one batch from the tile views (one thread), and the host-to-device copy (pageable, pinned).
+    Each figure is the best of ``repeat`` in pieces per second."""
+    out: dict[str, Any] = {}
+    det = sliced.detector
+    fused = getattr(det, "_fused", {}).get(tuple(fed[0].shape[:2]))
+    if fused is None:
+        return {"parts": "no fused engine of the tile size"}
+    pieces = fed[:batch]
+    host = np.stack(pieces)
+    metas = [{"orig_shape": tuple(p.shape[:2])} for p in pieces]
+    feed = fused._feed(host, metas)
+    eng = fused.engine
+    eng.run(feed)
+
+    def rate(fn: Any) -> float:
+        fn()
+        return round(len(pieces) / _best(fn, max(repeat, 5)), 1)
+
+    out["fused_engine_host_batch"] = rate(lambda: eng.run(feed))
+    out["fill_one_thread"] = rate(lambda: np.stack(pieces, out=host))
+    out["fused_precision"] = getattr(eng.info, "precision", None)
+    out["fused_outputs"] = {k: list(np.shape(v)) for k, v in eng.run(feed).items()}
+    out["fused_settings"] = {k: str(v)[:80] for k, v in (getattr(eng.info, "settings", {}) or {}).items()}
+    try:
+        import torch
+
+        dev = {k: torch.from_numpy(np.ascontiguousarray(v)).to("cuda") for k, v in feed.items()}
+        out["fused_engine_device_batch"] = rate(lambda: eng.run(dev))
+        pinned = torch.from_numpy(host).pin_memory()
+
+        def copy(src: Any) -> Any:
+            def go() -> None:
+                src.to("cuda", non_blocking=True)
+                torch.cuda.synchronize()
+
+            return go
+
+        out["h2d_pinned"] = rate(copy(pinned))
+        out["h2d_pageable"] = rate(copy(torch.from_numpy(host)))
+        base = fused._base if hasattr(fused, "_base") else None
+        model_engine = getattr(base, "engine", None) or getattr(det, "engine", None)
+        if model_engine is not None:
+            x = torch.rand((len(pieces), 3, *fed[0].shape[:2]), device="cuda")
+            name = model_engine.inputs[0].name
+            out["model_engine_device_batch"] = rate(lambda: model_engine.run({name: x}))
+    except Exception as exc:  # the CPU run, or a part that fails: the others stay
+        out["device_parts"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return out
+
+
 def _recall(truths: list[np.ndarray], answers: list[Any]) -> float:
     hits = [(box_iou(t, a.boxes).max(axis=1) >= 0.9).sum() if len(a) else 0 for t, a in zip(truths, answers)]
     return float(sum(hits)) / max(1, sum(len(t) for t in truths))
@@ -112,6 +165,8 @@ def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
         kind = type(sliced.detector).__name__
         geometry = getattr(sliced.detector, "geometry", None)
         print(f"# {provider}: detector {kind}, geometry {geometry}", flush=True)
+        if args.parts:
+            print(f"# {provider} parts (pieces/s): {json.dumps(_parts(sliced, fed, args.batch, args.repeat))}")
         modes = (("engine", base), ("detector-map", t_det), ("sliced-map", t_map), ("sliced-run_batch", t_batch))
         for mode, seconds in modes:
             rows.append(
@@ -148,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fuse", default="auto", choices=["auto", "true", "false"])
     p.add_argument("--squares", type=int, default=60, help="planted squares per image")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--parts", action="store_true", help="also time the detector's parts alone (see _parts)")
     p.add_argument("--out", default=os.environ.get("OUT"))
     args = p.parse_args(argv)
     if args.quick:

@@ -289,3 +289,23 @@ def test_int8_bundle_carries_its_certificate(tmp_path: Path, caplog: pytest.LogC
     engine = amdinfer.load(folder, verify=True)
     assert engine.info.settings["bundle"]["certificate"] == data["certificate"]
     assert not [r for r in caplog.records if "not trusted" in r.getMessage()]
+
+
+def test_a_tf32_bundle_is_judged_by_the_tf32_tolerance_and_a_cpu_one_by_strict_fp32(tmp_path: Path) -> None:
+    """The CUDA EP runs fp32 in TF32 by default (10-bit mantissa): its goldens are judged by TF32_TOLERANCE, which
+    takes an error of TF32's size (2e-3 of the largest output, as measured on an H200) that strict fp32 refuses;
+    a CPU bundle keeps the strict tolerance, and a real error (5% of the scale) fails both."""
+    from amdinfer.bundle._golden import TF32_TOLERANCE, agrees, runs_tf32
+
+    assert runs_tf32([("CUDAExecutionProvider", {"use_tf32": "1", "device_id": "0"})])
+    assert not runs_tf32([("CUDAExecutionProvider", {"use_tf32": "0"}), ("CPUExecutionProvider", {})])
+    folder = write_bundle(models.tiny_cnn(), tmp_path / "b", batch_buckets=[2])
+    strict = read_manifest(folder)["golden"]["tolerance"]
+    assert strict == {"rtol": 1e-3, "atol": 1e-4}
+    want = np.random.default_rng(0).normal(size=1000) * 3
+    scale = np.abs(want).max()
+    tf32_like = want + 2e-3 * scale * np.sign(np.random.default_rng(1).normal(size=1000))
+    assert agrees(tf32_like, want, TF32_TOLERANCE)[0] and not agrees(tf32_like, want, strict)[0]
+    wrong = want.copy()
+    wrong[7] += 0.05 * scale
+    assert not agrees(wrong, want, TF32_TOLERANCE)[0]

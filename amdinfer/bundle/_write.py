@@ -17,7 +17,7 @@ from ..engines._new_shapes import check_on_new_shape
 from ..errors import OptionError
 from ..model import ModelLike, ModelSource
 from ._compile import compile_buckets
-from ._golden import write_goldens
+from ._golden import runs_tf32, write_goldens
 from ._manifest import FORMAT, MANIFEST, environment, file_sha256, seal
 
 __all__ = ["write_bundle"]
@@ -97,7 +97,7 @@ def write_bundle(
             source, work, plans, backend=backend, providers=providers, precision=precision, device=device,
             options=options, say=say, t0=t0,
         )  # fmt: skip
-        goldens = write_goldens(source, work, plans, seed, precision)
+        goldens = write_goldens(source, work, plans, seed, precision, runs_tf32(built.get("providers")))
         data = {**_manifest(source, work, plans, built, goldens, precision, backend, device, rebuild),
                 "on_new_shape": policy}  # fmt: skip
         (work / MANIFEST).write_text(_json(seal(data)), encoding="utf-8")
