@@ -33,10 +33,11 @@ EXPECTED = {
     "yolo": (amdinfer.yolo, "detect"),
     "classify": (amdinfer.classify, "classify"),
     "ocr": (amdinfer.ocr, "ocr"),
+    "segment": (amdinfer.segment, "generic"),
     "embed": (amdinfer.embed, "embed"),
 }
 #: the further models a served recipe needs in ``recipe_options`` (file names in a repository folder)
-NEEDS = {"yolo": {}, "classify": {}, "ocr": {"rec": "rec.onnx"}}
+NEEDS = {"yolo": {}, "classify": {}, "ocr": {"rec": "rec.onnx"}, "segment": {}}
 
 
 def _served() -> list[str]:
@@ -101,7 +102,9 @@ class TestRegistry:
 
     def test_embed_is_known_but_not_served(self) -> None:
         assert "embed" not in _served()
-        with pytest.raises(OptionError, match=r"got 'embed', expected one of \['yolo', 'classify', 'ocr'\] \(embed"):
+        with pytest.raises(
+            OptionError, match=r"got 'embed', expected one of \['yolo', 'classify', 'ocr', 'segment'\] \(embed"
+        ):
             get_recipe("embed", served=True)
 
     def test_option_checks(self) -> None:

@@ -1,4 +1,5 @@
-"""The recipe registry: one frozen :class:`Recipe` per recipe (``yolo``, ``classify``, ``ocr``, ``embed``).
+"""The recipe registry: one frozen :class:`Recipe` per recipe (``yolo``, ``classify``, ``ocr``, ``segment``,
+``embed``).
 
 Each record says what builds it (a dotted path, imported on first use, so that this table costs nothing to
 import), the task its answers are judged in (:func:`amdinfer.quantize.task_from_model`), and the options the
@@ -16,7 +17,7 @@ Example:
     >>> get_recipe("yolov9")
     Traceback (most recent call last):
     ...
-    amdinfer.errors.OptionError: recipe: got 'yolov9', expected one of ['yolo', 'classify', 'ocr', 'embed']
+    amdinfer.errors.OptionError: recipe: got 'yolov9', expected one of ['yolo', 'classify', 'ocr', 'segment', 'embed']
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["DECODERS", "GEOMETRIES", "RECIPES", "SERVED_RECIPES", "Recipe", "RecipeOption", "get_recipe"]
+__all__ = [
+    "DECODERS", "GEOMETRIES", "RECIPES", "SERVED_RECIPES", "Recipe", "RecipeOption", "get_recipe", "parse_size",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class RecipeOption:
         flag: an ``amdinfer serve`` flag (else ``recipe_options=`` and ``models.toml`` only).
         model: a path to a further model the recipe loads (in a model repository: a path inside its folder).
         required: the recipe cannot be built without it.
+        parse: turns a value of :attr:`kinds` into the builder's (``"640x480"`` -> ``(640, 480)``), or raises
+            ``ValueError`` saying what it takes (``None``: the value as it is).
 
     Example:
         >>> RecipeOption("max_det", (int,), "boxes per image at most").cli
@@ -57,6 +62,7 @@ class RecipeOption:
     flag: bool = True
     model: bool = False
     required: bool = False
+    parse: Callable[[Any], Any] | None = None
 
     @property
     def cli(self) -> str:
@@ -80,6 +86,11 @@ class RecipeOption:
             named = [("an " if k.__name__[0] in "aeiou" else "a ") + k.__name__ for k in self.kinds]
             expected = f"one of {list(self.choices)}" if self.choices else " or ".join(named)
             raise OptionError(f"{where}: option {self.name!r} got {repr(value)[:80]}, expected {expected}")
+        if self.parse is not None:
+            try:
+                return self.parse(value)
+            except ValueError as exc:
+                raise OptionError(f"{where}: option {self.name!r} got {repr(value)[:80]}, expected {exc}") from None
         return value
 
 
@@ -138,9 +149,9 @@ class Recipe:
         return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
     def check_options(self, options: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``options`` as a dict when every name is one this recipe takes, every builder option has its type,
-        and every required model is given; else an ``OptionError`` naming what is wrong and what it takes.
-        The server's options are left to the server's bounds.
+        """``options`` as a dict (values parsed: ``tiles="640x480"`` -> ``(640, 480)``) when every name is one
+        this recipe takes, every builder option has its type, and every required model is given; else an
+        ``OptionError`` naming what is wrong and what it takes. The server's options are left to the server's bounds.
 
         Example:
             >>> get_recipe("classify").check_options({"conf": 0.5}, "recipe_options")  # doctest: +ELLIPSIS
@@ -162,7 +173,7 @@ classifier, is optional)
                     f"{sorted(self.accepts)}"
                 )
             if key in by_name and value is not None:
-                by_name[key].check(value, where)
+                out[key] = by_name[key].check(value, where)
         missing = [m for m in self.models if m.required and out.get(m.name) is None]
         if missing:
             optional = [f"{m.name}, {m.help}, is optional" for m in self.models if not m.required]
@@ -191,6 +202,88 @@ _GEOMETRY = RecipeOption(
 _DYNAMIC_BATCH = RecipeOption(
     "dynamic_batch", (bool, str), "a batch-1 export made batch-dynamic: auto (on an accelerator, when proven), true "
     "(any device) or false (never)", choices=(True, False, "auto"), flag=False,
+)  # fmt: skip
+_SIZE = "an int N (N x N), 'HxW' (e.g. '640x480') or [H, W] of positive ints"
+
+
+def parse_size(value: Any) -> int | tuple[int, int]:
+    """A size option's value as the builder takes it: an int, or ``(h, w)`` from ``"HxW"``, ``"H,W"``, ``"N"``
+    (a flag's text, or ``str()`` of a list carried to a server process) or a two-int list.
+
+    Raises:
+        ValueError: anything else, saying what it takes.
+
+    Example:
+        >>> parse_size("640x480"), parse_size("[320, 320]"), parse_size(512), parse_size([64, 96])
+        ((640, 480), (320, 320), 512, (64, 96))
+    """
+    parts: list[Any]
+    if isinstance(value, str):
+        text = value.strip().strip("[]()").replace("x", ",").replace("X", ",")
+        parts = [p.strip() for p in text.split(",")]
+        if not all(p.isdigit() for p in parts):
+            raise ValueError(_SIZE)
+        parts = [int(p) for p in parts]
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        parts = [value]
+    ok = len(parts) in (1, 2) and all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in parts)
+    if not ok:
+        raise ValueError(_SIZE)
+    return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+
+
+def _fraction(value: Any) -> float:
+    """An overlap: a float in ``[0, 1)``."""
+    if not 0 <= float(value) < 1:
+        raise ValueError("a fraction in [0, 1)")
+    return float(value)
+
+
+def _step(value: Any) -> int | str:
+    """``size_step``: ``"auto"`` or a positive int (a flag's text too)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError("'auto' or a positive int")
+    return value
+
+
+def _labels(value: Any) -> list[str]:
+    """Class names: a list of strings."""
+    if not all(isinstance(v, str) for v in value):
+        raise ValueError("a list of class names (strings)")
+    return list(value)
+
+
+_DETECT_TILES = (
+    RecipeOption(
+        "tiles", (str, int, list, tuple), "sliced inference (SAHI's): tiles of HxW pixels (or N: square), each "
+        "answered, plus the whole image, merged back (default: the whole image only)", parse=parse_size,
+    ),
+    RecipeOption("tile_overlap", (float,), "with --tiles: the tiles' overlap, a fraction in [0, 1) (default 0.2)",
+                 parse=_fraction),
+    RecipeOption("tile_merge", (str,), "with tiles: GREEDYNMM (SAHI's default) or NMS", choices=("GREEDYNMM", "NMS"),
+                 flag=False),
+)  # fmt: skip
+_SEGMENT = (
+    RecipeOption("patch", (str, int, list, tuple), "large images in overlapping patches of HxW pixels (or N), "
+                 "multiples of the stride (default: whole, up to max_size)", parse=parse_size),
+    RecipeOption("patch_overlap", (float,), "the patches' overlap, a fraction in [0, 1) (default 0.25)",
+                 parse=_fraction),
+    RecipeOption("size_step", (str, int), "images padded to a multiple of this (default auto: the stride on the "
+                 "CPU, 128 on an accelerator)", parse=_step),
+    RecipeOption("max_size", (str, int, list, tuple), "the largest canvas run whole, HxW (or N); larger images run "
+                 "in patches (default: the engine's bound)", parse=parse_size),
+    _DECODER,
+    RecipeOption("blend", (str,), "how patches are blended: linear, gaussian or mean (default linear)",
+                 choices=("linear", "gaussian", "mean"), flag=False),
+    RecipeOption("batch_size", (int,), "patches per engine call (default 8)", flag=False),
+    RecipeOption("stride", (int,), "the model's stride (default: metadata stride, else 32)", flag=False),
+    RecipeOption("labels", (list,), "class names (default: metadata names)", flag=False, parse=_labels),
 )  # fmt: skip
 #: what every image recipe's server options are: its decode threads and the pixel limit of its images
 _IMAGE_SERVER = ("pipeline_threads", "max_image_pixels")
@@ -224,6 +317,7 @@ RECIPES: dict[str, Recipe] = {
                 RecipeOption(
                     "retina_masks", (bool,), "segment: masks made at the image's size (default false)", flag=False
                 ),
+                *_DETECT_TILES,
             ),
             _IMAGE_SERVER,
         ),
@@ -245,6 +339,14 @@ RECIPES: dict[str, Recipe] = {
                 RecipeOption("cls", (str,), "the classifier", model=True),
                 RecipeOption("text_score", (float,), "lowest line score kept (default 0.5)"),
             ),
+            _IMAGE_SERVER,
+        ),
+        Recipe(
+            "segment",
+            "amdinfer.recipes:segment",
+            "amdinfer.segment, a semantic segmenter (a class per pixel)",
+            "generic",  # quantize's tasks judge per-pixel logits by cosine/rms: no class-map metric yet
+            _SEGMENT,
             _IMAGE_SERVER,
         ),
         Recipe(
@@ -271,7 +373,7 @@ def get_recipe(name: Any, *, served: bool = False, where: str = "recipe") -> Rec
         >>> get_recipe("embed", served=True)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        amdinfer.errors.OptionError: recipe: got 'embed', expected one of ['yolo', 'classify', 'ocr'] (embed is not ...
+        amdinfer.errors.OptionError: recipe: got 'embed', expected one of ['yolo', 'classify', 'ocr', 'segment'] ...
     """
     known = SERVED_RECIPES if served else tuple(RECIPES)
     if isinstance(name, str) and name in known:

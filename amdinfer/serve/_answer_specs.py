@@ -25,7 +25,8 @@ async def recipe_outputs(model: Any) -> tuple[list[dict[str, Any]], bool]:
 
     A pipeline's tensors are those of its results (``Detections``: ``boxes``, ``scores``, ``classes``, ``labels``
     when it has names, ``boxes_batch_index``), known by answering once: the first call sends one request of
-    one black picture through the model's batcher (as any request goes) and keeps what it answered.
+    one black picture through the model's batcher (as any request goes) and keeps what it answered. A segmenter's
+    ``classes`` are ``[-1, -1, -1]`` (each request's images set ``H`` and ``W``).
 
     Example:
         >>> import asyncio, amdinfer
@@ -59,10 +60,12 @@ async def recipe_outputs(model: Any) -> tuple[list[dict[str, Any]], bool]:
         outs = await model.batcher.submit({first.input_name: probe}, request_id="amdinfer-outputs")
         from kserve.utils.numpy_codec import from_np_dtype
 
+        maps = "image_shapes" in outs  # serve --recipe segment: classes (N, H, W) of each request's images
         specs = [
-            {"name": n, "datatype": from_np_dtype(a.dtype), "shape": [-1, *(int(d) for d in a.shape[1:])]}
+            {"name": n, "datatype": from_np_dtype(a.dtype), "shape": [-1, *(-1 if maps and n == "classes" else int(d)
+                                                                           for d in a.shape[1:])]}
             for n, a in outs.items()
-        ]
+        ]  # fmt: skip
         rows = all(a.shape[:1] == (_PROBE_ROWS,) for a in outs.values()) and not any(
             n.endswith("_batch_index") for n in outs
         )

@@ -67,16 +67,17 @@ def load_recipe_workers(
     recipe_options: dict[str, Any] | None = None,
     **load_options: Any,
 ) -> list[PipelineWorker]:
-    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)``, ``amdinfer.classify(model, ...)``
-    or ``amdinfer.ocr(model, rec=..., cls=...)`` (``model`` the text detector).
+    """One :class:`PipelineWorker` per device over ``amdinfer.yolo(model, ...)`` (with ``tiles``: its
+    :class:`~amdinfer.pipeline.SlicedPipeline`), ``amdinfer.classify(model, ...)``, ``amdinfer.ocr(model, rec=...,
+    cls=...)`` (``model`` the text detector) or ``amdinfer.segment(model, ...)``.
 
     Requests send encoded images (input ``images``, datatype ``BYTES``, one JPEG/PNG file per element; uint8
     ``(N, H, W, 3)`` arrays work too); see docs/serving.md for the answer's layout.
 
     Args:
         model: the model (path, bytes or ModelProto), built once per device.
-        recipe: a served recipe of the registry (:data:`amdinfer.recipes.RECIPES`): ``"yolo"``, ``"classify"``
-            or ``"ocr"``.
+        recipe: a served recipe of the registry (:data:`amdinfer.recipes.RECIPES`): ``"yolo"``, ``"classify"``,
+            ``"ocr"`` or ``"segment"``.
         devices: GPU indices, one pipeline each.
         backend: ``amdinfer.load``'s backend.
         precision: ``amdinfer.load``'s precision.
@@ -120,8 +121,9 @@ def load_recipe_workers(
             # keep_image=False: the server never sends the picture back
             pipe = build(model, backend=backend, device=int(d), precision=precision, keep_image=False,
                          **options, **load_options)  # fmt: skip
-            if threads is not None and hasattr(pipe, "threads"):  # a fused pipeline's pool (an unfused one has none)
-                pipe.threads = threads
+            inner = getattr(pipe, "detector", pipe)  # a SlicedPipeline's detector runs the tiles
+            if threads is not None and hasattr(inner, "threads"):  # a fused pipeline's pool (an unfused one has none)
+                inner.threads = threads
             # one request name for every recipe (an unfused classifier's engine input has the model's own name)
             workers.append(PipelineWorker(pipe, input_name="images", name=f"device{d}"))
             if limit is not None and isinstance(workers[-1]._load_image, LoadImage):  # every recipe starts with one
@@ -235,14 +237,16 @@ def build_model(
         [[-1, 3, 32, 32]]
     """
     from ..pipeline import Pipeline
+    from ..pipeline._slices import SlicedPipeline
     from ..pipeline.fuse import FusedPipeline
+    from ..recipes import Segmenter
 
     items = list(target) if isinstance(target, (list, tuple)) else [target]
     workers: list[Any] = []
     for item in items:
         if isinstance(item, Engine):
             workers.append(EngineWorker(item, name=f"device{len(workers)}"))
-        elif isinstance(item, (Pipeline, FusedPipeline)):
+        elif isinstance(item, (Pipeline, FusedPipeline, SlicedPipeline, Segmenter)):
             workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
         elif isinstance(item, (EngineWorker, PipelineWorker)):
             workers.append(item)

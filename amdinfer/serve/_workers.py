@@ -17,8 +17,9 @@ from ..engines._staging import PinnedStaging
 from ..engines.base import Engine
 from ..errors import BackendUnavailableError, InputError, OptionError, StageError
 from ..pipeline._source_images import takes_images
-from ..results import batch_tensors
+from ..results import SegmentationMap, batch_tensors
 from ..types import TensorSpec
+from ._answer_maps import map_tensors
 from ._answers import result_tensors, row_tensor
 from ._images import image_items
 from ._shapes import warming
@@ -357,17 +358,10 @@ class PipelineWorker:
     batchable = True
 
     def __init__(self, pipeline: Any, input_name: str | None = None, name: str | None = None) -> None:
-        from ..pipeline import Pipeline
-        from ..pipeline.fuse import FusedPipeline
-
-        if not isinstance(pipeline, (Pipeline, FusedPipeline)):
-            raise OptionError(
-                f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline or FusedPipeline"
-            )
+        stages = _host_stages(pipeline)
         self.pipeline = pipeline
         self.input_name = input_name or pipeline.engine.inputs[0].name
         self.name = name or str(pipeline.engine.info.device or "pipeline")
-        stages = pipeline.preprocess if isinstance(pipeline, Pipeline) else pipeline._host
         #: whether requests may send encoded images (``BYTES``): the pipeline starts with ``LoadImage``
         self.takes_images = takes_images(stages)
         self._load_image = stages[0] if self.takes_images else None
@@ -466,11 +460,42 @@ class PipelineWorker:
             raise
         if len(raw) != len(items):
             raise RuntimeError(f"pipeline: got {len(raw)} results for {len(items)} items, expected one per item")
+        out, start = [], 0
+        if raw and isinstance(raw[0], SegmentationMap):  # padded maps, one row per image (._answer_maps)
+            for r in requests:
+                n = self.rows(r)
+                out.append(map_tensors(raw[start : start + n]))
+                start += n
+            return out
         rows = row_tensor(raw[0]) if raw else None
         results = [result_tensors(r) for r in raw]
-        out, start = [], 0
         for r in requests:
             n = self.rows(r)
             out.append(batch_tensors(results[start : start + n], rows))
             start += n
         return out
+
+
+def _host_stages(pipeline: Any) -> Sequence[Any]:
+    """The host stages a served pipeline starts with (its first says whether it decodes images): a Pipeline's
+    ``preprocess``, a fused one's host stages, a :class:`~amdinfer.pipeline.SlicedPipeline`'s or a
+    :class:`~amdinfer.recipes.Segmenter`'s decoder (both decode each image once, before tiling or padding it).
+
+    Raises:
+        OptionError: any other object, named.
+    """
+    from ..pipeline import Pipeline
+    from ..pipeline._slices import SlicedPipeline
+    from ..pipeline.fuse import FusedPipeline
+    from ..recipes import Segmenter
+
+    if isinstance(pipeline, Pipeline):
+        return list(pipeline.preprocess)
+    if isinstance(pipeline, FusedPipeline):
+        return list(pipeline._host)
+    if isinstance(pipeline, (SlicedPipeline, Segmenter)):
+        return [] if pipeline._load is None else [pipeline._load]
+    raise OptionError(
+        f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline, FusedPipeline, SlicedPipeline "
+        "(amdinfer.yolo(..., tiles=...)) or Segmenter (amdinfer.segment)"
+    )
