@@ -83,7 +83,8 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         python3 benchmarks/bundle_cold.py --providers cuda,cpu --yolo "$MODEL" --json "$OUT/bundle_cold.json" 2>&1 | tail -30
         ;;
     sliced)
-        python3 benchmarks/sliced.py --device cuda --parts --out "$OUT" 2>&1 | tail -30
+        python3 benchmarks/sliced.py --device cuda --parts --out "$OUT" 2>&1 | tail -12
+        python3 benchmarks/sliced.py --device cuda --parts --model-path "$MODEL" --tile 1024 --out "$OUT" 2>&1 | tail -12
         ;;
     segsizes)
         python3 benchmarks/segment_sizes.py --provider cuda --out "$OUT" 2>&1 | tail -30
