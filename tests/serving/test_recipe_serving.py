@@ -39,15 +39,15 @@ _WORKERS = """if True:
     import amdinfer
     from amdinfer.recipes import get_recipe
     from amdinfer.serve import load_recipe_workers
-    from amdinfer.testing.models import tiny_cnn, yolov8
+    from amdinfer.testing.models import tiny_cnn, unet, yolov8
 
     name, page = sys.argv[1], sys.argv[2]
     if name == "ocr":
         model, options = sys.argv[3], {"rec": sys.argv[4], "cls": sys.argv[5]}
         data = open(page, "rb").read()
     else:
-        model = yolov8(image_size=64) if name == "yolo" else tiny_cnn(num_classes=4)
-        options = {"imgsz": 64, "conf": 0.001} if name == "yolo" else {"topk": 3}
+        model = {"yolo": yolov8(image_size=64), "segment": unet()}.get(name) or tiny_cnn(num_classes=4)
+        options = {"yolo": {"imgsz": 64, "conf": 0.001}, "classify": {"topk": 3}}.get(name, {})
         options["decoder"] = "pillow"
         buf = io.BytesIO()
         Image.fromarray(np.random.default_rng(0).integers(0, 255, (48, 80, 3), dtype=np.uint8)).save(buf, "PNG")
@@ -60,8 +60,8 @@ _WORKERS = """if True:
     pipe = get_recipe(name).builder_function()(model, **options, providers=["cpu"], keep_image=False)
     local = pipe(data)
     pipe.close()
-    key = {"yolo": "boxes", "classify": "indices", "ocr": "texts"}[name]
-    want = {"yolo": lambda r: r.boxes, "classify": lambda r: r.indices, "ocr": lambda r: r.texts}[name](local)
+    key = {"yolo": "boxes", "classify": "indices", "ocr": "texts", "segment": "classes"}[name]
+    want = getattr(local, {"yolo": "boxes", "classify": "indices", "ocr": "texts", "segment": "classes"}[name])
     got = served[key].reshape(-1) if key == "texts" else served[key].reshape(np.asarray(want).shape)
     print(json.dumps({
         "class": type(worker.pipeline).__name__, "images": worker.takes_images, "rows": len(want),
@@ -85,7 +85,10 @@ def test_every_served_recipe_is_served_as_its_function_answers(name: str) -> Non
     answer = json.loads(line)
     assert answer["images"] is True and answer["equal"] is True, answer
     assert answer["rows"] >= 1  # something to compare: boxes, classes or text lines
-    assert answer["class"] == {"yolo": "Pipeline", "classify": "Pipeline", "ocr": "OcrPipeline"}[name]
+    assert (
+        answer["class"]
+        == {"yolo": "Pipeline", "classify": "Pipeline", "ocr": "OcrPipeline", "segment": "Segmenter"}[name]
+    )
 
 
 def test_serve_refuses_recipes_and_options_before_anything_loads(tmp_path: Path) -> None:
@@ -109,16 +112,16 @@ def test_serve_refuses_recipes_and_options_before_anything_loads(tmp_path: Path)
     """
     lines = _run(textwrap.dedent(code), str(tmp_path / "never-read.onnx"))
     assert lines == [
-        "recipe: got 'yolov9', expected one of ['yolo', 'classify', 'ocr']",
-        "recipe: got 'embed', expected one of ['yolo', 'classify', 'ocr'] (embed is not served: it reads texts "
-        "through a tokenizer, and the server serves image recipes)",
+        "recipe: got 'yolov9', expected one of ['yolo', 'classify', 'ocr', 'segment']",
+        "recipe: got 'embed', expected one of ['yolo', 'classify', 'ocr', 'segment'] (embed is not served: it reads "
+        "texts through a tokenizer, and the server serves image recipes)",
         "recipe_options: got option 'conf' for recipe 'classify', expected options among ['decoder', "
         "'dynamic_batch', 'fuse', 'geometry', 'max_image_pixels', 'pipeline_threads', 'topk']",
-        "recipe_options: got ['conf'] without a recipe, expected recipe= one of ['yolo', 'classify', 'ocr']",
+        "recipe_options: got ['conf'] without a recipe, expected recipe= one of ['yolo', 'classify', 'ocr', 'segment']",
         "recipe_options: 'ocr' needs rec (the recogniser model; cls, the classifier, is optional)",
         "recipe_options: fuse: not carried to the server processes of workers_per_device=2 (only the flags of "
-        "recipe 'yolo' are: conf, iou, imgsz, max_det, decoder, pipeline_threads, max_image_pixels); use "
-        "workers_per_device=1",
+        "recipe 'yolo' are: conf, iou, imgsz, max_det, decoder, tiles, tile_overlap, pipeline_threads, "
+        "max_image_pixels); use workers_per_device=1",
     ]
 
 
