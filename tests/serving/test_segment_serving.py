@@ -267,4 +267,7 @@ def test_serve_recipe_segment_answers_rest_and_grpc_like_the_local_recipe(tmp_pa
         outputs = {o["name"]: (o["datatype"], o["shape"]) for o in meta["outputs"]}
         assert outputs["classes"] == ("UINT8", [-1, -1, -1]), outputs  # each request's images set H and W
         assert outputs["image_shapes"] == ("INT64", [-1, 2]) and outputs["rle"] == ("BYTES", [-1]), outputs
+        config = httpclient.InferenceServerClient(server.http).get_model_config("seg")
+        dims = {o["name"]: (o["data_type"], o["dims"]) for o in config["output"]}
+        assert config["max_batch_size"] > 0 and dims["classes"] == ("TYPE_UINT8", [-1, -1]), config  # one row/image
         assert server.stop() == 0
