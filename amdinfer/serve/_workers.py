@@ -322,7 +322,9 @@ class EngineWorker:
 class PipelineWorker:
     """Runs the items of several requests through ``run_batch`` of a :class:`~amdinfer.Pipeline` or a
     :class:`~amdinfer.pipeline.fuse.FusedPipeline` (one engine call per batch; a fused pipeline places the items with
-    its executor's thread pool straight into the batch buffer).
+    its executor's thread pool straight into the batch buffer), a :class:`~amdinfer.pipeline.SlicedPipeline`
+    (``amdinfer.yolo(..., tiles=...)``: every tile of the batch's images in one detector ``run_batch``) or a
+    :class:`~amdinfer.recipes.Segmenter` (``amdinfer.segment``: class maps, :mod:`amdinfer.serve._answer_maps`).
 
     Every request carries one input tensor with its items on axis 0 (e.g. ``uint8 (n, H, W, 3)`` images).
     A pipeline whose first stage is :class:`~amdinfer.preprocess.LoadImage` (:func:`amdinfer.yolo`,
@@ -496,6 +498,6 @@ def _host_stages(pipeline: Any) -> Sequence[Any]:
     if isinstance(pipeline, (SlicedPipeline, Segmenter)):
         return [] if pipeline._load is None else [pipeline._load]
     raise OptionError(
-        f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline, FusedPipeline, SlicedPipeline "
-        "(amdinfer.yolo(..., tiles=...)) or Segmenter (amdinfer.segment)"
+        f"pipeline: got {type(pipeline).__name__}, expected an amdinfer Pipeline or FusedPipeline, a "
+        "SlicedPipeline (amdinfer.yolo(..., tiles=...)) or a Segmenter (amdinfer.segment)"
     )
