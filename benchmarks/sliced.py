@@ -107,6 +107,16 @@ def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[
 
     out["fused_engine_host_batch"] = rate(lambda: eng.run(feed))
     out["fill_one_thread"] = rate(lambda: np.stack(pieces, out=host))
+    try:  # the spans of one map over all the pieces: placement, engine runs, finishing (one_call_split's timeline)
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from one_call_split import timeline
+
+        out["map_timeline"] = timeline(fused, lambda: list(det.map(fed, batch_size=batch)))
+        out["map_timeline"]["pieces"] = len(fed)
+    except Exception as exc:
+        out["map_timeline"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     out["fused_precision"] = getattr(eng.info, "precision", None)
     out["fused_outputs"] = {k: list(np.shape(v)) for k, v in eng.run(feed).items()}
     out["fused_settings"] = {k: str(v)[:80] for k, v in (getattr(eng.info, "settings", {}) or {}).items()}
