@@ -146,6 +146,45 @@ def _recall(truths: list[np.ndarray], answers: list[Any]) -> float:
     return float(sum(hits)) / max(1, sum(len(t) for t in truths))
 
 
+def _page_mosaic(h: int, w: int, seed: int) -> np.ndarray:
+    """An ``h x w`` image filled with the shipped DocLayNet-style pages (tests/data/doclayout_page*.png, RGB), in
+    a grid from a rotated start: content the trained DocLayNet detector sees as documents."""
+    import cv2
+
+    root = Path(__file__).resolve().parents[1] / "tests" / "data"
+    pages = [cv2.imread(str(p))[..., ::-1] for p in sorted(root.glob("doclayout_page*.png"))]
+    out = np.full((h, w, 3), 255, np.uint8)
+    k, y = seed, 0
+    while y < h:
+        x, row = 0, 0
+        while x < w:
+            page = pages[k % len(pages)]
+            k += 1
+            ph, pw = min(page.shape[0], h - y), min(page.shape[1], w - x)
+            out[y : y + ph, x : x + pw] = page[:ph, :pw]
+            x, row = x + pw, max(row, ph)
+        y += row
+    return out
+
+
+def _detector(model: Any, args: argparse.Namespace, provider: str) -> Any:
+    """``amdinfer.yolo(model, tiles=...)``; with ``--nms-mode`` other than auto, the recipe's stages fused by hand
+    with that NMS (host geometry) and wrapped in a SlicedPipeline."""
+    fuse: Any = {"auto": "auto", "true": True, "false": False}[args.fuse]
+    if args.nms_mode == "auto":
+        return amdinfer.yolo(
+            model, tiles=(args.tile, args.tile), tile_overlap=args.overlap, providers=[provider], fuse=fuse,
+            conf=args.conf,
+        )  # fmt: skip
+    from amdinfer.pipeline import SlicedPipeline, Tiles
+
+    stages = amdinfer.yolo(model, providers=[provider], fuse=False, conf=args.conf)
+    fused = stages.fuse(nms_mode=args.nms_mode, providers=[provider])  # host geometry (identity on the tiles)
+    stages.close()
+    tiles = Tiles(args.tile, args.tile, overlap_height_ratio=args.overlap, overlap_width_ratio=args.overlap)
+    return SlicedPipeline(fused, tiles=tiles, owns_detector=True)
+
+
 def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
     h, w = args.size
     if args.model_path:  # a trained detector: its candidates are a real detector's, not random weights' flood
@@ -155,13 +194,12 @@ def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
         args.model = Path(args.model_path).name
     else:
         model = square_detector(image_size=args.tile) if args.model == "squares" else yolov8(image_size=args.tile)
-    data = [planted_squares(h, w, count=args.squares, seed=i) for i in range(args.images)]
-    images, truths = [d[0] for d in data], [d[1] for d in data]
-    fuse: Any = {"auto": "auto", "true": True, "false": False}[args.fuse]
-    sliced = amdinfer.yolo(
-        model, tiles=(args.tile, args.tile), tile_overlap=args.overlap, providers=[provider], fuse=fuse,
-        conf=args.conf,
-    )  # fmt: skip
+    if args.pages:
+        images, truths = [_page_mosaic(h, w, i) for i in range(args.images)], [np.zeros((0, 4))] * args.images
+    else:
+        data = [planted_squares(h, w, count=args.squares, seed=i) for i in range(args.images)]
+        images, truths = [d[0] for d in data], [d[1] for d in data]
+    sliced = _detector(model, args, provider)
     rows: list[dict[str, Any]] = []
     try:
         cut = [sliced.tiles(im).data.items for im in images]
@@ -202,6 +240,8 @@ def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
                     "tiles_per_s": round(n / seconds, 1),
                     "ratio": round(base / seconds, 3),
                     "recall": recall if mode != "engine" else None,
+                    "content": "pages" if args.pages else "squares",
+                    "nms_mode": args.nms_mode,
                 }
             )
     finally:
@@ -221,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="yolov8", choices=["yolov8", "squares"])
     p.add_argument("--model-path", help="a trained detector's .onnx instead (--tile: its input size)")
     p.add_argument("--conf", type=float, default=0.25, help="the recipe's confidence threshold (default 0.25)")
+    p.add_argument("--pages", action="store_true", help="images of document pages (for --model-path DocLayNet)")
+    p.add_argument("--nms-mode", default="auto", help="fuse's nms_mode (dense, host, ...; default: the recipe's)")
     p.add_argument("--fuse", default="auto", choices=["auto", "true", "false"])
     p.add_argument("--squares", type=int, default=60, help="planted squares per image")
     p.add_argument("--repeat", type=int, default=3)
