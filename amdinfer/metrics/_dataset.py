@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from . import _labels
 
 __all__ = ["DetectionSet", "load_detection_set", "read_data_yaml"]
 
@@ -45,6 +46,12 @@ class DetectionSet:
         source: the file or folder it was read from.
         category_ids: COCO json only: the category id of each class index (``names`` are the categories sorted
             by id); ``()`` for the YOLO layout.
+        masks: ``task="segment"``: per image, one compressed COCO RLE (``pycocotools.mask``) per true box; else
+            ``()``.
+        keypoints: ``task="pose"``: per image, ``float64 (k, K, 3)`` ``x, y, v`` in pixels (``v > 0``: labelled);
+            else ``()``.
+        areas: ``task="pose"``: per image, the ``(k,)`` areas COCO's OKS is scaled by (the json's ``area``, else
+            the box's area x 0.53, as Ultralytics); else ``()``.
 
     Example:
         >>> s = DetectionSet(("a.png",), (np.array([[0, 0, 4, 4.0]]),), (np.array([0]),), ("cat",), ((8, 8),), "x")
@@ -59,6 +66,14 @@ class DetectionSet:
     sizes: tuple[tuple[int, int], ...]
     source: str
     category_ids: tuple[int, ...] = ()
+    masks: tuple[tuple[dict[str, Any], ...], ...] = ()
+    keypoints: tuple[np.ndarray, ...] = ()
+    areas: tuple[np.ndarray, ...] = ()
+
+    @property
+    def task(self) -> str:
+        """``"segment"`` with masks, ``"pose"`` with keypoints, else ``"detect"``."""
+        return "segment" if self.masks else "pose" if self.keypoints else "detect"
 
     def __len__(self) -> int:
         return len(self.images)
@@ -215,7 +230,12 @@ def _names(names: Any, where: str) -> list[str]:
 
 
 def load_detection_set(
-    data: str | os.PathLike[str], *, split: str = "val", images: str | os.PathLike[str] | None = None
+    data: str | os.PathLike[str],
+    *,
+    split: str = "val",
+    images: str | os.PathLike[str] | None = None,
+    task: str = "detect",
+    kpt_shape: tuple[int, int] | None = None,
 ) -> DetectionSet:
     """Read a labelled detection set: an Ultralytics YOLO dataset or a COCO json file.
 
@@ -228,6 +248,11 @@ def load_detection_set(
     * COCO (``data`` ends in ``.json``): ``images``, ``annotations`` (``bbox`` as ``x, y, w, h``; crowd boxes left
       out) and ``categories``; classes are the categories sorted by id. Images are read from ``images`` (default:
       the ``images/`` folder beside the file, else the file's folder).
+    * ``task="segment"`` also reads each object's mask (:attr:`DetectionSet.masks`): the label line's polygon
+      rasterized in the image's pixels (``pycocotools``), or the json's ``segmentation`` (polygons or RLE);
+      ``task="pose"`` its keypoints (:attr:`DetectionSet.keypoints`): ``kpt_shape`` ``(K, D)`` values after the
+      box (argument, else the yaml's ``kpt_shape``), or the json's ``keypoints`` (``K`` from the categories'
+      ``keypoints`` names, else the annotations). ``"detect"`` takes a polygon line as its bounding box.
 
     Raises:
         InputError: a missing file or folder, a malformed ``data.yaml``, json or label line, or a class index
@@ -240,9 +265,11 @@ def load_detection_set(
         >>> s is None or (len(s), s.names[:2]) == (4, ("square", "bar"))
         True
     """
+    if task not in ("detect", "segment", "pose"):
+        raise InputError(f"task: got {task!r}, expected 'detect', 'segment' or 'pose'")
     p = Path(data)
     if p.suffix.lower() == ".json":
-        return _coco(p, None if images is None else Path(images))
+        return _coco(p, None if images is None else Path(images), task)
     if p.is_dir():
         found = [q for q in (p / "data.yaml", p / "data.yml") if q.is_file()]
         if not found:
@@ -264,14 +291,33 @@ def load_detection_set(
         raise InputError(f"data: {str(p)!r} has no {split!r} entry and no images/ folder, expected one of them")
     files = _image_files(root, entry, str(p))
     names = tuple(cfg["names"])
-    boxes, classes, sizes = [], [], []
+    if task == "pose":
+        kpt_shape = _kpt_shape(kpt_shape if kpt_shape is not None else cfg.get("kpt_shape"), str(p))
+    boxes, classes, sizes, masks, points, areas = [], [], [], [], [], []
     for f in files:
         size = _image_size(f)
-        b, c = _yolo_labels(_label_path(f), size, len(names))
+        if task == "segment":
+            b, c, m = _labels.yolo_segment_labels(_label_path(f), size, len(names))
+            masks.append(m)
+        elif task == "pose" and kpt_shape is not None:
+            b, c, kp, a = _labels.yolo_pose_labels(_label_path(f), size, len(names), kpt_shape)
+            points.append(kp)
+            areas.append(a)
+        else:
+            b, c = _yolo_labels(_label_path(f), size, len(names))
         boxes.append(b)
         classes.append(c)
         sizes.append(size)
-    return DetectionSet(tuple(str(f) for f in files), tuple(boxes), tuple(classes), names, tuple(sizes), str(p))
+    return DetectionSet(tuple(str(f) for f in files), tuple(boxes), tuple(classes), names, tuple(sizes), str(p),
+                        masks=tuple(masks), keypoints=tuple(points), areas=tuple(areas))  # fmt: skip
+
+
+def _kpt_shape(value: Any, where: str) -> tuple[int, int]:
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value)
+    if not ok or int(value[0]) < 1 or int(value[1]) not in (2, 3):
+        raise InputError(f"data: {where}: kpt_shape: got {value!r}, expected [K, 2] or [K, 3] (the yaml's kpt_shape "
+                         "or kpt_shape=, Ultralytics' pose datasets)")  # fmt: skip
+    return int(value[0]), int(value[1])
 
 
 def _image_files(root: Path, entry: Any, where: str) -> list[Path]:
@@ -345,7 +391,7 @@ def _yolo_labels(path: Path, size: tuple[int, int], nc: int) -> tuple[np.ndarray
     return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64)
 
 
-def _coco(path: Path, images: Path | None) -> DetectionSet:
+def _coco(path: Path, images: Path | None, task: str = "detect") -> DetectionSet:
     if not path.is_file():
         raise InputError(f"data: {str(path)!r} does not exist, expected a COCO json file")
     try:
@@ -358,7 +404,8 @@ def _coco(path: Path, images: Path | None) -> DetectionSet:
         for a in doc["annotations"]:
             if not a.get("iscrowd", 0):
                 by_image.setdefault(int(a["image_id"]), []).append(a)
-        files, boxes, classes, sizes = [], [], [], []
+        files, boxes, classes, sizes, masks, points, areas = [], [], [], [], [], [], []
+        k = _coco_kpt_count(cats, doc["annotations"]) if task == "pose" else 0
         for im in sorted(doc["images"], key=lambda i: int(i["id"])):
             anns = by_image.get(int(im["id"]), [])
             xywh = np.asarray([a["bbox"] for a in anns], np.float64).reshape(-1, 4)
@@ -366,9 +413,28 @@ def _coco(path: Path, images: Path | None) -> DetectionSet:
             classes.append(np.asarray([index[int(a["category_id"])] for a in anns], np.int64))
             files.append(str(folder / im["file_name"]))
             sizes.append((int(im["height"]), int(im["width"])))
+            where = f"data: {str(path)!r}"
+            if task == "segment":
+                masks.append(tuple(_labels.coco_segmentation(a["segmentation"], sizes[-1], where) for a in anns))
+            elif task == "pose":
+                kp, a = _labels.coco_keypoints(anns, k, where)
+                points.append(kp)
+                areas.append(a)
     except (ValueError, KeyError, TypeError) as exc:
         what = f"{type(exc).__name__}: {exc}"[:120]
         raise InputError(f"data: {str(path)!r} is not a COCO detection json ({what}), expected images, "
                          "annotations (bbox x, y, w, h) and categories") from None  # fmt: skip
     names = tuple(str(c["name"]) for c in cats)
-    return DetectionSet(tuple(files), tuple(boxes), tuple(classes), names, tuple(sizes), str(path), tuple(ids))
+    return DetectionSet(tuple(files), tuple(boxes), tuple(classes), names, tuple(sizes), str(path), tuple(ids),
+                        tuple(masks), tuple(points), tuple(areas))  # fmt: skip
+
+
+def _coco_kpt_count(cats: list[Any], anns: list[Any]) -> int:
+    """``K``: the categories' ``keypoints`` names, else the first annotation's ``keypoints`` values / 3."""
+    named = {len(c["keypoints"]) for c in cats if c.get("keypoints")}
+    if len(named) == 1:
+        return named.pop()
+    found = next((len(a["keypoints"]) for a in anns if a.get("keypoints")), 0)
+    if found % 3 or not found:
+        raise KeyError(f"keypoints: found {found} values, expected x, y, v per keypoint")
+    return found // 3

@@ -240,8 +240,17 @@ def _prediction_rows(p: Any, i: int, nc: int) -> np.ndarray:
 
 
 def _evaluate(
-    dataset: DetectionSet, rows: Sequence[np.ndarray], max_dets: int, seconds: float | None
+    dataset: DetectionSet,
+    rows: Sequence[np.ndarray],
+    max_dets: int,
+    seconds: float | None,
+    *,
+    iou_type: str = "bbox",
+    extra: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]] | None = None,
+    sigmas: np.ndarray | None = None,
 ) -> DetectionMetrics:
+    """COCOeval of ``iou_type`` (``bbox``, ``segm``, ``keypoints``); ``extra``: the fields each true and each
+    predicted annotation adds (its ``segmentation`` or ``keypoints``, in the order of the boxes and rows)."""
     try:
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
@@ -255,13 +264,19 @@ def _evaluate(
     if not sum(instances):
         raise InputError(f"data: {dataset.source!r} has no true box, expected at least one labelled object")
     gt, dt = _coco_dicts(dataset, rows)
+    if extra is not None:
+        for anns, fields in zip((gt["annotations"], dt["annotations"]), extra):
+            for ann, more in zip(anns, fields, strict=True):
+                ann.update(more)
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
         coco_gt, coco_dt = COCO(), COCO()
         coco_gt.dataset, coco_dt.dataset = gt, dt
         coco_gt.createIndex()
         coco_dt.createIndex()
-        ev = COCOeval(coco_gt, coco_dt, "bbox")
-        ev.params.maxDets = [1, 10, int(max_dets)]
+        ev = COCOeval(coco_gt, coco_dt, iou_type)
+        ev.params.maxDets = [int(max_dets)] if iou_type == "keypoints" else [1, 10, int(max_dets)]
+        if sigmas is not None:
+            ev.params.kpt_oks_sigmas = np.asarray(sigmas, np.float64)
         ev.evaluate()
         ev.accumulate()
     precision = ev.eval["precision"][:, :, :, 0, -1]  # IoU x recall x class, area "all", max_dets
