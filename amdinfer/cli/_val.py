@@ -68,8 +68,8 @@ def pick_task(model: Any, requested: str, data: str) -> str:
     Example:
         >>> from amdinfer.model import ModelSource
         >>> from amdinfer.testing.models import unet, yolov8_pose
-        >>> pick_task(ModelSource.from_any(unet()), "auto", "x"), pick_task(ModelSource.from_any(yolov8_pose(image_size=64)), "auto", "x")
-        ('semantic', 'pose')
+        >>> [pick_task(ModelSource.from_any(m), "auto", "x") for m in (unet(), yolov8_pose(image_size=64))]
+        ['semantic', 'pose']
     """
     from ..tasks import detect_task
 
@@ -133,9 +133,11 @@ def _instances(args: argparse.Namespace, model: Any, task: str, common: dict[str
         options["imgsz"] = args.imgsz
     note(args, f"loading {Path(args.model).name} ({task}); {len(dataset)} images from {dataset.source}")
     pipe = amdinfer.yolo(model, **options, **common)
-    measure = {"detect": detection_map, "segment": mask_map, "pose": keypoint_map}[task]
+    measure: Any = {"detect": detection_map, "segment": mask_map, "pose": keypoint_map}[task]
     try:
-        metrics = measure(pipe, dataset, max_dets=args.max_det, batch_size=args.batch_size or "auto", progress=enabled)
+        metrics: Any = measure(
+            pipe, dataset, max_dets=args.max_det, batch_size=args.batch_size or "auto", progress=enabled
+        )
     finally:
         pipe.close()
     timed = metrics if task == "detect" else metrics.box
@@ -180,4 +182,5 @@ def _speed(seconds: float | None, images: int, stages: dict[str, float]) -> str:
         return ""
     ms = 1000 * seconds / max(images, 1)
     each = ", ".join(f"{stages[k]:.1f} ms {k}" for k in ("preprocess", "inference", "postprocess") if k in stages)
-    return f"\nSpeed: {each + ' per image; ' if each else ''}{ms:.1f} ms per image in all ({images / seconds:.1f} images/s)"
+    rate = images / seconds
+    return f"\nSpeed: {each + ' per image; ' if each else ''}{ms:.1f} ms per image in all ({rate:.1f} images/s)"

@@ -196,8 +196,9 @@ def mask_map(
             raise InputError(f"predictions[{i}]: got no masks, expected Detections with masks (a -seg model)")
         arr = np.zeros((0, *dataset.sizes[i]), bool) if m is None else np.asarray(getattr(m, "data", m), bool)
         if arr.shape != (len(rows[-1]), *dataset.sizes[i]):
-            raise InputError(f"predictions[{i}]: masks: got shape {arr.shape}, expected ({len(rows[-1])}, "
-                             f"{dataset.sizes[i][0]}, {dataset.sizes[i][1]}): one per box in the image's pixels")  # fmt: skip
+            h, w = dataset.sizes[i]
+            raise InputError(f"predictions[{i}]: masks: got shape {arr.shape}, expected ({len(rows[-1])}, {h}, {w}): "
+                             "one per box in the image's pixels")  # fmt: skip
         masks.append(arr)
     gt_fields = [{"segmentation": dict(r), "area": _labels.mask_area(r)} for ms in dataset.masks for r in ms]
     dt_fields = [{"segmentation": r, "area": _labels.mask_area(r)} for m in masks for r in _labels.masks_rle(m)]
