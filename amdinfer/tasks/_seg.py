@@ -3,6 +3,7 @@ coefficients) and :class:`SegmentMasks` (boxes and masks in the original image, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from ..errors import InputError, OptionError
 from ..postprocess import ScaleBoxes, _class_names, _names_for, _number, _output_name
 from ..results import Detections, Masks
+from ..results._masks import DeferredPolygons
 from ..stages import Postprocessor
 from . import _mask_ops
 
@@ -155,12 +157,14 @@ class SegmentMasks(Postprocessor):
     and the mask resized (bilinear) to the image and ``> 0.5`` (what its ``plot`` and ``scale_masks`` do). The
     polygons (``masks.xy``) are the contours of the input-size masks mapped to the image, Ultralytics'
     ``Masks.xy``. ``retina_masks=True``: ``process_mask_native``, the masks made at the image's size and cropped
-    to the boxes there; the polygons are their contours.
+    to the boxes there; the polygons are their contours. Each mask is made inside its box's window only (the same
+    numbers as the whole planes, :mod:`amdinfer.tasks._mask_ops`), the result's ``masks.data`` planes are filled
+    from those windows when first read, and the polygons are found when ``masks.xy`` is first read.
 
     Args:
         retina_masks: make the masks at the image's size (Ultralytics' ``retina_masks=True``).
-        polygons: find the polygons now (needs OpenCV), as Ultralytics does; ``False``: ``masks.xy`` finds them
-            on the image-size masks when asked.
+        polygons: ``masks.xy`` gives Ultralytics' polygons (found when first read; needs OpenCV); ``False``: the
+            contours of the image-size masks.
         clip: clip the boxes to the image (as :class:`~amdinfer.postprocess.ScaleBoxes`).
 
     Raises:
@@ -203,32 +207,37 @@ class SegmentMasks(Postprocessor):
         _check_letterbox(meta, inp, orig)
         if self.retina_masks:
             det = ScaleBoxes(clip=self.clip).process(data, meta)
-            native = _mask_ops.masks_native(protos, data.coefficients, det.boxes, orig)
-            keep = native.any(axis=(1, 2))
-            det, native = det.select(keep), native[keep]
-            full, at_input, scale = native.astype(bool), native, None
+            full = _mask_ops.windows_native(protos, data.coefficients, det.boxes, orig)
+            keep = _filled(full)
+            det, full = det.select(keep), [full[i] for i in np.flatnonzero(keep)]
+            contours, shape, box = full, orig, None
         else:
-            at_input = _mask_ops.masks_at_input(protos, data.coefficients, data.boxes, inp)
-            keep = at_input.any(axis=(1, 2))
-            data, at_input = data.select(keep), at_input[keep]
+            at_input = _mask_ops.windows_at_input(protos, data.coefficients, data.boxes, inp)
+            keep = _filled(at_input)
+            data, at_input = data.select(keep), [at_input[i] for i in np.flatnonzero(keep)]
             det = ScaleBoxes(clip=self.clip).process(data, meta)
-            full = _mask_ops.unletterbox_binary(at_input, orig)
-            scale = _mask_ops.content_box(inp, orig)
-        polys = _polygons(at_input, scale, orig) if self.polygons else None
-        return Detections(
-            det.boxes, det.scores, det.classes, det.labels, orig, masks=Masks(full, polys), image=data.image
-        )
+            full = _mask_ops.unletterbox_windows(at_input, inp, orig)
+            contours, shape, box = at_input, inp, _mask_ops.content_box(inp, orig)
+        polys = DeferredPolygons(functools.partial(_polygons, shape=shape, box=box, orig=orig), contours)
+        masks = Masks.from_windows(full, orig, polys if self.polygons else None)
+        return Detections(det.boxes, det.scores, det.classes, det.labels, orig, masks=masks, image=data.image)
 
 
-def _polygons(masks: np.ndarray, box: tuple[int, int, int, int] | None, orig: tuple[int, ...]) -> list[np.ndarray]:
-    """Contours of ``masks`` mapped to the image (from the letterbox ``box`` when given) and clipped to it, as
-    Ultralytics' ``Masks.xy`` (``scale_coords``) does."""
-    from ..results._masks import mask_polygons
+def _filled(windows: list[Any]) -> np.ndarray:
+    """``bool``: which of the windows hold a set pixel (Ultralytics drops the boxes whose mask is empty)."""
+    return np.array([w is not None and bool(w[2].any()) for w in windows], bool)
+
+
+def _polygons(
+    windows: list[Any], shape: tuple[int, int], box: tuple[int, int, int, int] | None, orig: tuple[int, ...]
+) -> list[np.ndarray]:
+    """Contours of the masks (windows of planes of ``shape``) mapped to the image (from the letterbox ``box`` when
+    given) and clipped to it, as Ultralytics' ``Masks.xy`` (``scale_coords``) does."""
+    from ..results._masks import window_polygons
 
     h0, w0 = orig
-    polys = mask_polygons(masks)
     out = []
-    for p in polys:
+    for p in window_polygons(windows, shape):
         if box is not None:
             top, left, bottom, right = box
             p = (p - np.array([left, top], np.float32)) / np.array([(right - left) / w0, (bottom - top) / h0])
