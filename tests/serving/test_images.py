@@ -637,7 +637,7 @@ class TestCommandLine:
             (
                 ["--max-image-pixels", "1000"],
                 r"--max-image-pixels: not an option of a bare model \(no --recipe\); add --recipe classify or "
-                r"--recipe ocr or --recipe yolo",
+                r"--recipe ocr or --recipe segment or --recipe yolo",
             ),
         ],
     )
