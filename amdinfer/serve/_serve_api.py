@@ -125,14 +125,29 @@ def _check_recipe(recipe: str | None, recipe_options: dict[str, Any] | None) -> 
         )
 
 
+def _ready_types() -> tuple[type, ...]:
+    """What ``serve`` takes as built (the kinds :func:`build_model` serves): an Engine, a Pipeline, a
+    FusedPipeline, a :class:`~amdinfer.pipeline.SlicedPipeline` (``amdinfer.yolo(model, tiles=...)``), a
+    :class:`~amdinfer.recipes.Segmenter` (``amdinfer.segment``); ``serve`` also takes a list of them (one per
+    device).
+
+    Example:
+        >>> [t.__name__ for t in _ready_types()]
+        ['Engine', 'Pipeline', 'FusedPipeline', 'SlicedPipeline', 'Segmenter']
+    """
+    from ..pipeline import Pipeline
+    from ..pipeline._slices import SlicedPipeline
+    from ..pipeline.fuse import FusedPipeline
+    from ..recipes import Segmenter
+
+    return (Engine, Pipeline, FusedPipeline, SlicedPipeline, Segmenter)
+
+
 def _target(
     model: Any, recipe: str | None, recipe_options: dict[str, Any] | None, rate: float, reference: Any, **load: Any
 ) -> tuple[Any, Any]:
     """What ``serve`` batches over (workers, or the ready engine/pipeline given) and the canary's reference."""
-    from ..pipeline import Pipeline
-    from ..pipeline.fuse import FusedPipeline
-
-    if isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple)):
+    if isinstance(model, (*_ready_types(), list, tuple)):
         if recipe is not None or recipe_options:
             raise OptionError(
                 f"recipe: got {recipe!r} (options {recipe_options or {}}) with a ready {type(model).__name__}; "
@@ -192,15 +207,12 @@ def _predicted_batch(batch: str | int | None, recipe: str | None, options: dict[
 
 def _workers_of(target: Any) -> list[Any]:
     """``target`` (workers, or a ready Engine/Pipeline or a list of them) as workers, for the defaults' rule."""
-    from ..pipeline import Pipeline
-    from ..pipeline.fuse import FusedPipeline
-
     items = list(target) if isinstance(target, (list, tuple)) else [target]
     out: list[Any] = []
     for item in items:
         if isinstance(item, Engine):
             out.append(EngineWorker(item))
-        elif isinstance(item, (Pipeline, FusedPipeline)):
+        elif isinstance(item, _ready_types()):
             out.append(PipelineWorker(item))
         else:
             out.append(item)
@@ -230,11 +242,9 @@ def _served_target(
     predicts; the rule is applied again to the engine loaded, and when that disagrees on the buckets (the device
     predicted is not the one the engine runs on) the engines are loaded again with the right ones.
     """
-    from ..pipeline import Pipeline
     from ..pipeline._executor import default_threads
-    from ..pipeline.fuse import FusedPipeline
 
-    ready = isinstance(model, (Engine, Pipeline, FusedPipeline, list, tuple))
+    ready = isinstance(model, (*_ready_types(), list, tuple))
     threads = (recipe_options or {}).get("pipeline_threads")
     bundle = None if ready else bundle_folder(model)
     if bundle is not None:  # served as built: its buckets (others refused), its largest bucket the batch limit
@@ -318,10 +328,10 @@ def serve(
     workers_per_device: int = 1,
     **load_options: Any,
 ) -> None:
-    """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a Pipeline, until stopped.
+    """Serve a model (path/bytes/ModelProto: one engine per device), an Engine or a pipeline, until stopped.
 
     Args:
-        model: what to serve; a model is loaded once per entry of ``devices``.
+        model: what to serve; a model is loaded once per device, a pipeline (:func:`_ready_types`) served as built.
         name: the model's name in URLs (default: the file's stem, else ``"model"``).
         host: interface to bind (``127.0.0.1``; ``0.0.0.0`` for every interface).
         http_port, grpc_port: REST and gRPC ports (``grpc_port=None``: REST only).
