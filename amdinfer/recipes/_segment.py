@@ -157,6 +157,7 @@ class Segmenter:
     Attributes:
         stride, size_step: the model's stride and the canvas step (see :func:`segment`).
         bound: the largest canvas ``(H, W)`` run whole, or ``None``.
+        image_size: the nominal image ``(H, W)`` a server warms up at (see the property), or ``None``.
         patch: the patch size given, or ``None`` (the bound's when an image exceeds it).
         pipeline: the inner :class:`~amdinfer.Pipeline` (normalise, CHW, engine) that runs canvases and patches.
 
@@ -185,6 +186,7 @@ class Segmenter:
         spec, fixed, classes = _check_model(engine)
         meta = {p.key: p.value for p in engine.model.proto.metadata_props}
         self.stride = _stride(stride, meta)
+        self._nominal = _imgsz(meta, self.stride)
         self.size_step = _size_step(size_step, self.stride, engine)
         bounds = engine.shape_bounds.get(spec.name)
         limit = fixed or (tuple(bounds.max[2:4]) if bounds else None)  # what the engine takes at most
@@ -223,6 +225,24 @@ class Segmenter:
         big = self.patch is not None and self.bound is not None
         if big and (self.patch[0] > self.bound[0] or self.patch[1] > self.bound[1]):  # type: ignore[index]
             raise OptionError(f"patch: got {self.patch}, expected at most the bound {self.bound} (max_size, shapes=)")
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """The nominal image ``(H, W)``, the size a server warms up at (``PipelineWorker.warmup``): the patch, else
+        the bound rounded down to the stride (the shape large images run at), else metadata ``imgsz``, else
+        ``None`` (no bound: any size runs whole; the worker's small default picture).
+
+        Example:
+            >>> from amdinfer.testing.models import unet
+            >>> with segment(unet(), max_size=102, providers=["CPUExecutionProvider"]) as seg:  # stride 4
+            ...     print(seg.image_size, seg.plan(seg.image_size).windows, seg.plan((300, 200)).windows[0])
+            (100, 100) ((0, 0, 100, 100),) (0, 0, 100, 100)
+        """
+        if self.patch is not None:
+            return self.patch
+        if self.bound is not None:
+            return (self.bound[0] // self.stride * self.stride, self.bound[1] // self.stride * self.stride)
+        return self._nominal
 
     @property
     def engine(self) -> Any:
@@ -429,6 +449,17 @@ def _stride(stride: Any, meta: dict[str, str]) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 1:
         return raw
     return _DEFAULT_STRIDE
+
+
+def _imgsz(meta: dict[str, str], stride: int) -> tuple[int, int] | None:
+    """Metadata ``imgsz`` (Ultralytics: an int or ``[h, w]``) as ``(H, W)`` on the stride, or ``None``."""
+    raw = _literal(meta.get("imgsz"))
+    raw = [raw, raw] if isinstance(raw, int) else raw
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= stride for v in raw):
+        return None
+    return (raw[0] // stride * stride, raw[1] // stride * stride)
 
 
 def _size_step(size_step: Any, stride: int, engine: Any) -> int:

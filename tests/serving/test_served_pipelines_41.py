@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,43 @@ def test_a_recipe_with_a_ready_sliced_pipeline_is_refused_naming_its_type() -> N
                           timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("OptionError recipe: got 'yolo' (options {}) with a ready SlicedPipeline; ")
+
+
+_WARM = """if True:
+    import json
+    from amdinfer.serve import load_recipe_workers
+    from amdinfer.serve._workers import _png
+    from amdinfer.testing.models import unet
+
+    out = {}
+    for key, options, load in [
+        ("max_size", {"max_size": 128}, {}),
+        ("shapes", {}, {"shapes": {"images": [(1, 3, 32, 32), (8, 3, 160, 160)]}}),
+        ("patch", {"patch": "96x96", "max_size": 192}, {}),
+        ("none", {}, {}),
+    ]:
+        (worker,) = load_recipe_workers(unet(), "segment", recipe_options={"decoder": "pillow", **options},
+                                        providers=["cpu"], **load)
+        warmed = worker.warmup(2, runs=1)
+        fed = worker.pipeline.engine.info.settings["segment"]["shapes"]
+        before = sorted(fed)
+        worker.pipeline.run_batch([_png(600, 500)])  # a large image after the warm-up: its patches' shape
+        out[key] = {"warmed": warmed, "before": before, "after": sorted(fed), "size": worker.pipeline.image_size}
+        worker.pipeline.close()
+    print(json.dumps(out))
+"""
+
+
+def test_a_bounded_segmenter_warms_up_at_its_bound_the_shape_large_images_run_at() -> None:
+    """Hand-computed truth: the bound (``max_size``, the engine's ``shapes=`` maximum) rounded down to the stride,
+    or the patch, is the one engine shape a large image's patches run at; after the warm-up it is no new shape."""
+    proc = subprocess.run([sys.executable, "-c", _WARM], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, side in (("max_size", 128), ("shapes", 160), ("patch", 96)):
+        assert got[key]["size"] == [side, side]
+        assert got[key]["warmed"] == [1, 2]
+        assert got[key]["before"] == got[key]["after"] == [f"{side}x{side}"], (key, got[key])
+    # no bound: any size runs whole, so there is no size large images share; the worker's 64x64 picture
+    assert got["none"]["size"] is None and got["none"]["before"] == ["64x64"]
+    assert got["none"]["after"] == ["600x500", "64x64"]
