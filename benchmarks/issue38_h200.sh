@@ -83,14 +83,14 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
         python3 benchmarks/bundle_cold.py --providers cuda,cpu --yolo "$MODEL" --json "$OUT/bundle_cold.json" 2>&1 | tail -30
         ;;
     sliced)
-        python3 benchmarks/sliced.py --device cuda --parts --out "$OUT" 2>&1 | tail -12
-        python3 benchmarks/sliced.py --device cuda --parts --model-path "$MODEL" --tile 1024 --out "$OUT" 2>&1 | tail -12
+        python3 benchmarks/sliced.py --device cuda --parts --out "$OUT" 2>&1 | tail -12 | cut -c1-6000
+        python3 benchmarks/sliced.py --device cuda --parts --model-path "$MODEL" --tile 1024 --out "$OUT" 2>&1 | tail -12 | cut -c1-6000
         ;;
     segsizes)
         python3 benchmarks/segment_sizes.py --provider cuda --out "$OUT" 2>&1 | tail -30
         ;;
     seghost)
-        python3 benchmarks/seg_pose_host_cost.py --provider CUDAExecutionProvider 2>&1 | tail -20 | tee "$OUT/seg_pose_host_cost.txt"
+        python3 benchmarks/seg_pose_host_cost.py --provider CUDAExecutionProvider --images 8 2>&1 | tail -80 | tee "$OUT/seg_pose_host_cost.txt"
         ;;
     goldens)
         if [ ! -d "$HOME/ulsite/ultralytics" ]; then

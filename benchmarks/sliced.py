@@ -92,6 +92,8 @@ def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[
     out: dict[str, Any] = {}
     det = sliced.detector
     fused = getattr(det, "_fused", {}).get(tuple(fed[0].shape[:2]))
+    if fused is None and hasattr(det, "_feed") and getattr(det, "image_size", None) is None:
+        fused = det  # one fused engine with host geometry (the CPU smoke run; pieces are already tile-size)
     if fused is None:
         return {"parts": "no fused engine of the tile size"}
     pieces = fed[:batch]
@@ -117,6 +119,10 @@ def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[
         out["map_timeline"]["pieces"] = len(fed)
     except Exception as exc:
         out["map_timeline"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    try:
+        out["stream_variants"] = _stream_variants(det, fused, fed, batch, repeat)
+    except Exception as exc:
+        out["stream_variants"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     out["fused_precision"] = getattr(eng.info, "precision", None)
     out["fused_outputs"] = {k: list(np.shape(v)) for k, v in eng.run(feed).items()}
     out["fused_settings"] = {k: str(v)[:80] for k, v in (getattr(eng.info, "settings", {}) or {}).items()}
@@ -138,6 +144,55 @@ def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[
         out["h2d_pageable"] = rate(copy(torch.from_numpy(host)))
     except Exception as exc:  # the CPU run, or a part that fails: the others stay
         out["device_parts"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return out
+
+
+def _stream_variants(det: Any, fused: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[str, Any]:
+    """The fused engine on every batch of the pieces (distinct data, as the map feeds them), run the ways the map
+    could run them, and the map with its knobs turned: which one loses the engine's rate (pieces/s, best of
+    ``repeat``). ``serial_run``: ``engine.run`` in turn (bound buffers, graph replay where on); ``run_many_p1``:
+    what the map does (``run_many(prefetch=1)``: batches over ``overlap_bytes`` run as host-bound runs on two
+    threads); ``run_many_bound``: the same with ``overlap_bytes`` raised (every batch on the bound path);
+    ``host_run_serial``: host-bound runs in turn (no concurrency)."""
+    eng = fused.engine
+    runner = getattr(eng, "_runner", None)
+    feeds = []
+    for k in range(0, len(fed), batch):
+        chunk = fed[k : k + batch]
+        feeds.append(fused._feed(np.stack(chunk), [{"orig_shape": tuple(p.shape[:2])} for p in chunk]))
+    n = len(fed)
+    out: dict[str, Any] = {"batches": [int(next(iter(f.values())).shape[0]) for f in feeds]}
+    if runner is not None:
+        out["runner"] = {"overlap_bytes": runner.overlap_bytes, "graphs": bool(getattr(runner, "_graphs", None))}
+        out["batch_bytes"] = int(sum(v.nbytes for v in feeds[0].values()))
+
+    def rate(name: str, fn: Any) -> None:
+        try:
+            fn()
+            out[name] = round(n / _best(fn, max(repeat, 3)), 1)
+        except Exception as exc:
+            out[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    rate("serial_run", lambda: [eng.run(f) for f in feeds])
+    rate("run_many_p1", lambda: list(eng.run_many(iter(feeds), prefetch=1)))
+    rate("run_many_p2", lambda: list(eng.run_many(iter(feeds), prefetch=2)))
+    if runner is not None:
+        names = list(runner._output_names)
+        rate("host_run_serial", lambda: [runner._host_run(f, names, False) for f in feeds])
+        saved = runner.overlap_bytes
+        runner.overlap_bytes = 1 << 62
+        try:
+            rate("run_many_bound", lambda: list(eng.run_many(iter(feeds), prefetch=1)))
+            rate("map_bound", lambda: list(det.map(fed, batch_size=batch)))
+        finally:
+            runner.overlap_bytes = saved
+    rate("map", lambda: list(det.map(fed, batch_size=batch)))
+    threads = fused.threads
+    for t in (2, 4):
+        fused.threads = t
+        rate(f"map_threads{t}", lambda: list(det.map(fed, batch_size=batch)))
+    fused.threads = threads
+    rate("map_batch64", lambda: list(det.map(fed, batch_size=2 * batch)))
     return out
 
 
@@ -223,7 +278,12 @@ def run_device(args: argparse.Namespace, provider: str) -> list[dict[str, Any]]:
         geometry = getattr(sliced.detector, "geometry", None)
         print(f"# {provider}: detector {kind}, geometry {geometry}", flush=True)
         if args.parts:
-            print(f"# {provider} parts (pieces/s): {json.dumps(_parts(sliced, fed, args.batch, args.repeat))}")
+            parts = _parts(sliced, fed, args.batch, args.repeat)
+            print(f"# {provider} parts (pieces/s): {json.dumps(parts)}", flush=True)
+            if args.out:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                with (Path(args.out) / "sliced_parts.jsonl").open("a") as f:
+                    f.write(json.dumps({"device": provider, "model": args.model, "tile": args.tile, **parts}) + "\n")
         modes = (("engine", base), ("detector-map", t_det), ("sliced-map", t_map), ("sliced-run_batch", t_batch))
         for mode, seconds in modes:
             rows.append(
