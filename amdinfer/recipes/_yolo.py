@@ -163,9 +163,8 @@ def _yolo_stages(
         Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
         ScaleBoxes(),
     ]
-    if post is not None and post["task"] != "detect":
+    if post is not None and (post["task"] != "detect" or post.get("heads", "detect") != "detect"):
         from ._yolo_tasks import task_postprocess
 
-        names = class_names(proto)
-        postprocess = task_postprocess(post["task"], proto, conf, postprocess[1], names, post["retina_masks"])
+        postprocess = task_postprocess(post, proto, conf, postprocess[1], class_names(proto))
     return preprocess, postprocess

@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import InputError, OptionError
 from ..model import ModelLike, ModelSource
+from ..results import Detections
+from ..stages import Postprocessor
 
-__all__ = ["resolve_task", "task_postprocess"]
+__all__ = ["BoxesOnly", "resolve_task", "task_postprocess"]
 
 
 def resolve_task(
@@ -26,9 +28,17 @@ def resolve_task(
     name = detect_task(source.proto, task)
     if not isinstance(retina_masks, (bool, np.bool_)):
         raise OptionError(f"retina_masks: got {retina_masks!r}, expected True or False")
-    post = {"task": name, "retina_masks": bool(retina_masks)}
-    if name == "detect":
+    post = {"task": name, "retina_masks": bool(retina_masks), "heads": _heads(source.proto, name)}
+    if name == "detect" and post["heads"] == "detect":
         return source, post, fuse
+    if name == "detect":  # the boxes of a segmentation or pose model: its own decoder, on the host
+        if fuse is True:
+            raise OptionError(
+                f"fuse: got True with task='detect' on a {post['heads']} model (outputs "
+                f"{[o.name for o in source.proto.graph.output]}), expected 'auto' or False: its boxes are decoded "
+                f"on the host by the {post['heads']} decoder, without the mask coefficients or keypoints"
+            )
+        return source, post, False if isinstance(fuse, str) and fuse == "auto" else fuse
     if tiles is not None:
         raise OptionError(
             f"tiles: got {tiles!r} for a {name} model, expected None: sliced inference merges boxes only, and would "
@@ -42,10 +52,58 @@ def resolve_task(
     return source, post, False if isinstance(fuse, str) and fuse == "auto" else fuse
 
 
-def task_postprocess(task: str, proto: Any, conf: float, nms: Any, names: Any, retina_masks: bool) -> list[Any]:
-    """The post-processing stages of ``task`` (``segment`` or ``pose``) around the recipe's ``nms`` stage."""
+def _heads(proto: Any, task: str) -> str:
+    """The task the model's outputs answer (``task`` unless it is ``"detect"``: then what ``"auto"`` reads, so
+    that ``task="detect"`` on a segmentation or pose model decodes its boxes past the mask coefficients or
+    keypoints; a model whose metadata names a task amdinfer does not build reads as ``"detect"``, as before)."""
+    from ..errors import ModelError
+    from ..tasks import detect_task
+
+    if task != "detect":
+        return task
+    try:
+        return detect_task(proto, "auto")
+    except ModelError:
+        return "detect"
+
+
+class BoxesOnly(Postprocessor):
+    """The boxes, scores, classes and labels of :class:`~amdinfer.results.Detections`, without the mask
+    coefficients or keypoints a task's decoder attached (``amdinfer.yolo(model, task="detect")`` on a
+    segmentation or pose model: the boxes go through ``Nms`` and ``ScaleBoxes`` as a detector's do).
+
+    Example:
+        >>> from amdinfer.results import Detections
+        >>> det = Detections([[0, 0, 4, 4]], [0.9], [0], coefficients=[[1.0, 2.0]])
+        >>> out = BoxesOnly()(det).data
+        >>> out.boxes.tolist(), out.coefficients, out.keypoints
+        ([[0.0, 0.0, 4.0, 4.0]], None, None)
+    """
+
+    output_type = Detections
+    output_description = "a Detections"
+
+    def process(self, data: Any, meta: dict[str, Any]) -> Detections:
+        if not isinstance(data, Detections):
+            raise InputError(f"BoxesOnly: got {type(data).__name__}, expected Detections (put a decoder first)")
+        return Detections(data.boxes, data.scores, data.classes, data.labels, data.image_shape, image=data.image)
+
+
+def task_postprocess(post: dict[str, Any], proto: Any, conf: float, nms: Any, names: Any) -> list[Any]:
+    """The post-processing stages of ``post["task"]`` (``segment`` or ``pose``) around the recipe's ``nms`` stage;
+    ``detect`` on a model whose outputs are a segmentation's or a pose's (``post["heads"]``): that task's decoder,
+    the boxes alone (:class:`BoxesOnly`), ``nms`` and ``ScaleBoxes``."""
+    from ..postprocess import ScaleBoxes
     from ..tasks import PoseDecode, ScaleKeypoints, SegmentDecode, SegmentMasks, kpt_shape
 
-    if task == "segment":
-        return [SegmentDecode(conf, labels=names), nms, SegmentMasks(retina_masks=retina_masks)]
-    return [PoseDecode(kpt_shape(proto) or (17, 3), conf, labels=names), nms, ScaleKeypoints()]
+    heads = post.get("heads", post["task"])
+    decode: Postprocessor
+    if heads == "segment":
+        decode = SegmentDecode(conf, labels=names)
+    else:
+        decode = PoseDecode(kpt_shape(proto) or (17, 3), conf, labels=names)
+    if post["task"] == "detect":
+        return [decode, BoxesOnly(), nms, ScaleBoxes()]
+    if post["task"] == "segment":
+        return [decode, nms, SegmentMasks(retina_masks=post["retina_masks"])]
+    return [decode, nms, ScaleKeypoints()]
