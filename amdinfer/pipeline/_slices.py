@@ -46,7 +46,8 @@ __all__ = ["MergeTiles", "SlicedPipeline", "Tiles"]
 TILE = "tile"
 #: the item's metadata key :class:`Tiles` writes: the image's ``(height, width)``, tiles, whole image added
 SLICES = "slices"
-#: the whole-image piece's metadata key :class:`SlicedPipeline` writes when it letterboxed that piece itself
+#: the metadata key of a piece :class:`SlicedPipeline` letterboxed itself (the whole image; for a fixed-size
+#: detector, a tile of an image smaller than a tile): the geometry its boxes go back through
 WHOLE = "whole_letterbox"
 
 
@@ -240,6 +241,15 @@ def _letterbox(detector: Any) -> Letterbox | None:
     return first if isinstance(first, Letterbox) else None
 
 
+def _fixed_size(detector: Any) -> tuple[int, int] | None:
+    """The one ``(H, W)`` a detector fused with ``image_size`` takes (its letterbox in the graph, none on the
+    host), else ``None``."""
+    size = getattr(detector, "image_size", None)
+    if size is None or _letterbox(detector) is not None:
+        return None
+    return (int(size[0]), int(size[1]))
+
+
 class SlicedPipeline:
     """A detector run on the tiles of each image, their answers merged: sliced inference (SAHI's) for any detector.
 
@@ -251,14 +261,22 @@ class SlicedPipeline:
     :class:`~amdinfer.Pipeline`, a :class:`~amdinfer.pipeline.fuse.FusedPipeline`, :func:`amdinfer.yolo`'s result.
     ``amdinfer.yolo(model, tiles=(h, w))`` builds one.
 
+    A detector fused with a fixed ``image_size`` (``Pipeline.fuse(image_size=(h, w))``: its letterbox inside the
+    graph) takes pictures of that size only: the tiles must be that size, and the pieces that are not (the whole
+    image; the tiles of an image smaller than a tile) are letterboxed to it here, by ``letterbox``.
+
     Args:
         detector: the detector (taking arrays in its own channel order).
         tiles: the :class:`Tiles` fan-out.
         merge: the :class:`MergeTiles` gather (default: SAHI's GREEDYNMM, IOS 0.5, per class).
         owns_detector: close the detector with this pipeline.
+        letterbox: the :class:`~amdinfer.preprocess.Letterbox` that brings the whole image to the detector's input
+            size (default: the detector's own host ``Letterbox``; for a detector fused with a fixed ``image_size``,
+            ``Letterbox(image_size)``, Ultralytics' defaults, as :func:`amdinfer.yolo` builds it: pass the one
+            your detector was fused from when it differs).
 
     Raises:
-        OptionError: bad arguments.
+        OptionError: bad arguments; tiles of another size than a fixed-size detector's ``image_size``.
 
     Example:
         >>> import numpy as np, amdinfer
@@ -271,7 +289,13 @@ class SlicedPipeline:
     """
 
     def __init__(
-        self, detector: Any, *, tiles: Tiles, merge: MergeTiles | None = None, owns_detector: bool = False
+        self,
+        detector: Any,
+        *,
+        tiles: Tiles,
+        merge: MergeTiles | None = None,
+        owns_detector: bool = False,
+        letterbox: Letterbox | None = None,
     ) -> None:
         if not callable(getattr(detector, "run_batch", None)) or not callable(getattr(detector, "map", None)):
             raise OptionError(
@@ -283,10 +307,19 @@ class SlicedPipeline:
         merge = MergeTiles() if merge is None else merge
         if not isinstance(merge, MergeTiles):
             raise OptionError(f"merge: got {type(merge).__name__}, expected an amdinfer.pipeline.MergeTiles")
+        if letterbox is not None and not isinstance(letterbox, Letterbox):
+            raise OptionError(f"letterbox: got {type(letterbox).__name__}, expected an amdinfer.preprocess.Letterbox")
+        self._fixed = _fixed_size(detector)
+        tile = (tiles.slice_height, tiles.slice_width)
+        if self._fixed is not None and tile != self._fixed:
+            raise OptionError(
+                f"tiles: got {tile[0]}x{tile[1]} for a {type(detector).__name__} fused with image_size={self._fixed}, "
+                f"expected tiles of that size (it takes pictures of that size only); or fuse it with image_size=None"
+            )
         self.detector, self.tiles, self.merge = detector, tiles, merge
         self._owns = bool(owns_detector)
         self._load = _loader(detector)
-        self._whole = _letterbox(detector)
+        self._whole = letterbox or _letterbox(detector) or (None if self._fixed is None else Letterbox(self._fixed))
         self._keep = bool(getattr(detector, "_keep_image", False))
 
     @property
@@ -317,12 +350,16 @@ class SlicedPipeline:
             raise kind(f"item {index}: Tiles: {type(exc).__name__}: {exc}") from exc
         pieces: Pieces = split.data
         info = split.meta.get(SLICES) or {}
-        if self._whole is not None and pieces.parent is None and info.get("whole"):
-            pieces.items[-1] = self._letterboxed(index, pieces.items[-1])
+        if self._whole is not None and pieces.parent is None:
+            last = len(pieces.items) - 1
+            for k, piece in enumerate(pieces.items):  # the whole image; any piece a fixed-size detector refuses
+                if (k == last and info.get("whole")) or (self._fixed and piece.data.shape[:2] != self._fixed):
+                    pieces.items[k] = self._letterboxed(index, piece)
         return split, pieces
 
     def _letterboxed(self, index: int, whole: Sample) -> Sample:
-        """The whole-image piece letterboxed here by the detector's own stage: the detector's letterbox of that
+        """A piece (the whole image; for a detector fused with a fixed size, any piece not of that size) letterboxed
+        here by the detector's own stage (or ``letterbox``): the detector's letterbox of that
         canvas is the identity (scale 1, no padding), so its pixels and answers are the ones the detector would
         make from the image, and its boxes go back through the canvas's geometry (``ScaleBoxes``) before the
         merge. Why: every piece then has the detector's input size (tiles of that size), so a GPU batch of them
@@ -332,15 +369,17 @@ class SlicedPipeline:
             canvas = self._whole(Sample(whole.data))
         except Exception as exc:
             kind = StageInputError if isinstance(exc, InputError) else StageError
-            raise kind(f"item {index}: Letterbox of the whole image: {type(exc).__name__}: {exc}") from exc
+            raise kind(f"item {index}: Letterbox of a piece: {type(exc).__name__}: {exc}") from exc
         geometry = {k: canvas.meta[k] for k in ("affine", "orig_shape") if k in canvas.meta}
         return Sample(canvas.data, {**whole.meta, WHOLE: geometry})
 
     def _gather(self, split: Sample, pieces: Pieces, results: list[Any]) -> Detections:
         meta = dict(split.meta)
-        geometry = pieces.items[-1].meta.get(WHOLE) if pieces.items else None
-        if geometry is not None and isinstance(results[-1], Detections):  # the canvas's boxes in the image's pixels
-            results = [*results[:-1], ScaleBoxes()(Sample(results[-1], dict(geometry))).data]
+        results = list(results)
+        for k, piece in enumerate(pieces.items):  # a letterboxed piece's boxes back in that piece's pixels
+            geometry = piece.meta.get(WHOLE)
+            if geometry is not None and isinstance(results[k], Detections):
+                results[k] = ScaleBoxes()(Sample(results[k], dict(geometry))).data
         det = self.merge.gather(pieces.parent, results, pieces.items, meta)
         image = meta.get(KEY)
         if image is not None:

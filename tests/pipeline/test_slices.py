@@ -244,3 +244,47 @@ def test_whole_image_piece_is_letterboxed_to_the_tiles_size_and_answers_as_the_i
         np.testing.assert_allclose(mapped.scores, direct.scores, rtol=0, atol=1e-6)
     finally:
         det.close()
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[object, object]]:
+    """A square detector fused with ``image_size=(320, 320)``, and the pipeline it was fused from."""
+    pipe = amdinfer.yolo(square_detector(image_size=320), fuse=False, **CPU)
+    fused = pipe.fuse(image_size=(320, 320))
+    assert fused.image_size == (320, 320) and not any(isinstance(s, Letterbox) for s in fused._host)
+    yield fused, pipe
+    fused.close()
+    pipe.close()
+
+
+class TestFixedSizeFusedDetector:
+    """A detector fused with ``image_size`` (its letterbox inside the graph) takes pictures of that size only: the
+    whole image, and the tiles of an image smaller than a tile, are letterboxed to it on the host (issue 41). The
+    truths: the planted squares, and the same model sliced stage by stage (its host ``Letterbox``)."""
+
+    def test_answers_the_planted_squares_and_the_stage_by_stage_slicing(self, pair) -> None:
+        fused, pipe = pair
+        planted = [planted_squares(700, 900, count=5, seed=1), planted_squares(500, 640, count=3, seed=2)]
+        small = planted_squares(200, 250, count=2, seed=3)[0]  # one tile, smaller than the detector's 320
+        wide = planted_squares(200, 900, count=3, seed=4)[0]  # tiles 200 pixels high
+        images = [image for image, _ in planted] + [small, wide]
+        sliced = SlicedPipeline(fused, tiles=Tiles(320, 320))
+        want = SlicedPipeline(pipe, tiles=Tiles(320, 320)).run_batch(images)
+        for got in (sliced.run_batch(images), list(sliced.map(images, batch_size=4))):
+            for (_, boxes), g in zip(planted, got):
+                assert sorted(g.boxes.tolist()) == sorted(boxes.tolist())  # every planted square, exact
+            for g, w in zip(got, want):
+                assert g.image_shape == w.image_shape
+                np.testing.assert_allclose(g.boxes, w.boxes, rtol=0, atol=1e-3)
+                np.testing.assert_array_equal(g.classes, w.classes)
+        assert len(want[3]) > 0  # the 200-pixel-high tiles find squares: compared above, not vacuously
+
+    def test_tiles_of_another_size_and_a_bad_letterbox_are_refused(self, pair) -> None:
+        fused, _ = pair
+        with pytest.raises(OptionError, match=r"^tiles: got 256x256 for a FusedPipeline fused with image_size="
+                                              r"\(320, 320\), expected tiles of that size"):  # fmt: skip
+            SlicedPipeline(fused, tiles=Tiles(256, 256))
+        with pytest.raises(OptionError, match=r"^letterbox: got Resize, expected an amdinfer.preprocess.Letterbox"):
+            from amdinfer.preprocess import Resize
+
+            SlicedPipeline(fused, tiles=Tiles(320, 320), letterbox=Resize((320, 320)))
