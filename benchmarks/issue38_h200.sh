@@ -17,6 +17,7 @@
 #   PARTS="stream" bash benchmarks/issue38_h200.sh             # serving.py stream: ModelStreamInfer vs unary (issue 40)
 #   PARTS="bundle" bash benchmarks/issue38_h200.sh             # bundle_cold.py, CUDA EP: bundle vs cold vs cache (39)
 #   PARTS="sliced segsizes seghost" bash ...                   # sliced.py, segment_sizes.py, seg_pose_host_cost.py (41)
+#   PARTS="candidates" bash benchmarks/issue38_h200.sh         # sliced_candidates.py: the GPU-only NMS floods (41)
 #   PARTS="goldens" bash benchmarks/issue38_h200.sh            # Ultralytics' seg/pose post-processing goldens (41;
 #                                                              # ~/g/ulw: the ultralytics wheel and what it imports)
 #
@@ -85,6 +86,9 @@ onnxruntime.__version__, onnxruntime.get_available_providers(), '| opencv', cv2.
     sliced)
         python3 benchmarks/sliced.py --device cuda --parts --out "$OUT" 2>&1 | tail -12 | cut -c1-6000
         python3 benchmarks/sliced.py --device cuda --parts --model-path "$MODEL" --tile 1024 --out "$OUT" 2>&1 | tail -12 | cut -c1-6000
+        ;;
+    candidates)
+        python3 benchmarks/sliced_candidates.py --provider cuda --images 4 --cpu-fused 2>&1 | tail -3 | cut -c1-6000
         ;;
     segsizes)
         python3 benchmarks/segment_sizes.py --provider cuda --out "$OUT" 2>&1 | tail -30
