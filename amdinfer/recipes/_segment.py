@@ -71,7 +71,7 @@ def segment(
         patch: the patch ``(h, w)`` (an int for a square), multiples of the stride within the bound.
         patch_overlap: the fraction of a patch shared with its neighbour, in ``[0, 1)`` (rounded to the stride).
         blend: one of ``"linear"``, ``"gaussian"``, ``"mean"``.
-        batch_size: patches (or whole images of one shape) per engine call.
+        batch_size: patches (or whole images of one shape) per engine call (at most ``shapes=``' batch bound).
         mean, std: per-channel normalisation in fractions of 255 (default: metadata ``mean``/``std``, else none:
             pixels / 255).
         labels: class names (default: metadata ``names``).
@@ -193,7 +193,7 @@ class Segmenter:
         self.bound = _hw_arg("max_size", max_size, self.stride) or limit
         self._minimum = fixed or (tuple(bounds.min[2:4]) if bounds else (1, 1))
         self.patch = _hw_arg("patch", patch, self.stride)
-        self._check_sizes(fixed, limit)
+        self._check_sizes(fixed, limit, (spec.name, bounds))
         self.labels = _labels(labels=norm[2], proto=engine.model.proto, classes=classes)
         mean, std = _fractions("mean", norm[0], meta), _fractions("std", norm[1], meta)
         stages: list[Any] = [Normalize(mean=mean, std=std, scale=1 / 255), HwcToChw()]
@@ -212,7 +212,14 @@ class Segmenter:
             "shapes": fed,
         }
 
-    def _check_sizes(self, fixed: tuple[int, int] | None, limit: Any) -> None:
+    def _check_sizes(self, fixed: tuple[int, int] | None, limit: Any, bounded: tuple[str, Any]) -> None:
+        name, bounds = bounded
+        rows = self._options["batch_size"]
+        if bounds and bounds.max[0] < rows:  # refused here, not at the first image with that many patches
+            raise OptionError(
+                f"batch_size: got {rows}, expected at most {bounds.max[0]} (the batch bound of input {name!r}'s "
+                f"shapes=); pass batch_size={bounds.max[0]} or widen shapes="
+            )
         if limit is not None and self.bound is not None and (self.bound[0] > limit[0] or self.bound[1] > limit[1]):
             raise OptionError(f"max_size: got {self.bound}, expected at most {limit} (the model's size or shapes=)")
         low = self._minimum

@@ -281,6 +281,18 @@ class TestErrors:
         with pytest.raises(OptionError, match=r"^max_size: .* at most \(32, 32\)"):
             amdinfer.segment(unet(depth=2, image_size=32), max_size=64, **CPU)
 
+    def test_a_batch_over_the_engines_batch_bound_is_refused_when_built(self, model: onnx.ModelProto) -> None:
+        shapes = {"images": [(1, 3, 16, 16), (4, 3, 64, 64)]}
+        with pytest.raises(OptionError, match=r"^batch_size: got 8, expected at most 4 .*'images'.*batch_size=4"):
+            amdinfer.segment(model, shapes=shapes, **CPU)  # the default batch_size, 8
+        image = np.zeros((100, 120, 3), np.uint8)
+        image[:, 60:, 2] = 255
+        with amdinfer.segment(model, **CPU) as free, amdinfer.segment(model, shapes=shapes, batch_size=4, **CPU) as seg:
+            assert seg.plan(image.shape[:2]).patched  # 100 x 120 exceeds the 64 x 64 bound: patches, 4 per call
+            got, unbounded = seg(image), free(image)
+            assert got.image_shape == (100, 120) and got.counts.sum() == 100 * 120
+            assert np.array_equal(got.classes[:, :50], unbounded.classes[:, :50])  # away from the seams' blend
+
     def test_a_classifier_is_not_a_segmenter(self) -> None:
         with pytest.raises(OptionError, match=r"model: .*\(N, 3, H, W\) -> \(N, C, H, W\)"):
             amdinfer.segment(tiny_cnn(), **CPU)
