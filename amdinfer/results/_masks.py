@@ -58,9 +58,14 @@ def _cv2(what: str) -> Any:
 
 
 def _closest(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
-    d = ((a[:, None, :].astype(np.float64) - b[None, :, :]) ** 2).sum(-1)
-    i, j = np.unravel_index(int(np.argmin(d)), d.shape)
-    return int(i), int(j)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":  # contour pixels: exact in int64, the float64 form's argmin
+        dx = a[:, 0, None].astype(np.int64) - b[None, :, 0]
+        dy = a[:, 1, None].astype(np.int64) - b[None, :, 1]
+        d = dx * dx + dy * dy
+    else:
+        d = ((a[:, None, :].astype(np.float64) - b[None, :, :]) ** 2).sum(-1)
+    k = int(np.argmin(d))
+    return k // d.shape[1], k % d.shape[1]
 
 
 def _join(parts: list[np.ndarray]) -> np.ndarray:
@@ -79,8 +84,8 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
         if len(idx) == 2 and idx[0] > idx[1]:
             idx = [len(parts[i]) - 1 - x for x in idx]
             parts[i] = parts[i][::-1]
-        parts[i] = np.roll(parts[i], -idx[0], axis=0)
-        parts[i] = np.concatenate([parts[i], parts[i][:1]])
+        p, k = parts[i], idx[0] % len(parts[i])
+        parts[i] = np.concatenate((p[k:], p[:k], p[k : k + 1]))  # rolled to start at idx[0], closed
         walked.append(parts[i] if i in (0, n - 1) else parts[i][: idx[1] - idx[0] + 1])
     for i in range(n - 2, 0, -1):
         walked.append(parts[i][abs(ends[i][1] - ends[i][0]) :])
