@@ -71,8 +71,22 @@ def concurrent_infer(
     done: list[bool] = []
     errors: list[Exception] = []
 
+    from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
+
+    # gRPC channels of one process share their connections (the global subchannel pool) unless told not to: a
+    # local pool gives each client its own TCP connection, as "each on its own connection" says
+    own_connection = [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+
     async def client(aio: Any, url: str, k: int) -> None:
-        c = aio.InferenceServerClient(url)
+        c = (
+            aio.InferenceServerClient(url, channel_args=own_connection)
+            if aio is grpc_aio
+            else aio.InferenceServerClient(url)
+        )
         try:
             for i in range(per_client):
                 j = (k + i) % len(inputs)
