@@ -193,7 +193,7 @@ class Segmenter:
         self.bound = _hw_arg("max_size", max_size, self.stride) or limit
         self._minimum = fixed or (tuple(bounds.min[2:4]) if bounds else (1, 1))
         self.patch = _hw_arg("patch", patch, self.stride)
-        self._check_sizes(fixed, limit, (spec.name, bounds))
+        self._check_sizes(fixed, limit, spec.name, bounds)
         self.labels = _labels(labels=norm[2], proto=engine.model.proto, classes=classes)
         mean, std = _fractions("mean", norm[0], meta), _fractions("std", norm[1], meta)
         stages: list[Any] = [Normalize(mean=mean, std=std, scale=1 / 255), HwcToChw()]
@@ -212,8 +212,7 @@ class Segmenter:
             "shapes": fed,
         }
 
-    def _check_sizes(self, fixed: tuple[int, int] | None, limit: Any, bounded: tuple[str, Any]) -> None:
-        name, bounds = bounded
+    def _check_sizes(self, fixed: tuple[int, int] | None, limit: Any, name: str, bounds: Any) -> None:
         rows = self._options["batch_size"]
         if bounds and bounds.max[0] < rows:  # refused here, not at the first image with that many patches
             raise OptionError(

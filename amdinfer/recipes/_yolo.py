@@ -163,7 +163,7 @@ def _yolo_stages(
         Nms(iou_threshold=iou, max_det=max_det, agnostic=agnostic, classes=classes, class_offset=7680),
         ScaleBoxes(),
     ]
-    if post is not None and (post["task"] != "detect" or post.get("heads", "detect") != "detect"):
+    if post is not None and post["heads"] != "detect":  # a segmentation or pose model, whatever the task asked
         from ._yolo_tasks import task_postprocess
 
         postprocess = task_postprocess(post, proto, conf, postprocess[1], class_names(proto))

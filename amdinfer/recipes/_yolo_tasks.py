@@ -96,9 +96,8 @@ def task_postprocess(post: dict[str, Any], proto: Any, conf: float, nms: Any, na
     from ..postprocess import ScaleBoxes
     from ..tasks import PoseDecode, ScaleKeypoints, SegmentDecode, SegmentMasks, kpt_shape
 
-    heads = post.get("heads", post["task"])
     decode: Postprocessor
-    if heads == "segment":
+    if post["heads"] == "segment":
         decode = SegmentDecode(conf, labels=names)
     else:
         decode = PoseDecode(kpt_shape(proto) or (17, 3), conf, labels=names)

@@ -18,7 +18,7 @@ from ._oip import AmdinferModel
 from ._shapes import watch_model
 from ._workers import EngineWorker, PipelineWorker
 
-__all__ = ["build_model", "load_recipe_workers", "load_workers", "served_defaults_for"]
+__all__ = ["build_model", "load_recipe_workers", "load_workers", "pipeline_types", "served_defaults_for"]
 
 
 def load_workers(
@@ -204,6 +204,23 @@ def served_defaults_for(
     return chosen
 
 
+def pipeline_types() -> tuple[type, ...]:
+    """The pipelines served as built, each behind a :class:`PipelineWorker`: a Pipeline, a FusedPipeline, a
+    :class:`~amdinfer.pipeline.SlicedPipeline` (``amdinfer.yolo(model, tiles=...)``), a
+    :class:`~amdinfer.recipes.Segmenter` (``amdinfer.segment``).
+
+    Example:
+        >>> [t.__name__ for t in pipeline_types()]
+        ['Pipeline', 'FusedPipeline', 'SlicedPipeline', 'Segmenter']
+    """
+    from ..pipeline import Pipeline
+    from ..pipeline._slices import SlicedPipeline
+    from ..pipeline.fuse import FusedPipeline
+    from ..recipes import Segmenter
+
+    return (Pipeline, FusedPipeline, SlicedPipeline, Segmenter)
+
+
 def build_model(
     name: str,
     target: Any,
@@ -236,17 +253,12 @@ def build_model(
         >>> [t["shape"] for t in m.get_input_types()]
         [[-1, 3, 32, 32]]
     """
-    from ..pipeline import Pipeline
-    from ..pipeline._slices import SlicedPipeline
-    from ..pipeline.fuse import FusedPipeline
-    from ..recipes import Segmenter
-
     items = list(target) if isinstance(target, (list, tuple)) else [target]
     workers: list[Any] = []
     for item in items:
         if isinstance(item, Engine):
             workers.append(EngineWorker(item, name=f"device{len(workers)}"))
-        elif isinstance(item, (Pipeline, FusedPipeline, SlicedPipeline, Segmenter)):
+        elif isinstance(item, pipeline_types()):
             workers.append(PipelineWorker(item, name=f"device{len(workers)}"))
         elif isinstance(item, (EngineWorker, PipelineWorker)):
             workers.append(item)

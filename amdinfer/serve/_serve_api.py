@@ -15,7 +15,7 @@ from ._bounds import check, check_options
 from ._bundles import bundle_batching, bundle_folder
 from ._canary import check_rate, load_reference
 from ._defaults import ServedDefaults, expected_device, model_batch, served_defaults
-from ._models import build_model, load_recipe_workers, load_workers, served_defaults_for
+from ._models import build_model, load_recipe_workers, load_workers, pipeline_types, served_defaults_for
 from ._repository import ModelRepository
 from ._rest import DEFAULT_MAX_REQUEST_BYTES
 from ._server import Server
@@ -126,21 +126,14 @@ def _check_recipe(recipe: str | None, recipe_options: dict[str, Any] | None) -> 
 
 
 def _ready_types() -> tuple[type, ...]:
-    """What ``serve`` takes as built (the kinds :func:`build_model` serves): an Engine, a Pipeline, a
-    FusedPipeline, a :class:`~amdinfer.pipeline.SlicedPipeline` (``amdinfer.yolo(model, tiles=...)``), a
-    :class:`~amdinfer.recipes.Segmenter` (``amdinfer.segment``); ``serve`` also takes a list of them (one per
-    device).
+    """What ``serve`` takes as built (the kinds :func:`build_model` serves): an Engine or one of
+    :func:`~amdinfer.serve._models.pipeline_types`; ``serve`` also takes a list of them (one per device).
 
     Example:
         >>> [t.__name__ for t in _ready_types()]
         ['Engine', 'Pipeline', 'FusedPipeline', 'SlicedPipeline', 'Segmenter']
     """
-    from ..pipeline import Pipeline
-    from ..pipeline._slices import SlicedPipeline
-    from ..pipeline.fuse import FusedPipeline
-    from ..recipes import Segmenter
-
-    return (Engine, Pipeline, FusedPipeline, SlicedPipeline, Segmenter)
+    return (Engine, *pipeline_types())
 
 
 def _target(
@@ -212,7 +205,7 @@ def _workers_of(target: Any) -> list[Any]:
     for item in items:
         if isinstance(item, Engine):
             out.append(EngineWorker(item))
-        elif isinstance(item, _ready_types()):
+        elif isinstance(item, pipeline_types()):
             out.append(PipelineWorker(item))
         else:
             out.append(item)
