@@ -84,6 +84,12 @@ def _engine_rate(model: Any, provider: str, pieces: list[np.ndarray], tile: int,
         return _best(run, repeat)
 
 
+def _feed(fused: Any, pieces: list[np.ndarray]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The host batch of ``pieces`` (tile-size already) and the fused engine's feed made of it."""
+    host = np.stack(pieces)
+    return host, fused._feed(host, [{"orig_shape": tuple(p.shape[:2])} for p in pieces])
+
+
 def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[str, Any]:
     """Where the detector's time goes on one batch of pieces, each part alone (the GPU run): the fused engine of the
     tile size on a host uint8 batch and on one already on the device, the bare model on a float batch on the
@@ -97,9 +103,7 @@ def _parts(sliced: Any, fed: list[np.ndarray], batch: int, repeat: int) -> dict[
     if fused is None:
         return {"parts": "no fused engine of the tile size"}
     pieces = fed[:batch]
-    host = np.stack(pieces)
-    metas = [{"orig_shape": tuple(p.shape[:2])} for p in pieces]
-    feed = fused._feed(host, metas)
+    host, feed = _feed(fused, pieces)
     eng = fused.engine
     eng.run(feed)
 
@@ -156,10 +160,7 @@ def _stream_variants(det: Any, fused: Any, fed: list[np.ndarray], batch: int, re
     ``host_run_serial``: host-bound runs in turn (no concurrency)."""
     eng = fused.engine
     runner = getattr(eng, "_runner", None)
-    feeds = []
-    for k in range(0, len(fed), batch):
-        chunk = fed[k : k + batch]
-        feeds.append(fused._feed(np.stack(chunk), [{"orig_shape": tuple(p.shape[:2])} for p in chunk]))
+    feeds = [_feed(fused, fed[k : k + batch])[1] for k in range(0, len(fed), batch)]
     n = len(fed)
     out: dict[str, Any] = {"batches": [int(next(iter(f.values())).shape[0]) for f in feeds]}
     if runner is not None:
